@@ -1,0 +1,30 @@
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+
+.PHONY: demo test lint format clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+
+$(VENV)/.installed: $(BIN)/python pyproject.toml constraints.txt
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e ".[test]"
+	touch $@
+
+demo: $(VENV)/.installed
+	$(BIN)/python examples/demo.py
+
+lint: $(VENV)/.installed
+	$(BIN)/ruff check diffiface tests examples
+	$(BIN)/ruff format --check diffiface tests examples
+
+format: $(VENV)/.installed
+	$(BIN)/ruff format diffiface tests examples
+	$(BIN)/ruff check --fix diffiface tests examples
+
+test: lint
+	$(BIN)/python -m pytest -q diffiface tests
+
+clean:
+	rm -rf $(VENV) build dist .pytest_cache

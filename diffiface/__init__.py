@@ -1,0 +1,53 @@
+"""diffiface: one differentiation API over JAX, PyTorch, autograd and finite differences.
+
+Examples:
+    >>> import numpy as np
+    >>> import diffiface as di
+    >>> di.gradient(lambda x: (x**2).sum(), di.AutoFiniteDifferences(),
+    ...             np.array([1.0, 2.0])).round(6)
+    array([2., 4.])
+"""
+
+from ._api import derivative as derivative
+from ._api import gradient as gradient
+from ._api import jacobian as jacobian
+from ._api import jvp as jvp
+from ._api import value_and_derivative as value_and_derivative
+from ._api import value_and_gradient as value_and_gradient
+from ._api import value_and_jacobian as value_and_jacobian
+from ._api import value_and_jvp as value_and_jvp
+from ._api import value_and_vjp as value_and_vjp
+from ._api import vjp as vjp
+from ._backend_types import AbstractBackend as AbstractBackend
+from ._backend_types import AutoAutograd as AutoAutograd
+from ._backend_types import AutoFiniteDifferences as AutoFiniteDifferences
+from ._backend_types import AutoJax as AutoJax
+from ._backend_types import AutoTorch as AutoTorch
+from ._checks import DiffifaceTypeError as DiffifaceTypeError
+from ._checks import DiffifaceValueError as DiffifaceValueError
+from ._checks import FrameworkMissingError as FrameworkMissingError
+from ._contexts import Constant as Constant
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "AbstractBackend",
+    "AutoAutograd",
+    "AutoFiniteDifferences",
+    "AutoJax",
+    "AutoTorch",
+    "Constant",
+    "DiffifaceTypeError",
+    "DiffifaceValueError",
+    "FrameworkMissingError",
+    "derivative",
+    "gradient",
+    "jacobian",
+    "jvp",
+    "value_and_derivative",
+    "value_and_gradient",
+    "value_and_jacobian",
+    "value_and_jvp",
+    "value_and_vjp",
+    "vjp",
+]

@@ -1,0 +1,282 @@
+"""The operators: check the arguments, look up the backend, run, convert back."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from . import _checks, _convert
+from ._problem import Problem
+from ._registry import implementation
+from ._tree import flatten, unflatten
+
+
+def _enter(op: str, f: Callable, backend: Any, x: Any, contexts: tuple, scalar: bool = False):
+    _checks.check_backend(op, f, backend)
+    impl = implementation(backend)
+    leaves, tree = flatten(x)
+    xs, kinds = _convert.point(op, impl, leaves, tree)
+    single = len(leaves) == 1 and leaves[0] is x
+    prob = Problem(op, backend, impl, f, tree, single, scalar)
+    return impl, prob, xs, kinds, _convert.contexts(op, impl, contexts)
+
+
+def _out_kind(kinds: tuple) -> int:
+    """Kind of results shaped like f(x): native if any leaf of x was native."""
+    return _convert.NATIVE if _convert.NATIVE in kinds else min(kinds, default=0)
+
+
+def _like_x(impl, prob: Problem, gs: tuple, kinds: tuple) -> Any:
+    gs = [_convert.back(impl, g, k) for g, k in zip(gs, kinds, strict=True)]
+    return gs[0] if prob.single else unflatten(prob.treedef, gs)
+
+
+def value_and_gradient(f: Callable, backend: Any, x: Any, *contexts: Any) -> tuple[Any, Any]:
+    """The value ``f(x)`` and the gradient of a scalar ``f`` with respect to ``x``.
+
+    Args:
+        f: function ``f(x, *contexts)`` returning a 0-d array.
+        backend: a backend instance, e.g. ``AutoJax()``.
+        x: an array, a Python float, or a pytree (dict, list, tuple, namedtuple)
+            of floating-point arrays.
+        *contexts: ``di.Constant(c)`` arguments passed to ``f`` after ``x``.
+
+    Returns:
+        ``(f(x), grad)``, where ``grad`` has the structure, shapes and dtypes of ``x``.
+
+    Raises:
+        ValueError: f does not return a scalar.
+        TypeError: x holds non-float leaves, or f leaves the framework's array ops.
+
+    Examples:
+        >>> import numpy as np
+        >>> import diffiface as di
+        >>> y, g = di.value_and_gradient(lambda x: (x**2).sum(), di.AutoFiniteDifferences(),
+        ...                              np.array([1.0, 2.0]))
+        >>> float(y), g.round(6)
+        (5.0, array([2., 4.]))
+    """
+    impl, prob, xs, kinds, ctx = _enter("value_and_gradient", f, backend, x, contexts, True)
+    y, gs = impl.value_and_gradient(prob, xs, ctx)
+    return _convert.back(impl, y, _out_kind(kinds)), _like_x(impl, prob, gs, kinds)
+
+
+def gradient(f: Callable, backend: Any, x: Any, *contexts: Any) -> Any:
+    """The gradient of a scalar ``f`` with respect to ``x``, shaped like ``x``.
+
+    Same arguments as :func:`value_and_gradient`.
+
+    Examples:
+        >>> import numpy as np
+        >>> import diffiface as di
+        >>> di.gradient(lambda x: (x**3).sum(), di.AutoFiniteDifferences(),
+        ...             np.array([1.0, 2.0])).round(5)
+        array([ 3., 12.])
+    """
+    impl, prob, xs, kinds, ctx = _enter("gradient", f, backend, x, contexts, True)
+    _, gs = impl.value_and_gradient(prob, xs, ctx)
+    return _like_x(impl, prob, gs, kinds)
+
+
+def value_and_jvp(f: Callable, backend: Any, x: Any, v: Any, *contexts: Any) -> tuple[Any, Any]:
+    """The value ``f(x)`` and the Jacobian-vector product ``J(x) v``.
+
+    Args:
+        f: function ``f(x, *contexts)`` returning an array.
+        backend: a backend instance.
+        x: an array, a Python float, or a pytree of floating-point arrays.
+        v: the tangent: same structure, shapes and dtypes as ``x``.
+        *contexts: ``di.Constant(c)`` arguments.
+
+    Returns:
+        ``(f(x), J v)``, both shaped like ``f(x)``.
+
+    Examples:
+        >>> import numpy as np
+        >>> import diffiface as di
+        >>> y, t = di.value_and_jvp(lambda x: x**2, di.AutoFiniteDifferences(),
+        ...                         np.array([1.0, 2.0]), np.array([1.0, 0.0]))
+        >>> t.round(6)
+        array([2., 0.])
+    """
+    impl, prob, xs, kinds, ctx = _enter("value_and_jvp", f, backend, x, contexts)
+    vl, vtree = flatten(v)
+    vs = _convert.tangent(prob.op, impl, "v", xs, vl, vtree, prob.treedef)
+    y, t = impl.value_and_jvp(prob, xs, vs, ctx)
+    k = _out_kind(kinds)
+    return _convert.back(impl, y, k), _convert.back(impl, t, k)
+
+
+def jvp(f: Callable, backend: Any, x: Any, v: Any, *contexts: Any) -> Any:
+    """The Jacobian-vector product ``J(x) v``, shaped like ``f(x)``.
+
+    Same arguments as :func:`value_and_jvp`.
+
+    Examples:
+        >>> import numpy as np
+        >>> import diffiface as di
+        >>> di.jvp(lambda x: x * x[0], di.AutoFiniteDifferences(),
+        ...        np.array([1.0, 2.0]), np.array([0.0, 1.0])).round(6)
+        array([0., 1.])
+    """
+    impl, prob, xs, kinds, ctx = _enter("jvp", f, backend, x, contexts)
+    vl, vtree = flatten(v)
+    vs = _convert.tangent(prob.op, impl, "v", xs, vl, vtree, prob.treedef)
+    _, t = impl.value_and_jvp(prob, xs, vs, ctx)
+    return _convert.back(impl, t, _out_kind(kinds))
+
+
+def _vjp(op: str, f, backend, x, w, contexts):
+    impl, prob, xs, kinds, ctx = _enter(op, f, backend, x, contexts)
+    if not (isinstance(w, float) or hasattr(w, "shape")):
+        raise _checks.mismatch(op, backend, "w", "structure", "one array", type(w).__name__)
+    w = _convert.native_tangent(op, impl, "w", w)
+    y, gs = impl.value_and_vjp(prob, xs, w, ctx, _CheckW(op, impl))
+    return impl, prob, kinds, y, gs
+
+
+class _CheckW:
+    """Checks the cotangent against f(x) once f(x) is known (also under jit tracing)."""
+
+    __slots__ = ("impl", "op")
+
+    def __init__(self, op, impl):
+        self.op, self.impl = op, impl
+
+    def __call__(self, y, w):
+        return _convert.match(self.op, self.impl, "w", w, y)
+
+
+def value_and_vjp(f: Callable, backend: Any, x: Any, w: Any, *contexts: Any) -> tuple[Any, Any]:
+    """The value ``f(x)`` and the vector-Jacobian product ``wᵀ J(x)``.
+
+    Args:
+        f: function ``f(x, *contexts)`` returning an array.
+        backend: a backend instance.
+        x: an array, a Python float, or a pytree of floating-point arrays.
+        w: the cotangent: an array with the shape and dtype of ``f(x)``.
+        *contexts: ``di.Constant(c)`` arguments.
+
+    Returns:
+        ``(f(x), wᵀ J)``, the second with the structure of ``x``.
+
+    Examples:
+        >>> import numpy as np
+        >>> import diffiface as di
+        >>> y, g = di.value_and_vjp(lambda x: 3 * x, di.AutoFiniteDifferences(),
+        ...                         np.array([1.0, 2.0]), np.array([1.0, 1.0]))
+        >>> g.round(6)
+        array([3., 3.])
+    """
+    impl, prob, kinds, y, gs = _vjp("value_and_vjp", f, backend, x, w, contexts)
+    return _convert.back(impl, y, _out_kind(kinds)), _like_x(impl, prob, gs, kinds)
+
+
+def vjp(f: Callable, backend: Any, x: Any, w: Any, *contexts: Any) -> Any:
+    """The vector-Jacobian product ``wᵀ J(x)``, with the structure of ``x``.
+
+    Same arguments as :func:`value_and_vjp`.
+
+    Examples:
+        >>> import numpy as np
+        >>> import diffiface as di
+        >>> di.vjp(lambda x: x**2, di.AutoFiniteDifferences(),
+        ...        np.array([1.0, 2.0]), np.array([1.0, 0.0])).round(6)
+        array([2., 0.])
+    """
+    impl, prob, kinds, _, gs = _vjp("vjp", f, backend, x, w, contexts)
+    return _like_x(impl, prob, gs, kinds)
+
+
+def value_and_jacobian(f: Callable, backend: Any, x: Any, *contexts: Any) -> tuple[Any, Any]:
+    """The value ``f(x)`` and the Jacobian, of shape ``f(x).shape + x.shape``.
+
+    The direction follows the backend's ``mode``; with ``mode=None`` it is
+    forward when f has at least as many outputs as inputs, else reverse.
+
+    Args:
+        f: function ``f(x, *contexts)`` returning an array.
+        backend: a backend instance.
+        x: one floating-point array (or a Python float).
+        *contexts: ``di.Constant(c)`` arguments.
+
+    Examples:
+        >>> import numpy as np
+        >>> import diffiface as di
+        >>> y, J = di.value_and_jacobian(lambda x: x[::-1] * 2, di.AutoFiniteDifferences(),
+        ...                              np.array([1.0, 2.0]))
+        >>> J.round(6)
+        array([[0., 2.],
+               [2., 0.]])
+    """
+    impl, prob, xs, kinds, ctx = _enter("value_and_jacobian", f, backend, x, contexts)
+    if not prob.single:
+        raise _checks.not_single_array(prob.op, backend, len(xs))
+    y, jac = impl.value_and_jacobian(prob, xs, ctx)
+    k = _out_kind(kinds)
+    return _convert.back(impl, y, k), _convert.back(impl, jac, k)
+
+
+def jacobian(f: Callable, backend: Any, x: Any, *contexts: Any) -> Any:
+    """The Jacobian of ``f`` at ``x``, of shape ``f(x).shape + x.shape``.
+
+    Same arguments as :func:`value_and_jacobian`.
+
+    Examples:
+        >>> import numpy as np
+        >>> import diffiface as di
+        >>> di.jacobian(lambda x: x**2, di.AutoFiniteDifferences(), np.array([1.0, 2.0])).round(6)
+        array([[2., 0.],
+               [0., 4.]])
+    """
+    impl, prob, xs, kinds, ctx = _enter("jacobian", f, backend, x, contexts)
+    if not prob.single:
+        raise _checks.not_single_array(prob.op, backend, len(xs))
+    _, jac = impl.value_and_jacobian(prob, xs, ctx)
+    return _convert.back(impl, jac, _out_kind(kinds))
+
+
+def value_and_derivative(f: Callable, backend: Any, x: Any, *contexts: Any) -> tuple[Any, Any]:
+    """The value ``f(x)`` and the derivative ``f'(x)`` for a scalar ``x``.
+
+    Args:
+        f: function ``f(x, *contexts)`` returning an array (of any shape).
+        backend: a backend instance.
+        x: a Python float or a 0-d floating-point array.
+        *contexts: ``di.Constant(c)`` arguments.
+
+    Returns:
+        ``(f(x), f'(x))``, both shaped like ``f(x)``.
+
+    Examples:
+        >>> import diffiface as di
+        >>> y, d = di.value_and_derivative(lambda x: x**3, di.AutoFiniteDifferences(), 2.0)
+        >>> round(y, 6), round(d, 5)
+        (8.0, 12.0)
+    """
+    impl, prob, xs, kinds, ctx = _enter("value_and_derivative", f, backend, x, contexts)
+    return _derivative(impl, prob, xs, kinds, ctx)
+
+
+def derivative(f: Callable, backend: Any, x: Any, *contexts: Any) -> Any:
+    """The derivative ``f'(x)`` for a scalar ``x``, shaped like ``f(x)``.
+
+    Same arguments as :func:`value_and_derivative`.
+
+    Examples:
+        >>> import numpy as np
+        >>> import diffiface as di
+        >>> round(di.derivative(np.sin, di.AutoFiniteDifferences(), 0.0), 6)
+        1.0
+    """
+    impl, prob, xs, kinds, ctx = _enter("derivative", f, backend, x, contexts)
+    return _derivative(impl, prob, xs, kinds, ctx)[1]
+
+
+def _derivative(impl, prob: Problem, xs: tuple, kinds: tuple, ctx: tuple):
+    if not prob.single or tuple(xs[0].shape) != ():
+        shape = tuple(xs[0].shape) if prob.single else (len(xs),)
+        raise _checks.not_scalar_input(prob.op, prob.backend, shape)
+    y, t = impl.value_and_jvp(prob, xs, (impl.ones_like(xs[0]),), ctx)
+    k = _out_kind(kinds)
+    return _convert.back(impl, y, k), _convert.back(impl, t, k)

@@ -1,0 +1,126 @@
+"""Backend types: frozen dataclasses that name a framework and its options.
+
+This module imports no framework, so creating a backend costs nothing.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import ClassVar
+
+_MODES = (None, "forward", "reverse")
+_FD_METHODS = ("central", "forward", "backward")
+
+
+@dataclasses.dataclass(frozen=True)
+class AbstractBackend:
+    """Base of every backend type. Never instantiated itself."""
+
+    framework: ClassVar[str] = ""
+
+    def __post_init__(self) -> None:
+        if type(self) is AbstractBackend:
+            raise TypeError(
+                "AbstractBackend cannot be instantiated: use AutoJax(), AutoTorch(), "
+                "AutoAutograd() or AutoFiniteDifferences()."
+            )
+
+
+def _check_mode(backend: AbstractBackend, mode: object) -> None:
+    if mode not in _MODES:
+        raise ValueError(
+            f"{type(backend).__name__}(mode={mode!r}): mode must be None, 'forward' or "
+            f"'reverse', got {mode!r}. Use mode=None to pick the cheaper direction."
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class AutoJax(AbstractBackend):
+    """JAX (jax.jvp / jax.vjp, jit-compiled and cached).
+
+    Args:
+        mode: "forward", "reverse", or None to pick the cheaper direction for
+            jacobians from the input and output sizes.
+
+    Examples:
+        >>> AutoJax(mode="forward")
+        AutoJax(mode='forward')
+    """
+
+    mode: str | None = None
+    framework: ClassVar[str] = "jax"
+
+    def __post_init__(self) -> None:
+        _check_mode(self, self.mode)
+
+
+@dataclasses.dataclass(frozen=True)
+class AutoTorch(AbstractBackend):
+    """PyTorch (torch.autograd, and torch.func inside torch.func transforms).
+
+    Args:
+        mode: "forward", "reverse", or None to pick the cheaper direction.
+
+    Examples:
+        >>> AutoTorch()
+        AutoTorch(mode=None)
+    """
+
+    mode: str | None = None
+    framework: ClassVar[str] = "torch"
+
+    def __post_init__(self) -> None:
+        _check_mode(self, self.mode)
+
+
+@dataclasses.dataclass(frozen=True)
+class AutoAutograd(AbstractBackend):
+    """HIPS autograd on NumPy arrays (f uses ``autograd.numpy``).
+
+    Args:
+        mode: "forward", "reverse", or None to pick the cheaper direction.
+
+    Examples:
+        >>> AutoAutograd(mode="reverse")
+        AutoAutograd(mode='reverse')
+    """
+
+    mode: str | None = None
+    framework: ClassVar[str] = "autograd"
+
+    def __post_init__(self) -> None:
+        _check_mode(self, self.mode)
+
+
+@dataclasses.dataclass(frozen=True)
+class AutoFiniteDifferences(AbstractBackend):
+    """Finite differences on any NumPy function.
+
+    Cost: a central jvp takes 2 calls of f, a gradient or jacobian 2n calls
+    (n = size of x); "forward" and "backward" take n + 1.
+
+    Args:
+        method: "central" (error O(step**2)), "forward" or "backward" (O(step)).
+        step: relative step; None picks it from the dtype (eps**(1/3) for
+            central, eps**(1/2) otherwise), scaled by max(1, |x|).
+
+    Examples:
+        >>> AutoFiniteDifferences()
+        AutoFiniteDifferences(method='central', step=None)
+    """
+
+    method: str = "central"
+    step: float | None = None
+    framework: ClassVar[str] = "finite_differences"
+
+    def __post_init__(self) -> None:
+        if self.method not in _FD_METHODS:
+            raise ValueError(
+                f"AutoFiniteDifferences(method={self.method!r}): method must be 'central', "
+                f"'forward' or 'backward', got {self.method!r}."
+            )
+        if self.step is not None and not (isinstance(self.step, int | float) and self.step > 0):
+            raise ValueError(
+                f"AutoFiniteDifferences(step={self.step!r}): step must be a positive float "
+                "or None (chosen from the dtype)."
+            )

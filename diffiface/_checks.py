@@ -1,0 +1,124 @@
+"""Argument checks and error messages, one grammar for every backend.
+
+A message reads: the call form, what was expected, what came, the fix.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ._backend_types import AbstractBackend
+
+_CALL = {
+    "jvp": "{op}(f, {b}, x, v)",
+    "value_and_jvp": "{op}(f, {b}, x, v)",
+    "vjp": "{op}(f, {b}, x, w)",
+    "value_and_vjp": "{op}(f, {b}, x, w)",
+}
+
+
+class DiffifaceTypeError(TypeError):
+    """A wrong type was passed to a diffiface operator."""
+
+
+class DiffifaceValueError(ValueError):
+    """A wrong value was passed to a diffiface operator."""
+
+
+class FrameworkMissingError(ImportError):
+    """A backend's framework is not installed."""
+
+
+def call_form(op: str, backend: Any) -> str:
+    b = repr(backend) if isinstance(backend, AbstractBackend) else "backend"
+    return _CALL.get(op, "{op}(f, {b}, x)").format(op=op, b=b)
+
+
+def check_backend(op: str, f: Any, backend: Any) -> None:
+    if isinstance(backend, type) and issubclass(backend, AbstractBackend):
+        raise DiffifaceTypeError(
+            f"{op}(f, {backend.__name__}, x): backend must be an instance, got the class "
+            f"{backend.__name__}. Did you mean {backend.__name__}()?"
+        )
+    if not isinstance(backend, AbstractBackend):
+        raise DiffifaceTypeError(
+            f"{op}(f, backend, x): backend must be a diffiface backend such as AutoJax(), "
+            f"AutoTorch(), AutoAutograd() or AutoFiniteDifferences(), got "
+            f"{type(backend).__name__}. Note the order: f first, then the backend."
+        )
+    if not callable(f):
+        raise DiffifaceTypeError(
+            f"{call_form(op, backend)}: f must be callable, got {type(f).__name__}. "
+            "Pass the function first, then the backend, then the point."
+        )
+
+
+def describe(leaf: Any) -> str:
+    """Short type/shape/dtype description of a leaf for messages."""
+    shape = getattr(leaf, "shape", None)
+    dtype = getattr(leaf, "dtype", None)
+    name = f"{type(leaf).__module__.split('.')[0]}.{type(leaf).__name__}"
+    if shape is None:
+        return type(leaf).__name__
+    return f"{name} of shape {tuple(shape)} and dtype {dtype}"
+
+
+def bad_leaf(op: str, backend: Any, path: str, leaf: Any, fix: str) -> DiffifaceTypeError:
+    return DiffifaceTypeError(
+        f"{call_form(op, backend)}: {path} must be a floating-point array, got "
+        f"{describe(leaf)}. {fix}"
+    )
+
+
+def mismatch(op: str, backend: Any, name: str, what: str, expected: Any, got: Any):
+    return DiffifaceValueError(
+        f"{call_form(op, backend)}: {name} must have the {what} of {_ref(name)}: expected "
+        f"{expected}, got {got}. Build {name} like {_ref(name)} (e.g. with zeros_like)."
+    )
+
+
+def _ref(name: str) -> str:
+    return "f(x)" if name == "w" else "x"
+
+
+def not_scalar(op: str, backend: Any, shape: tuple) -> DiffifaceValueError:
+    if tuple(shape) and all(d == 1 for d in shape):
+        fix = "Make it a true scalar with .reshape(()) or .sum(), or use jacobian / vjp."
+    else:
+        fix = "Reduce it with .sum(), or use jacobian / vjp."
+    return DiffifaceValueError(
+        f"{call_form(op, backend)}: f must return a scalar (shape ()), got shape "
+        f"{tuple(shape)}. {fix}"
+    )
+
+
+def not_array(op: str, backend: Any, y: Any, kind: str) -> DiffifaceTypeError:
+    return DiffifaceTypeError(
+        f"{call_form(op, backend)}: f must return {kind}, got {type(y).__name__}. "
+        f"f must compute with the framework's array ops all the way to its result "
+        f"(no float(), .item(), NumPy conversion, tuples or None)."
+    )
+
+
+def left_framework(op: str, backend: Any, cause: BaseException) -> DiffifaceTypeError:
+    return DiffifaceTypeError(
+        f"{call_form(op, backend)}: f converted its input to NumPy or a Python number "
+        f"({type(cause).__name__}). f must use the framework's array ops "
+        f"(jax.numpy for AutoJax, torch for AutoTorch, autograd.numpy for AutoAutograd) "
+        f"so that the derivative can flow."
+    )
+
+
+def not_single_array(op: str, backend: Any, path_count: int) -> DiffifaceTypeError:
+    return DiffifaceTypeError(
+        f"{call_form(op, backend)}: x must be a single array for {op}, got a pytree with "
+        f"{path_count} leaves. Flatten x into one array first, or use jvp / vjp, "
+        f"which take pytrees."
+    )
+
+
+def not_scalar_input(op: str, backend: Any, shape: tuple) -> DiffifaceValueError:
+    return DiffifaceValueError(
+        f"{call_form(op, backend)}: x must be a scalar (a float or a 0-d array), got shape "
+        f"{tuple(shape)}. Use gradient, jacobian or jvp for arrays."
+    )

@@ -1,0 +1,144 @@
+"""Conversions at the API boundary: caller's leaves <-> the backend's arrays.
+
+Each backend takes its own arrays, NumPy arrays and Python floats. Results
+come back in the kind of ``x``: native in -> native out, NumPy in -> NumPy
+out, a Python float in -> a Python float out for 0-d results.
+"""
+
+from __future__ import annotations
+
+import numbers
+from typing import Any
+
+import numpy as np
+
+from . import _checks
+from ._contexts import Constant
+from ._tree import flatten, paths, unflatten
+
+NATIVE, NUMPY, PYTHON = 0, 1, 2
+
+
+def point(op: str, impl: Any, leaves: list, tree: Any) -> tuple[tuple, tuple]:
+    """Native leaves of ``x`` and the kind of each (NATIVE / NUMPY / PYTHON)."""
+    out, kinds = [], []
+    for i, leaf in enumerate(leaves):
+        if impl.is_native(leaf):
+            if not impl.is_float(leaf):
+                _raise_leaf(op, impl, tree, i, leaf)
+            out.append(leaf)
+            kinds.append(NATIVE)
+        elif isinstance(leaf, np.ndarray | np.generic):
+            if leaf.dtype.kind != "f":
+                _raise_leaf(op, impl, tree, i, leaf)
+            reason = impl.check_numpy_dtype(leaf.dtype)
+            if reason:
+                raise _checks.DiffifaceValueError(
+                    f"{_checks.call_form(op, impl.backend)}: {paths(tree)[i]} is {leaf.dtype}, "
+                    f"but {reason}"
+                )
+            out.append(impl.from_numpy(np.asarray(leaf)))
+            kinds.append(NUMPY)
+        elif isinstance(leaf, float):
+            out.append(impl.default_float(leaf))
+            kinds.append(PYTHON)
+        else:
+            _raise_leaf(op, impl, tree, i, leaf)
+    return tuple(out), tuple(kinds)
+
+
+def _raise_leaf(op: str, impl: Any, tree: Any, i: int, leaf: Any):
+    path = paths(tree)[i]
+    if isinstance(leaf, bool | numbers.Integral) or (
+        hasattr(leaf, "dtype") and not _is_floating(leaf)
+    ):
+        fix = "Differentiate with respect to floats only: cast it (e.g. x.astype(float)) "
+        fix += "or pass it as di.Constant(...)."
+    else:
+        fix = (
+            f"{type(impl.backend).__name__}() takes {impl.native_kind}, NumPy arrays or Python "
+            "floats; convert the leaf or pick the backend of its framework."
+        )
+    raise _checks.bad_leaf(op, impl.backend, path, leaf, fix)
+
+
+def _is_floating(leaf: Any) -> bool:
+    dtype = leaf.dtype
+    try:
+        return np.dtype(dtype).kind == "f"
+    except TypeError:
+        return bool(getattr(dtype, "is_floating_point", False))
+
+
+def tangent(op: str, impl: Any, name: str, like: tuple, leaves: list, tree, ref_tree) -> tuple:
+    """Native tangent leaves, checked against the reference leaves ``like``."""
+    if tree != ref_tree:
+        raise _checks.mismatch(op, impl.backend, name, "structure", ref_tree, tree)
+    many = len(like) > 1
+    return tuple(
+        match(op, impl, name, native_tangent(op, impl, name, leaf), ref, path if many else "")
+        for leaf, ref, path in zip(leaves, like, paths(ref_tree), strict=True)
+    )
+
+
+def native_tangent(op: str, impl: Any, name: str, leaf: Any) -> Any:
+    """A tangent leaf as a native array; a Python float stays a float (cast later)."""
+    if isinstance(leaf, float) or impl.is_native(leaf):
+        return leaf
+    if isinstance(leaf, np.ndarray | np.generic):
+        return impl.from_numpy(np.asarray(leaf))
+    raise _checks.mismatch(
+        op, impl.backend, name, "kind", impl.native_kind, _checks.describe(leaf)
+    )
+
+
+def match(op: str, impl: Any, name: str, leaf: Any, ref: Any, path: str = "") -> Any:
+    """``leaf`` checked against ``ref`` for shape and dtype; a float takes ref's dtype."""
+    if isinstance(leaf, float):
+        leaf = impl.cast(impl.default_float(leaf), ref)
+    where = f" at {path[1:]}" if path else ""
+    if tuple(leaf.shape) != tuple(ref.shape):
+        got = f"{tuple(leaf.shape)}{where}"
+        raise _checks.mismatch(op, impl.backend, name, "shape", tuple(ref.shape), got)
+    if leaf.dtype != ref.dtype:
+        raise _checks.mismatch(op, impl.backend, name, "dtype", ref.dtype, f"{leaf.dtype}{where}")
+    return leaf
+
+
+def contexts(op: str, impl: Any, contexts: tuple) -> tuple:
+    """Unwrap Constant contexts; NumPy leaves become native arrays."""
+    out = []
+    for c in contexts:
+        if not isinstance(c, Constant):
+            raise _checks.DiffifaceTypeError(
+                f"{_checks.call_form(op, impl.backend)}: contexts must be di.Constant(...), "
+                f"got {type(c).__name__}. Wrap extra arguments of f as di.Constant(value)."
+            )
+        leaves, tree = flatten(c.value)
+        if any(isinstance(v, np.ndarray) for v in leaves):
+            leaves = [_context_leaf(op, impl, v) for v in leaves]
+            out.append(unflatten(tree, leaves))
+        else:
+            out.append(c.value)
+    return tuple(out)
+
+
+def _context_leaf(op: str, impl: Any, v: Any) -> Any:
+    if not isinstance(v, np.ndarray):
+        return v
+    reason = impl.check_numpy_dtype(v.dtype)
+    if reason:
+        raise _checks.DiffifaceValueError(
+            f"{_checks.call_form(op, impl.backend)}: a Constant holds {v.dtype}, but {reason}"
+        )
+    return impl.from_numpy(v)
+
+
+def back(impl: Any, a: Any, kind: int) -> Any:
+    """A native result to the caller's kind."""
+    if kind == NATIVE or a is None:
+        return a
+    arr = impl.to_numpy(a)
+    if kind == PYTHON and arr.ndim == 0:
+        return float(arr)
+    return arr

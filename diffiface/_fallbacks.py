@@ -1,0 +1,140 @@
+"""The base of every backend implementation, with generic fallbacks.
+
+A backend implements ``value_and_pullback`` and/or ``value_and_jvp`` on a
+:class:`~diffiface._problem.Problem` (``f`` of a flat tuple of leaves ``xs``)
+plus a few array helpers. Every other operator is derived here; a backend
+overrides an operator only where its native version is faster.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+
+class BackendImpl:
+    """Generic operators written once in terms of jvp and vjp."""
+
+    framework = ""
+    native_kind = ""  # for messages: "jax arrays"
+    output_kind = ""  # for messages: "a jax array"
+
+    def __init__(self, backend: Any) -> None:
+        self.backend = backend
+        self.mode = getattr(backend, "mode", None)
+
+    # ---- arrays (each backend overrides) ------------------------------------
+    def is_native(self, leaf: Any) -> bool:
+        raise NotImplementedError
+
+    def is_output(self, y: Any) -> bool:
+        return self.is_native(y)
+
+    def is_float(self, leaf: Any) -> bool:
+        return np.issubdtype(leaf.dtype, np.floating)
+
+    def from_numpy(self, a: np.ndarray) -> Any:
+        """NumPy array (any float dtype) -> native array, zero-copy where possible."""
+        raise NotImplementedError
+
+    def default_float(self, value: float) -> Any:
+        """Python float -> 0-d native array of the framework's default float dtype."""
+        raise NotImplementedError
+
+    def to_numpy(self, a: Any) -> np.ndarray:
+        return np.asarray(a)
+
+    def check_numpy_dtype(self, dtype: np.dtype) -> str | None:
+        """A reason why this backend cannot take ``dtype`` without loss, or None."""
+        return None
+
+    def cast(self, a: Any, like: Any) -> Any:
+        return a.astype(like.dtype)
+
+    def ones_like(self, a: Any) -> Any:
+        return np.ones_like(a)
+
+    def basis(self, like: Any, i: int) -> Any:
+        e = np.zeros(like.size, dtype=like.dtype)
+        e[i] = 1
+        return self.from_numpy(e.reshape(like.shape))
+
+    def stack(self, arrays: list, axis: int) -> Any:
+        return np.stack(arrays, axis=axis)
+
+    def reshape(self, a: Any, shape: tuple) -> Any:
+        return a.reshape(shape)
+
+    # ---- primitives (each backend implements one or both) -------------------
+    def value_and_pullback(self, prob, xs: tuple, ctx: tuple):
+        """(f(x), pb) with pb(w) -> tuple of leaves shaped like xs."""
+        raise NotImplementedError
+
+    def value_and_jvp(self, prob, xs: tuple, vs: tuple, ctx: tuple):
+        """(f(x), J v) for tangent leaves vs."""
+        y, pb = self.value_and_pullback(prob, xs, ctx)
+        # Forward from reverse: build J by rows and contract (a backend without jvp).
+        n = _size(y)
+        rows = [pb(self.basis(y, i)) for i in range(n)]
+        cols = [sum(_dot(r[k], vs[k]) for k in range(len(xs))) for r in rows]
+        return y, self.reshape(self.stack(cols, 0), tuple(y.shape))
+
+    # ---- derived operators ---------------------------------------------------
+    def value_and_vjp(self, prob, xs: tuple, w: Any, ctx: tuple, check_w):
+        y, pb = self.value_and_pullback(prob, xs, ctx)
+        return y, pb(check_w(y, w))
+
+    def value_and_gradient(self, prob, xs: tuple, ctx: tuple):
+        if type(self).value_and_pullback is not BackendImpl.value_and_pullback:
+            y, pb = self.value_and_pullback(prob, xs, ctx)
+            return y, pb(self.ones_like(y))
+        y, cols = self._columns(prob, xs, ctx)
+        return y, tuple(self.reshape(c, tuple(x.shape)) for c, x in zip(cols, xs, strict=True))
+
+    def value_and_jacobian(self, prob, xs: tuple, ctx: tuple):
+        (x,) = xs
+        if self.prefers_reverse(prob, xs, ctx):
+            y, pb = self.value_and_pullback(prob, xs, ctx)
+            rows = [pb(self.basis(y, i))[0] for i in range(_size(y))]
+            jac = self.stack(rows, 0) if rows else None
+            return y, self.reshape(jac, tuple(y.shape) + tuple(x.shape))
+        y, (cols,) = self._columns(prob, xs, ctx)
+        return y, self.reshape(cols, tuple(y.shape) + tuple(x.shape))
+
+    def prefers_reverse(self, prob, xs: tuple, ctx: tuple) -> bool:
+        if self.mode is not None:
+            return self.mode == "reverse"
+        if type(self).value_and_pullback is BackendImpl.value_and_pullback:
+            return False
+        if type(self).value_and_jvp is BackendImpl.value_and_jvp:
+            return True
+        return self.output_size(prob, xs, ctx) < sum(_size(x) for x in xs)
+
+    def output_size(self, prob, xs: tuple, ctx: tuple) -> int:
+        return _size(prob.flat()(xs, *ctx))
+
+    def _columns(self, prob, xs: tuple, ctx: tuple):
+        """f(x) and, for each leaf, its Jacobian columns stacked on the last axis."""
+        y = None
+        zeros = [x * 0 for x in xs]
+        out = []
+        for k, x in enumerate(xs):
+            cols = []
+            for i in range(_size(x)):
+                vs = tuple(self.basis(x, i) if j == k else zeros[j] for j in range(len(xs)))
+                y, t = self.value_and_jvp(prob, xs, vs, ctx)
+                cols.append(t)
+            out.append(self.stack(cols, -1) if cols else None)
+        if y is None:
+            y = prob.flat()(xs, *ctx)
+        return y, tuple(out)
+
+
+def _size(a: Any) -> int:
+    return math.prod(tuple(a.shape))
+
+
+def _dot(a: Any, b: Any) -> Any:
+    return (a * b).sum()

@@ -1,0 +1,67 @@
+"""Backend registry: one ``register(BackendType)`` entry point, lazy imports.
+
+A framework module is imported the first time its backend is used; it
+registers its implementation class for its backend type.
+"""
+
+from __future__ import annotations
+
+import importlib
+import threading
+from typing import Any
+
+from ._backend_types import AutoAutograd, AutoFiniteDifferences, AutoJax, AutoTorch
+from ._checks import FrameworkMissingError
+
+_LAZY = {
+    AutoJax: ("diffiface.backends._jax", "jax"),
+    AutoTorch: ("diffiface.backends._torch", "torch"),
+    AutoAutograd: ("diffiface.backends._autograd", "autograd"),
+    AutoFiniteDifferences: ("diffiface.backends._finite_differences", None),
+}
+_IMPLS: dict[type, type] = {}
+_INSTANCES: dict[Any, Any] = {}
+_LOCK = threading.Lock()
+
+
+def register(backend_type: type):
+    """Class decorator: ``@register(AutoJax)`` makes the class implement AutoJax."""
+
+    def deco(impl_cls: type) -> type:
+        _IMPLS[backend_type] = impl_cls
+        return impl_cls
+
+    return deco
+
+
+def implementation(backend: Any) -> Any:
+    """The implementation object for ``backend`` (cached per backend value)."""
+    impl = _INSTANCES.get(backend)
+    if impl is not None:
+        return impl
+    with _LOCK:
+        impl = _INSTANCES.get(backend)
+        if impl is None:
+            impl = _load(type(backend))(backend)
+            _INSTANCES[backend] = impl
+    return impl
+
+
+def _load(backend_type: type) -> type:
+    if backend_type not in _IMPLS:
+        module, extra = _LAZY.get(backend_type, (None, None))
+        if module is None:
+            raise TypeError(
+                f"{backend_type.__name__} has no registered implementation. A new backend "
+                "module must call diffiface._registry.register on import."
+            )
+        try:
+            importlib.import_module(module)
+        except ImportError as exc:
+            if extra is None or exc.name is None or not exc.name.startswith(extra):
+                raise
+            raise FrameworkMissingError(
+                f"{backend_type.__name__}() needs {extra}, which is not installed. "
+                f'Install it with: pip install "diffiface[{extra}]"'
+            ) from exc
+    return _IMPLS[backend_type]

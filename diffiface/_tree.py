@@ -1,0 +1,29 @@
+"""Pytree helpers shared by every backend (optree)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import optree
+
+NAMESPACE = "diffiface"
+
+
+def flatten(tree: Any) -> tuple[list[Any], Any]:
+    """Leaves and treedef; None is an empty subtree (as in JAX): it stays None in results."""
+    return optree.tree_flatten(tree, none_is_leaf=False, namespace=NAMESPACE)
+
+
+def unflatten(treedef: Any, leaves: Any) -> Any:
+    return optree.tree_unflatten(treedef, leaves)
+
+
+def paths(tree: Any) -> list[str]:
+    """Readable path of each leaf, in flatten order: ``x['a'][0]``."""
+    raw = optree.tree_paths(tree, none_is_leaf=False, namespace=NAMESPACE)
+    return ["x" + "".join(f"[{k!r}]" for k in p) for p in raw]
+
+
+def is_leaf_tree(tree: Any) -> bool:
+    """True when ``tree`` is a single leaf (not a container)."""
+    return optree.treespec_is_leaf(optree.tree_structure(tree, none_is_leaf=False))

@@ -1,0 +1,194 @@
+"""JAX backend: jax.jvp / jax.vjp / jax.value_and_grad, jit-compiled and cached."""
+
+from __future__ import annotations
+
+import numbers
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from .. import _checks
+from .._backend_types import AutoJax
+from .._cache import FunctionCache
+from .._fallbacks import BackendImpl
+from .._registry import register
+from .._tree import flatten, unflatten
+
+CACHE = FunctionCache()
+
+_CONCRETE = (
+    jax.errors.ConcretizationTypeError,
+    jax.errors.TracerArrayConversionError,
+    jax.errors.TracerIntegerConversionError,
+)
+
+
+@register(AutoJax)
+class JaxImpl(BackendImpl):
+    framework = "jax"
+    native_kind = "jax arrays"
+    output_kind = "a jax array"
+
+    def is_native(self, leaf: Any) -> bool:
+        return isinstance(leaf, jax.Array)
+
+    def is_float(self, leaf: Any) -> bool:
+        return jnp.issubdtype(leaf.dtype, jnp.floating)
+
+    def from_numpy(self, a: np.ndarray) -> Any:
+        return jnp.asarray(a)
+
+    def default_float(self, value: float) -> Any:
+        return jnp.asarray(value, dtype=jnp.result_type(float))
+
+    def check_numpy_dtype(self, dtype: np.dtype) -> str | None:
+        if dtype == np.float64 and not jax.config.jax_enable_x64:
+            return (
+                "JAX has x64 disabled and would silently truncate it to float32. Enable x64 "
+                "with jax.config.update('jax_enable_x64', True) at start-up, or pass "
+                "x.astype(np.float32)."
+            )
+        return None
+
+    def ones_like(self, a: Any) -> Any:
+        return jnp.ones_like(a)
+
+    # ---- operators, each one jitted function per (f, op, structure) ----------
+    def _compiled(self, prob, tag: tuple, ctx: tuple, make):
+        """The cached jitted function ``run(xs, ..., dyn_ctx)`` and the dynamic contexts."""
+        dyn, static = _split_contexts(prob, ctx)
+
+        def build(fget):
+            g = prob.flat(fget)
+
+            def with_ctx(dyn_leaves):
+                c = _join_contexts(static, dyn_leaves)
+                return lambda xs: g(xs, *c)
+
+            return jax.jit(make(with_ctx))
+
+        return CACHE.get(prob.f, prob.key(*tag, static), build), dyn
+
+    def value_and_gradient(self, prob, xs, ctx):
+        def make(with_ctx):
+            return lambda xs, dyn: jax.value_and_grad(with_ctx(dyn))(xs)
+
+        run, dyn = self._compiled(prob, ("grad",), ctx, make)
+        return _run(prob, run, xs, dyn)
+
+    def value_and_jvp(self, prob, xs, vs, ctx):
+        def make(with_ctx):
+            return lambda xs, vs, dyn: jax.jvp(with_ctx(dyn), (xs,), (vs,))
+
+        run, dyn = self._compiled(prob, ("jvp",), ctx, make)
+        return _run(prob, run, xs, vs, dyn)
+
+    def value_and_vjp(self, prob, xs, w, ctx, check_w):
+        loose = isinstance(w, float)
+
+        def make(with_ctx):
+            def run(xs, w, dyn):
+                y, pb = jax.vjp(with_ctx(dyn), xs)
+                w = check_w(y, w.astype(y.dtype) if loose else w)
+                return y, pb(w)[0]
+
+            return run
+
+        run, dyn = self._compiled(prob, ("vjp", loose), ctx, make)
+        return _run(prob, run, xs, w, dyn)
+
+    def value_and_pullback(self, prob, xs, ctx):
+        fn = prob.flat()
+        y, pb = jax.vjp(lambda xs: fn(xs, *ctx), xs)
+        return y, lambda w: pb(w)[0]
+
+    def value_and_jacobian(self, prob, xs, ctx):
+        mode = self.mode
+
+        def make(with_ctx):
+            def run(xs, dyn):
+                fn = with_ctx(dyn)
+                reverse = mode == "reverse"
+                if mode is None:
+                    out = jax.eval_shape(fn, xs)
+                    reverse = out.size < xs[0].size
+                jac = jax.jacrev if reverse else jax.jacfwd
+                j, y = jac(lambda xs: _twice(fn(xs)), has_aux=True)(xs)
+                return y, j[0]
+
+            return run
+
+        run, dyn = self._compiled(prob, ("jac", mode), ctx, make)
+        return _run(prob, run, xs, dyn)
+
+
+def _twice(y):
+    return y, y
+
+
+def _run(prob, run, *args):
+    try:
+        return run(*args)
+    except _CONCRETE as exc:
+        raise _checks.left_framework(prob.op, prob.backend, exc) from exc
+    except jax.errors.TracerBoolConversionError as exc:
+        raise _checks.DiffifaceTypeError(
+            f"{_checks.call_form(prob.op, prob.backend)}: f branches in Python on a traced "
+            "value, which jax.jit cannot compile. Use jnp.where or jax.lax.cond inside f."
+        ) from exc
+
+
+def _split_contexts(prob, ctx: tuple):
+    """Array leaves of the contexts are traced; other leaves are static (hashed)."""
+    if not ctx:
+        return (), ()
+    leaves, tree = flatten(ctx)
+    dyn, static = [], []
+    for leaf in leaves:
+        if isinstance(leaf, jax.Array | np.ndarray | np.generic | float) and not isinstance(
+            leaf, bool
+        ):
+            dyn.append(leaf)
+            static.append(_DYNAMIC)
+        else:
+            try:
+                hash(leaf)
+            except TypeError as exc:
+                raise _checks.DiffifaceTypeError(
+                    f"{_checks.call_form(prob.op, prob.backend)}: a Constant holds an unhashable "
+                    f"{type(leaf).__name__}, which jax.jit cannot take as a static argument. "
+                    "Pass arrays, numbers or hashable values in Constant."
+                ) from exc
+            static.append(leaf if isinstance(leaf, numbers.Number | str) else _Static(leaf))
+    return tuple(dyn), (tree, tuple(static))
+
+
+class _Static:
+    """Static non-array value keyed by identity-equality (hash of the value)."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value):
+        self.value = value
+
+    def __hash__(self):
+        return hash(self.value)
+
+    def __eq__(self, other):
+        return isinstance(other, _Static) and self.value == other.value
+
+
+_DYNAMIC = object()
+
+
+def _join_contexts(static, dyn_leaves) -> tuple:
+    if not static:
+        return ()
+    tree, marks = static
+    it = iter(dyn_leaves)
+    leaves = [
+        next(it) if m is _DYNAMIC else (m.value if isinstance(m, _Static) else m) for m in marks
+    ]
+    return unflatten(tree, leaves)

@@ -18,10 +18,9 @@ def unflatten(treedef: Any, leaves: Any) -> Any:
     return optree.tree_unflatten(treedef, leaves)
 
 
-def paths(tree: Any) -> list[str]:
-    """Readable path of each leaf, in flatten order: ``x['a'][0]``."""
-    raw = optree.tree_paths(tree, none_is_leaf=False, namespace=NAMESPACE)
-    return ["x" + "".join(f"[{k!r}]" for k in p) for p in raw]
+def paths(treedef: Any) -> list[str]:
+    """Readable path of each leaf of a treedef, in flatten order: ``x['a'][0]``."""
+    return ["x" + "".join(f"[{k!r}]" for k in p) for p in treedef.paths()]
 
 
 def is_leaf_tree(tree: Any) -> bool:

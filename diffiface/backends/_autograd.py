@@ -42,12 +42,16 @@ class AutogradImpl(BackendImpl):
                 gs = pb(w)
             return tuple(_like(g, x) for g, x in zip(gs, xs, strict=True))
 
-        return y, pull
+        return _array(y), pull
 
     def value_and_jvp(self, prob, xs, vs, ctx):
         fn = prob.flat()
         y, t = _call(prob, lambda: autograd.make_jvp(lambda xs: fn(xs, *ctx))(xs)(vs))
-        return y, _like(t, y)
+        return _array(y), _like(t, y)
+
+
+def _array(y: Any) -> Any:
+    return y if isinstance(y, Box) else np.asarray(y)
 
 
 def _like(g: Any, ref: Any) -> Any:

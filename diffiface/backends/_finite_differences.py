@@ -60,7 +60,7 @@ class FiniteDifferencesImpl(BackendImpl):
         minus = tuple(x + lo * h * d for x, d in zip(xs, direction, strict=True))
         f_hi = y if hi == 0 else self._eval(fn, plus, ctx)
         f_lo = y if lo == 0 else self._eval(fn, minus, ctx)
-        return (f_hi - f_lo) / ((hi - lo) * h)
+        return np.asarray((f_hi - f_lo) / ((hi - lo) * h))
 
     def value_and_jvp(self, prob, xs, vs, ctx):
         fn = prob.flat()
@@ -72,7 +72,7 @@ class FiniteDifferencesImpl(BackendImpl):
         size = max((float(np.max(np.abs(x), initial=0)) for x in xs), default=0.0)
         h = self._rel_step(dtype) * max(1.0, size) / scale
         t = self._difference(fn, xs, ctx, y, vs, h)
-        return y, t.astype(np.result_type(y, np.float32), copy=False)
+        return y, np.asarray(t, dtype=np.result_type(y, np.float32))
 
     def _columns(self, prob, xs, ctx):
         """f(x) and the Jacobian columns of each leaf, one perturbed coordinate at a time."""

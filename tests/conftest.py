@@ -1,0 +1,50 @@
+"""The backend x scenario matrix, shared by the tests.
+
+Each backend is skipped when its framework is not installed. JAX runs with
+x64 enabled here (a test setting, not the library's) so float64 scenarios run
+on every backend; tests of the x64-off error switch it off locally.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+
+import numpy as np
+import pytest
+
+import diffiface as di
+
+HAVE = {m: importlib.util.find_spec(m) is not None for m in ("jax", "torch", "autograd")}
+
+if HAVE["jax"]:
+    import jax
+
+    jax.config.update("jax_enable_x64", True)
+
+
+def _param(backend, module):
+    marks = [] if module is None or HAVE[module] else [pytest.mark.skip(f"{module} missing")]
+    return pytest.param(backend, id=repr(backend), marks=marks)
+
+
+AD_BACKENDS = [
+    _param(di.AutoJax(), "jax"),
+    _param(di.AutoTorch(), "torch"),
+    _param(di.AutoAutograd(), "autograd"),
+]
+ALL_BACKENDS = [*AD_BACKENDS, _param(di.AutoFiniteDifferences(), None)]
+MODED_BACKENDS = [
+    _param(cls(mode=m), mod)
+    for cls, mod in ((di.AutoJax, "jax"), (di.AutoTorch, "torch"), (di.AutoAutograd, "autograd"))
+    for m in ("forward", "reverse")
+]
+
+
+@pytest.fixture(params=ALL_BACKENDS)
+def backend(request):
+    return request.param
+
+
+@pytest.fixture(params=AD_BACKENDS)
+def ad_backend(request):
+    return request.param

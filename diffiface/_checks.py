@@ -60,7 +60,7 @@ def describe(leaf: Any) -> str:
     name = f"{type(leaf).__module__.split('.')[0]}.{type(leaf).__name__}"
     if shape is None:
         return type(leaf).__name__
-    return f"{name} of shape {tuple(shape)} and dtype {dtype}"
+    return f"{name} of shape {tuple(shape)} and dtype {dtype_name(dtype)}"
 
 
 def bad_leaf(op: str, backend: Any, path: str, leaf: Any, fix: str) -> DiffifaceTypeError:
@@ -71,10 +71,17 @@ def bad_leaf(op: str, backend: Any, path: str, leaf: Any, fix: str) -> Diffiface
 
 
 def mismatch(op: str, backend: Any, name: str, what: str, expected: Any, got: Any):
+    if what == "dtype":
+        expected, got = dtype_name(expected), dtype_name(got)
     return DiffifaceValueError(
         f"{call_form(op, backend)}: {name} must have the {what} of {_ref(name)}: expected "
         f"{expected}, got {got}. Build {name} like {_ref(name)} (e.g. with zeros_like)."
     )
+
+
+def dtype_name(dtype: Any) -> str:
+    """``float32`` for numpy, jax and torch dtypes alike."""
+    return str(dtype).removeprefix("torch.")
 
 
 def _ref(name: str) -> str:

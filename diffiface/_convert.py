@@ -87,9 +87,7 @@ def native_tangent(op: str, impl: Any, name: str, leaf: Any) -> Any:
         return leaf
     if isinstance(leaf, np.ndarray | np.generic):
         return impl.from_numpy(np.asarray(leaf))
-    raise _checks.mismatch(
-        op, impl.backend, name, "kind", impl.native_kind, _checks.describe(leaf)
-    )
+    raise _checks.mismatch(op, impl.backend, name, "kind", impl.native_kind, _checks.describe(leaf))
 
 
 def match(op: str, impl: Any, name: str, leaf: Any, ref: Any, path: str = "") -> Any:

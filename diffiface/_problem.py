@@ -12,7 +12,7 @@ from ._tree import unflatten
 class Problem:
     """One operator call: ``f``, the tree structure of ``x``, and the checks on f(x).
 
-    ``flat(fget)`` builds ``g(xs, *contexts) = f(unflatten(xs), *contexts)`` which
+    ``flat()`` builds ``g(xs, *contexts) = f(unflatten(xs), *contexts)``, which
     checks that the output is an array (and a scalar when required).
     """
 
@@ -31,9 +31,11 @@ class Problem:
         return (self.op, self.treedef, self.scalar, *extra)
 
     def flat(self, fget: Callable[[], Callable] | None = None) -> Callable:
-        f, treedef, single = self.f, self.treedef, self.single
-        check = self.check_output
+        """``g(xs, *ctx)``; with ``fget`` it holds ``f`` only through ``fget()``."""
+        treedef, single = self.treedef, self.single
+        check = _output_check(self.op, self.backend, self.impl, self.scalar)
         if fget is None:
+            f = self.f
             if single:
 
                 def g(xs, *ctx):
@@ -50,10 +52,16 @@ class Problem:
 
         return g
 
-    def check_output(self, y: Any) -> Any:
-        impl = self.impl
-        if not impl.is_output(y):
-            raise _checks.not_array(self.op, self.backend, y, impl.output_kind)
-        if self.scalar and tuple(getattr(y, "shape", ())) != ():
-            raise _checks.not_scalar(self.op, self.backend, tuple(y.shape))
+
+def _output_check(op: str, backend: Any, impl: Any, scalar: bool) -> Callable:
+    """Checks f(x): an array of the framework, and a scalar when ``scalar``."""
+    is_output = impl.is_output
+
+    def check(y: Any) -> Any:
+        if not is_output(y):
+            raise _checks.not_array(op, backend, y, impl.output_kind)
+        if scalar and tuple(getattr(y, "shape", ())) != ():
+            raise _checks.not_scalar(op, backend, tuple(y.shape))
         return y
+
+    return check

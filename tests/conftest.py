@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import importlib.util
 
-import numpy as np
 import pytest
 
 import diffiface as di

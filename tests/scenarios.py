@@ -120,10 +120,13 @@ def _vector_matrix():
 
 def _matrix_matrix():
     def jac(x):
-        m, n = x.shape
+        m = x.shape[0]
         eye = np.eye(m)
         # d(X X^T)_{ij} / dX_{kl} = δ_ik X_jl + δ_jk X_il
-        return eye[:, None, :, None] * x[None, :, None, :] + x[:, None, None, :] * eye[None, :, :, None]
+        return (
+            eye[:, None, :, None] * x[None, :, None, :]
+            + x[:, None, None, :] * eye[None, :, :, None]
+        )
 
     return Case(
         "matrix->matrix",

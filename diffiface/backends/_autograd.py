@@ -32,6 +32,9 @@ class AutogradImpl(BackendImpl):
     def default_float(self, value: float) -> Any:
         return np.asarray(value, dtype=np.float64)
 
+    def ones_like(self, a: Any) -> Any:
+        return np.ones(np.shape(a), dtype=a.dtype)
+
     def value_and_pullback(self, prob, xs, ctx):
         fn = prob.flat()
         pb, y = _call(prob, lambda: autograd.make_vjp(lambda xs: fn(xs, *ctx))(xs))

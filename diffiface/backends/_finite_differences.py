@@ -34,7 +34,7 @@ class FiniteDifferencesImpl(BackendImpl):
         )
 
     def is_output(self, y: Any) -> bool:
-        return self.is_native(y) or isinstance(y, numbers.Real) and not isinstance(y, bool)
+        return self.is_native(y) or (isinstance(y, numbers.Real) and not isinstance(y, bool))
 
     def from_numpy(self, a: np.ndarray) -> Any:
         return a
@@ -114,5 +114,3 @@ class FiniteDifferencesImpl(BackendImpl):
 
     def prefers_reverse(self, prob, xs, ctx) -> bool:
         return False
-
-

@@ -131,13 +131,13 @@ def _twice(y):
 def _run(prob, run, *args):
     try:
         return run(*args)
-    except _CONCRETE as exc:
-        raise _checks.left_framework(prob.op, prob.backend, exc) from exc
     except jax.errors.TracerBoolConversionError as exc:
         raise _checks.DiffifaceTypeError(
             f"{_checks.call_form(prob.op, prob.backend)}: f branches in Python on a traced "
             "value, which jax.jit cannot compile. Use jnp.where or jax.lax.cond inside f."
         ) from exc
+    except _CONCRETE as exc:
+        raise _checks.left_framework(prob.op, prob.backend, exc) from exc
 
 
 def _split_contexts(prob, ctx: tuple):

@@ -100,7 +100,9 @@ class TorchImpl(BackendImpl):
         outer = _outer(xs, ctx)
         xg, y = _forward(prob, fn, xs, ctx, outer)
         if self.mode is None and y.numel() >= x.numel():
-            j, y = _call(prob, lambda: torch.func.jacfwd(lambda x: _twice(fn((x,), *ctx)), has_aux=True)(x))
+            j, y = _call(
+                prob, lambda: torch.func.jacfwd(lambda x: _twice(fn((x,), *ctx)), has_aux=True)(x)
+            )
             return y, j
         m = y.numel()
         eye = torch.eye(m, dtype=y.dtype, device=y.device).reshape((m, *y.shape))

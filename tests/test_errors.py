@@ -1,0 +1,230 @@
+"""Bad input gets a clear error naming the fix, the same on every backend."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from helpers import native, xp
+
+import diffiface as di
+
+X = np.array([1.0, 2.0, 3.0])
+
+
+def test_backend_class_instead_of_instance():
+    with pytest.raises(TypeError, match=r"Did you mean AutoJax\(\)\?"):
+        di.gradient(lambda x: x.sum(), di.AutoJax, X)
+
+
+def test_arguments_in_the_wrong_order():
+    with pytest.raises(TypeError, match="f first, then the backend"):
+        di.gradient(di.AutoTorch(), lambda x: x.sum(), X)
+
+
+def test_f_not_callable():
+    with pytest.raises(TypeError, match="f must be callable"):
+        di.gradient(3.0, di.AutoFiniteDifferences(), X)
+
+
+@pytest.mark.parametrize("cls", [di.AutoJax, di.AutoTorch, di.AutoAutograd])
+def test_unknown_mode(cls):
+    with pytest.raises(ValueError, match=r"mode must be None, 'forward' or 'reverse'"):
+        cls(mode="backwards")
+
+
+def test_unknown_method_and_bad_step():
+    with pytest.raises(ValueError, match="method must be 'central', 'forward' or 'backward'"):
+        di.AutoFiniteDifferences(method="centered")
+    with pytest.raises(ValueError, match="step must be a positive float"):
+        di.AutoFiniteDifferences(step=-1e-3)
+
+
+def test_abstract_backend_not_instantiable():
+    with pytest.raises(TypeError, match="cannot be instantiated"):
+        di.AbstractBackend()
+
+
+def test_gradient_of_non_scalar(backend):
+    with pytest.raises(ValueError, match=r"got shape \(3,\)\. Reduce it with \.sum\(\)"):
+        di.gradient(lambda x: x * 2, backend, X)
+
+
+def test_gradient_of_size_one_output(backend):
+    with pytest.raises(ValueError, match=r"got shape \(1,\).*reshape\(\(\)\)"):
+        di.gradient(lambda x: x[:1] * 2, backend, X)
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [lambda x: None, lambda x: (x.sum(), x.sum()), lambda x: "loss"],
+    ids=["None", "tuple", "str"],
+)
+def test_output_not_an_array(backend, bad):
+    with pytest.raises(TypeError, match="f must return"):
+        di.gradient(bad, backend, X)
+    with pytest.raises(TypeError, match="f must return"):
+        di.jvp(bad, backend, X, X)
+
+
+@pytest.mark.parametrize(
+    ("leaf", "words"),
+    [
+        (np.array([1, 2]), "int64"),
+        (np.array([True, False]), "bool"),
+        (3, "int"),
+        ("abc", "str"),
+    ],
+)
+def test_non_float_leaves_name_the_path(backend, leaf, words):
+    x = {"ok": X, "bad": [leaf]}
+    with pytest.raises(
+        TypeError, match=rf"x\['bad'\]\[0\] must be a floating-point array.*{words}"
+    ):
+        di.gradient(lambda t: t["ok"].sum(), backend, x)
+
+
+def test_integer_native_leaf(ad_backend):
+    if ad_backend.framework == "autograd":
+        pytest.skip("NumPy is autograd's native kind, covered above")
+    x = native(ad_backend, np.array([1, 2]))
+    with pytest.raises(TypeError, match="cast it"):
+        di.gradient(lambda x: x.sum(), ad_backend, x)
+
+
+def test_foreign_array_kind():
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("jax")
+    with pytest.raises(TypeError, match=r"AutoJax\(\) takes jax arrays, NumPy arrays"):
+        di.gradient(lambda x: x.sum(), di.AutoJax(), torch.ones(2))
+
+
+@pytest.mark.parametrize(
+    ("v", "what"),
+    [
+        (np.ones(4), r"shape of x: expected \(3,\), got \(4,\)"),
+        (np.ones(3, dtype=np.float32), "dtype of x: expected float64, got float32"),
+        ([np.ones(3)], "structure of x"),
+    ],
+)
+def test_tangent_mismatch(backend, v, what):
+    with pytest.raises(ValueError, match=what):
+        di.jvp(lambda x: x * 2, backend, X, v)
+
+
+def test_tangent_mismatch_in_a_pytree_names_the_path(backend):
+    x = {"a": X, "b": np.ones(2)}
+    v = {"a": X, "b": np.ones(5)}
+    with pytest.raises(ValueError, match=r"expected \(2,\), got \(5,\) at \['b'\]"):
+        di.jvp(lambda t: t["a"] * t["b"].sum(), backend, x, v)
+
+
+@pytest.mark.parametrize(
+    ("w", "what"),
+    [
+        (np.ones(4), r"shape of f\(x\): expected \(3,\), got \(4,\)"),
+        (np.ones(3, dtype=np.float32), r"dtype of f\(x\): expected float64, got float32"),
+        ({"w": np.ones(3)}, "w must have the structure"),
+    ],
+)
+def test_cotangent_mismatch(backend, w, what):
+    with pytest.raises(ValueError, match=what):
+        di.vjp(lambda x: x * 2, backend, X, w)
+
+
+def test_python_float_cotangent_for_scalar_output(backend):
+    g = di.vjp(lambda x: (x**2).sum(), backend, X, 2.0)
+    np.testing.assert_allclose(g, 4 * X, rtol=1e-6)
+
+
+def test_jacobian_of_a_pytree(backend):
+    with pytest.raises(TypeError, match="x must be a single array for jacobian"):
+        di.jacobian(lambda t: t[0] * t[1], backend, (X, X))
+
+
+def test_derivative_of_an_array(backend):
+    with pytest.raises(ValueError, match="x must be a scalar"):
+        di.derivative(lambda x: x * 2, backend, X)
+
+
+def test_context_must_be_constant(backend):
+    with pytest.raises(TypeError, match=r"Wrap extra arguments of f as di\.Constant"):
+        di.gradient(lambda x, c: (c * x).sum(), backend, X, 3.0)
+
+
+def test_converting_to_numpy_is_an_error(ad_backend):
+    f = lambda x: np.asarray(x).sum() * x.sum()  # noqa: E731
+    if ad_backend.framework == "autograd":
+        # autograd boxes survive np.asarray as an object array: the result stays right
+        np.testing.assert_allclose(di.gradient(f, ad_backend, X), 2 * X.sum(), rtol=1e-12)
+        return
+    with pytest.raises(TypeError, match="f must use the framework's array ops"):
+        di.gradient(f, ad_backend, X)
+
+
+def test_converting_to_a_python_float(ad_backend):
+    f = lambda x: float(x.sum()) * x.sum()  # noqa: E731
+    if ad_backend.framework == "torch":
+        # torch drops the graph with only a warning of its own (hardening issue: make it an error)
+        with pytest.warns(UserWarning, match="requires_grad=True to a scalar"):
+            di.gradient(f, ad_backend, X)
+        return
+    with pytest.raises(TypeError, match="f must use the framework's array ops"):
+        di.gradient(f, ad_backend, X)
+
+
+def test_jax_float64_without_x64():
+    jax = pytest.importorskip("jax")
+    with jax.enable_x64(False):
+        with pytest.raises(ValueError, match=r"jax_enable_x64.*astype\(np\.float32\)"):
+            di.gradient(lambda x: (x**2).sum(), di.AutoJax(), X)
+        with pytest.raises(ValueError, match="a Constant holds float64"):
+            di.gradient(
+                lambda x, c: (c * x).sum(), di.AutoJax(), X.astype(np.float32), di.Constant(X)
+            )
+        g = di.gradient(lambda x: (x**2).sum(), di.AutoJax(), X.astype(np.float32))
+        assert g.dtype == np.float32
+        assert not jax.config.jax_enable_x64
+    assert jax.config.jax_enable_x64  # diffiface changed nothing
+
+
+def test_jax_python_control_flow_under_jit():
+    pytest.importorskip("jax")
+
+    def f(x):
+        if x.sum() > 0:
+            return (x**2).sum()
+        return x.sum()
+
+    with pytest.raises(TypeError, match=r"jnp\.where or jax\.lax\.cond"):
+        di.gradient(f, di.AutoJax(), X)
+
+
+def test_missing_framework_names_the_pip_command():
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; sys.modules['torch'] = None\n"
+        "import numpy as np, diffiface as di\n"
+        "try:\n"
+        "    di.gradient(lambda x: x.sum(), di.AutoTorch(), np.ones(2))\n"
+        "except ImportError as e:\n"
+        "    print(type(e).__name__, e)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert "FrameworkMissingError AutoTorch() needs torch" in out.stdout
+    assert 'pip install "diffiface[torch]"' in out.stdout
+
+
+def test_same_message_on_every_backend():
+    messages = set()
+    for backend in (di.AutoJax(), di.AutoTorch(), di.AutoAutograd(), di.AutoFiniteDifferences()):
+        pytest.importorskip(
+            backend.framework if backend.framework != "finite_differences" else "numpy"
+        )
+        try:
+            di.gradient(lambda x: x * 2, backend, X)
+        except ValueError as exc:
+            messages.add(str(exc).replace(repr(backend), "B"))
+    assert len(messages) == 1, messages
+    _ = xp

@@ -1,0 +1,241 @@
+"""Framework integration: lazy imports, caching, composition with native transforms."""
+
+from __future__ import annotations
+
+import gc
+import subprocess
+import sys
+import threading
+
+import numpy as np
+import pytest
+
+import diffiface as di
+
+X = np.array([0.5, -1.0, 2.0])
+
+
+def test_import_loads_no_framework():
+    code = (
+        "import sys, diffiface as di\n"
+        "di.AutoJax(); di.AutoTorch(); di.AutoAutograd()\n"
+        "print([m for m in ('jax', 'torch', 'autograd') if m in sys.modules])\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+def test_framework_imported_on_first_use():
+    code = (
+        "import sys, numpy as np, diffiface as di\n"
+        "di.gradient(lambda x: (x**2).sum(), di.AutoAutograd(), np.ones(2))\n"
+        "print(sorted(m for m in ('jax', 'torch', 'autograd') if m in sys.modules))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "['autograd']"
+
+
+# ---- JAX ---------------------------------------------------------------------
+
+
+def test_jax_compiles_once_for_repeated_calls():
+    pytest.importorskip("jax")
+    traces = []
+
+    def f(x):
+        traces.append(1)  # runs only while jax traces f
+        return (x**2).sum()
+
+    for _ in range(100):
+        g = di.gradient(f, di.AutoJax(), X)
+    np.testing.assert_allclose(g, 2 * X)
+    assert len(traces) == 1
+    di.gradient(f, di.AutoJax(), X.astype(np.float32))  # a new dtype traces once more
+    assert len(traces) == 2
+
+
+def test_jax_cache_forgets_dead_functions():
+    pytest.importorskip("jax")
+    from diffiface.backends._jax import CACHE
+
+    def f(x):
+        return (x**3).sum()
+
+    di.gradient(f, di.AutoJax(), X)
+    di.jvp(f, di.AutoJax(), X, X)
+    assert CACHE.entries(f) == 2
+    before = len(CACHE)
+    del f
+    gc.collect()
+    assert len(CACHE) == before - 1
+
+
+def test_jax_cache_hits_bound_methods():
+    pytest.importorskip("jax")
+    from diffiface.backends._jax import CACHE
+
+    class Model:
+        def __init__(self):
+            self.traces = 0
+
+        def loss(self, x):
+            self.traces += 1
+            return (x**2).sum()
+
+    m = Model()
+    for _ in range(5):
+        di.gradient(m.loss, di.AutoJax(), X)
+    assert m.traces == 1
+    assert CACHE.entries(m.loss) == 1
+    before = len(CACHE)
+    del m
+    gc.collect()
+    assert len(CACHE) == before - 1
+
+
+def test_jax_cache_is_thread_safe():
+    pytest.importorskip("jax")
+
+    def f(x):
+        return (x**2 * x[0]).sum()
+
+    want = np.asarray(di.gradient(f, di.AutoJax(), X))
+    results, errors = [], []
+
+    def work():
+        try:
+            for _ in range(20):
+                results.append(np.asarray(di.gradient(f, di.AutoJax(), X)))
+        except Exception as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    assert len(results) == 160
+    assert all(np.array_equal(r, want) for r in results)
+
+
+def test_jax_nested_in_native_transforms():
+    jax = pytest.importorskip("jax")
+    jnp = jax.numpy
+
+    def f(x):
+        return (jnp.sin(x) * x).sum()
+
+    def inner_grad_sum(x):
+        return di.gradient(f, di.AutoJax(), x).sum()
+
+    # d/dx sum(cos x * x + sin x) = -sin x * x + 2 cos x
+    want = -np.sin(X) * X + 2 * np.cos(X)
+    np.testing.assert_allclose(jax.grad(inner_grad_sum)(jnp.asarray(X)), want, rtol=1e-12)
+    np.testing.assert_allclose(jax.jit(jax.grad(inner_grad_sum))(X), want, rtol=1e-12)
+    batch = np.stack([X, 2 * X])
+    got = jax.vmap(lambda x: di.gradient(f, di.AutoJax(), x))(batch)
+    np.testing.assert_allclose(got, np.cos(batch) * batch + np.sin(batch), rtol=1e-12)
+
+
+def test_jax_constant_non_array_leaves_are_static():
+    jax = pytest.importorskip("jax")
+
+    def f(x, c):
+        scale, name = c
+        assert name == "tag"
+        return scale * (x**2).sum()
+
+    g = di.gradient(f, di.AutoJax(), X, di.Constant((3.0, "tag")))
+    np.testing.assert_allclose(g, 6 * X)
+    assert isinstance(jax.numpy.asarray(g), jax.Array)
+
+
+# ---- torch -------------------------------------------------------------------
+
+
+def test_torch_results_are_plain_tensors():
+    torch = pytest.importorskip("torch")
+    x = torch.tensor(X, requires_grad=False)
+    g = di.gradient(lambda x: (x**2).sum(), di.AutoTorch(), x)
+    assert isinstance(g, torch.Tensor) and g.dtype == torch.float64
+    assert not g.requires_grad and g.grad_fn is None
+    torch.testing.assert_close(g, 2 * x)
+
+
+def test_torch_under_no_grad():
+    torch = pytest.importorskip("torch")
+    x = torch.tensor(X, requires_grad=True)
+    with torch.no_grad():
+        g = di.gradient(lambda x: (x**3).sum(), di.AutoTorch(), x)
+        j = di.jacobian(lambda x: x**2, di.AutoTorch(mode="reverse"), x)
+    torch.testing.assert_close(g, 3 * x.detach() ** 2)
+    torch.testing.assert_close(j, torch.diag(2 * x.detach()))
+    assert not g.requires_grad and x.grad is None
+
+
+def test_torch_outer_autograd_sees_through():
+    torch = pytest.importorskip("torch")
+    x = torch.tensor(X, requires_grad=True)
+    c = torch.tensor(1.5, dtype=torch.float64, requires_grad=True)
+    g = di.gradient(lambda x, c: c * (torch.sin(x) * x).sum(), di.AutoTorch(), x, di.Constant(c))
+    gx, gc_ = torch.autograd.grad(g.sum(), (x, c))
+    xd = x.detach()
+    torch.testing.assert_close(gx, 1.5 * (-torch.sin(xd) * xd + 2 * torch.cos(xd)))
+    torch.testing.assert_close(gc_, (torch.cos(xd) * xd + torch.sin(xd)).sum())
+
+
+def test_torch_inside_torch_func():
+    torch = pytest.importorskip("torch")
+
+    def f(x):
+        return (torch.sin(x) * x).sum()
+
+    x = torch.tensor(X)
+    want = -torch.sin(x) * x + 2 * torch.cos(x)
+    got = torch.func.grad(lambda x: di.gradient(f, di.AutoTorch(), x).sum())(x)
+    torch.testing.assert_close(got, want)
+    batch = torch.stack([x, 2 * x])
+    got = torch.func.vmap(lambda x: di.gradient(f, di.AutoTorch(), x))(batch)
+    torch.testing.assert_close(got, torch.cos(batch) * batch + torch.sin(batch))
+    _, t = torch.func.jvp(
+        lambda x: di.gradient(f, di.AutoTorch(), x), (x,), (torch.ones(3, dtype=x.dtype),)
+    )
+    torch.testing.assert_close(t, want)
+
+
+def test_torch_jacobian_inside_torch_func():
+    torch = pytest.importorskip("torch")
+    x = torch.tensor(X)
+    for mode in (None, "forward", "reverse"):
+        b = di.AutoTorch(mode=mode)
+        h = torch.func.jacrev(lambda x, b=b: di.jacobian(lambda z: z**3, b, x))(x)
+        want = torch.zeros(3, 3, 3, dtype=x.dtype)
+        for i in range(3):
+            want[i, i, i] = 6 * x[i]
+        torch.testing.assert_close(h, want)
+
+
+# ---- autograd ----------------------------------------------------------------
+
+
+def test_autograd_nested_in_native_grad():
+    autograd = pytest.importorskip("autograd")
+    anp = autograd.numpy
+
+    def f(x):
+        return anp.sum(anp.sin(x) * x)
+
+    got = autograd.grad(lambda x: anp.sum(di.gradient(f, di.AutoAutograd(), x)))(X)
+    np.testing.assert_allclose(got, -np.sin(X) * X + 2 * np.cos(X), rtol=1e-12)
+
+
+def test_autograd_float32_stays_float32():
+    pytest.importorskip("autograd")
+    x = X.astype(np.float32)
+    c64 = np.float64(2.0)  # a float64 constant promotes inside f
+    g = di.gradient(lambda x: (c64 * x**2).sum(), di.AutoAutograd(), x)
+    assert g.dtype == np.float32
+    np.testing.assert_allclose(g, 4 * x, rtol=1e-6)
+    t = di.jvp(lambda x: x**2, di.AutoAutograd(), x, np.ones(3, np.float32))
+    assert t.dtype == np.float32

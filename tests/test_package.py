@@ -1,0 +1,37 @@
+"""Formalities: the public surface is exported, listed and documented."""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+
+import pytest
+
+import diffiface as di
+
+
+def test_all_matches_the_exports():
+    public = {n for n in vars(di) if not n.startswith("_")} - {"backends"}
+    assert set(di.__all__) == public
+    assert sorted(di.__all__) == list(di.__all__)
+
+
+@pytest.mark.parametrize("name", di.__all__)
+def test_every_public_name_is_documented(name):
+    obj = getattr(di, name)
+    doc = inspect.getdoc(obj)
+    assert doc and len(doc) > 20, name
+    if inspect.isfunction(obj):
+        assert "Examples:" in doc or "Same arguments as" in doc, name
+
+
+@pytest.mark.parametrize(
+    "backend",
+    [di.AutoJax(), di.AutoTorch(mode="forward"), di.AutoAutograd(), di.AutoFiniteDifferences()],
+    ids=repr,
+)
+def test_backends_are_frozen_and_repr_like_the_call(backend):
+    assert eval(repr(backend), vars(di)) == backend
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        backend.mode = "reverse"  # type: ignore[misc]
+    assert hash(backend) == hash(eval(repr(backend), vars(di)))

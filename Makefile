@@ -16,12 +16,12 @@ demo: $(VENV)/.installed
 	$(BIN)/python examples/demo.py
 
 lint: $(VENV)/.installed
-	$(BIN)/ruff check diffiface tests examples
-	$(BIN)/ruff format --check diffiface tests examples
+	$(BIN)/ruff check diffiface tests examples benchmarks
+	$(BIN)/ruff format --check diffiface tests examples benchmarks
 
 format: $(VENV)/.installed
-	$(BIN)/ruff format diffiface tests examples
-	$(BIN)/ruff check --fix diffiface tests examples
+	$(BIN)/ruff format diffiface tests examples benchmarks
+	$(BIN)/ruff check --fix diffiface tests examples benchmarks
 
 test: lint
 	$(BIN)/python -m pytest -q diffiface tests

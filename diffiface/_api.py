@@ -14,11 +14,19 @@ from ._tree import flatten, unflatten
 def _enter(op: str, f: Callable, backend: Any, x: Any, contexts: tuple, scalar: bool = False):
     _checks.check_backend(op, f, backend)
     impl = implementation(backend)
-    leaves, tree = flatten(x)
-    xs, kinds = _convert.point(op, impl, leaves, tree)
-    single = len(leaves) == 1 and leaves[0] is x
+    if impl.is_native(x) and impl.is_float(x):  # fast path: one array of the framework
+        xs, kinds, single, tree = (x,), _ONE_NATIVE, True, _LEAF
+    else:
+        leaves, tree = flatten(x)
+        xs, kinds = _convert.point(op, impl, leaves, tree)
+        single = len(leaves) == 1 and leaves[0] is x
     prob = Problem(op, backend, impl, f, tree, single, scalar)
-    return impl, prob, xs, kinds, _convert.contexts(op, impl, contexts)
+    ctx = _convert.contexts(op, impl, contexts) if contexts else ()
+    return impl, prob, xs, kinds, ctx
+
+
+_ONE_NATIVE = (_convert.NATIVE,)
+_LEAF = flatten(0.0)[1]
 
 
 def _out_kind(kinds: tuple) -> int:
@@ -27,6 +35,8 @@ def _out_kind(kinds: tuple) -> int:
 
 
 def _like_x(impl, prob: Problem, gs: tuple, kinds: tuple) -> Any:
+    if prob.single and kinds[0] == _convert.NATIVE:
+        return gs[0]
     gs = [_convert.back(impl, g, k) for g, k in zip(gs, kinds, strict=True)]
     return gs[0] if prob.single else unflatten(prob.treedef, gs)
 
@@ -74,7 +84,7 @@ def gradient(f: Callable, backend: Any, x: Any, *contexts: Any) -> Any:
         array([ 3., 12.])
     """
     impl, prob, xs, kinds, ctx = _enter("gradient", f, backend, x, contexts, True)
-    _, gs = impl.value_and_gradient(prob, xs, ctx)
+    gs = impl.gradient(prob, xs, ctx)
     return _like_x(impl, prob, gs, kinds)
 
 
@@ -232,7 +242,7 @@ def jacobian(f: Callable, backend: Any, x: Any, *contexts: Any) -> Any:
     impl, prob, xs, kinds, ctx = _enter("jacobian", f, backend, x, contexts)
     if not prob.single:
         raise _checks.not_single_array(prob.op, backend, len(xs))
-    _, jac = impl.value_and_jacobian(prob, xs, ctx)
+    jac = impl.jacobian(prob, xs, ctx)
     return _convert.back(impl, jac, _out_kind(kinds))
 
 

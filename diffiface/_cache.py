@@ -25,67 +25,70 @@ class FunctionCache:
         self._per_function = per_function
         self._functions = functions
         self._lock = threading.Lock()
-        self._data: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-        self._order: OrderedDict[int, weakref.ref] = OrderedDict()
+        # id(owner) -> (weakref to owner, {key: value}); insertion order = age
+        self._data: OrderedDict[int, tuple[weakref.ref, dict]] = OrderedDict()
         self.hits = 0
         self.misses = 0
 
     def get(self, f: Callable, key: Hashable, build: Callable[[Callable], Any]) -> Any:
         """Return the entry for ``(f, key)``; ``build(fget)`` makes it once if missing."""
-        if isinstance(f, types.MethodType):
+        if type(f) is types.MethodType:
             owner, key = f.__self__, (f.__func__, key)
         else:
             owner = f
-        try:
-            entries = self._data.get(owner)
-        except TypeError:  # not weakly referenceable: never cached
-            self.misses += 1
-            return build(lambda: f)
-        if entries is not None:
-            value = entries.get(key)
+        item = self._data.get(id(owner))
+        if item is not None and item[0]() is owner:
+            value = item[1].get(key)
             if value is not None:
                 self.hits += 1
                 return value
-        value = build(_weak_getter(f))
+        try:
+            fget = _weak_getter(f)
+        except TypeError:  # not weakly referenceable: never cached
+            self.misses += 1
+            return build(lambda: f)
+        value = build(fget)
         with self._lock:
             self.misses += 1
-            entries = self._data.get(owner)
-            if entries is None:
-                entries = self._data[owner] = OrderedDict()
-                self._track(owner)
+            item = self._data.get(id(owner))
+            if item is None or item[0]() is not owner:
+                item = (weakref.ref(owner, self._forget(id(owner))), {})
+                self._data[id(owner)] = item
+                while len(self._data) > self._functions:
+                    self._data.popitem(last=False)
+            entries = item[1]
             entries[key] = value
             if len(entries) > self._per_function:
-                entries.popitem(last=False)
+                del entries[next(iter(entries))]
         return value
 
-    def _track(self, f: Callable) -> None:
-        self._order[id(f)] = weakref.ref(f)
-        while len(self._order) > self._functions:
-            _, ref = self._order.popitem(last=False)
-            dead = ref()
-            if dead is not None:
-                self._data.pop(dead, None)
+    def _forget(self, ident: int) -> Callable:
+        data, lock = self._data, self._lock
+
+        def callback(ref: weakref.ref) -> None:
+            with lock:
+                item = data.get(ident)
+                if item is not None and item[0] is ref:
+                    del data[ident]
+
+        return callback
 
     def entries(self, f: Callable) -> int:
         """Number of cached entries for ``f`` (0 when none or not cacheable)."""
         owner = f.__self__ if isinstance(f, types.MethodType) else f
-        try:
-            return len(self._data.get(owner, ()))
-        except TypeError:
-            return 0
+        item = self._data.get(id(owner))
+        return len(item[1]) if item is not None and item[0]() is owner else 0
 
     def __len__(self) -> int:
         return len(self._data)
 
     def clear(self) -> None:
         with self._lock:
-            self._data = weakref.WeakKeyDictionary()
-            self._order.clear()
+            self._data.clear()
 
 
 def _weak_getter(f: Callable) -> Callable[[], Callable]:
     if isinstance(f, types.MethodType):
         func, ref = f.__func__, weakref.ref(f.__self__)
         return lambda: types.MethodType(func, ref())
-    ref = weakref.ref(f)
-    return ref
+    return weakref.ref(f)

@@ -70,16 +70,39 @@ class BackendImpl:
     # ---- primitives (each backend implements one or both) -------------------
     def value_and_pullback(self, prob, xs: tuple, ctx: tuple):
         """(f(x), pb) with pb(w) -> tuple of leaves shaped like xs."""
-        raise NotImplementedError
+        self._need_one_primitive()
+        # Reverse from forward: build J by columns (n jvps) and contract with w.
+        y, cols = self._columns(prob, xs, ctx)
+        m = _size(y)
+
+        def pb(w):
+            w = self.reshape(w, (m, 1))
+            return tuple(
+                self.reshape((w * self.reshape(c, (m, _size(x)))).sum(0), tuple(x.shape))
+                for c, x in zip(cols, xs, strict=True)
+            )
+
+        return y, pb
 
     def value_and_jvp(self, prob, xs: tuple, vs: tuple, ctx: tuple):
         """(f(x), J v) for tangent leaves vs."""
+        self._need_one_primitive()
         y, pb = self.value_and_pullback(prob, xs, ctx)
         # Forward from reverse: build J by rows and contract (a backend without jvp).
         n = _size(y)
         rows = [pb(self.basis(y, i)) for i in range(n)]
         cols = [sum(_dot(r[k], vs[k]) for k in range(len(xs))) for r in rows]
         return y, self.reshape(self.stack(cols, 0), tuple(y.shape))
+
+    def _need_one_primitive(self) -> None:
+        cls = type(self)
+        if (
+            cls.value_and_jvp is BackendImpl.value_and_jvp
+            and cls.value_and_pullback is BackendImpl.value_and_pullback
+        ):
+            raise NotImplementedError(
+                f"{cls.__name__} must implement value_and_jvp or value_and_pullback."
+            )
 
     # ---- derived operators ---------------------------------------------------
     def value_and_vjp(self, prob, xs: tuple, w: Any, ctx: tuple, check_w):
@@ -92,6 +115,12 @@ class BackendImpl:
             return y, pb(self.ones_like(y))
         y, cols = self._columns(prob, xs, ctx)
         return y, tuple(self.reshape(c, tuple(x.shape)) for c, x in zip(cols, xs, strict=True))
+
+    def gradient(self, prob, xs: tuple, ctx: tuple):
+        return self.value_and_gradient(prob, xs, ctx)[1]
+
+    def jacobian(self, prob, xs: tuple, ctx: tuple):
+        return self.value_and_jacobian(prob, xs, ctx)[1]
 
     def value_and_jacobian(self, prob, xs: tuple, ctx: tuple):
         (x,) = xs

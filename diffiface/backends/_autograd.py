@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import warnings
 from typing import Any
 
-import autograd
 import numpy as np
+from autograd.core import make_jvp, make_vjp
 from autograd.tracer import Box
 
 from .. import _checks
@@ -35,21 +34,21 @@ class AutogradImpl(BackendImpl):
     def ones_like(self, a: Any) -> Any:
         return np.ones(np.shape(a), dtype=a.dtype)
 
+    # A single array is differentiated directly (no tuple container to box).
     def value_and_pullback(self, prob, xs, ctx):
         fn = prob.flat()
-        pb, y = _call(prob, lambda: autograd.make_vjp(lambda xs: fn(xs, *ctx))(xs))
-
-        def pull(w):
-            with warnings.catch_warnings():
-                warnings.filterwarnings("ignore", "Output seems independent of input")
-                gs = pb(w)
-            return tuple(_like(g, x) for g, x in zip(gs, xs, strict=True))
-
-        return _array(y), pull
+        if prob.single:
+            pb, y = _call(prob, lambda: make_vjp(lambda x: fn((x,), *ctx), xs[0]))
+            return _array(y), lambda w: (_like(pb(w), xs[0]),)
+        pb, y = _call(prob, lambda: make_vjp(lambda xs: fn(xs, *ctx), xs))
+        return _array(y), lambda w: tuple(_like(g, x) for g, x in zip(pb(w), xs, strict=True))
 
     def value_and_jvp(self, prob, xs, vs, ctx):
         fn = prob.flat()
-        y, t = _call(prob, lambda: autograd.make_jvp(lambda xs: fn(xs, *ctx))(xs)(vs))
+        if prob.single:
+            y, t = _call(prob, lambda: make_jvp(lambda x: fn((x,), *ctx), xs[0])(vs[0]))
+        else:
+            y, t = _call(prob, lambda: make_jvp(lambda xs: fn(xs, *ctx), xs)(vs))
         return _array(y), _like(t, y)
 
 

@@ -17,6 +17,7 @@ from .._registry import register
 from .._tree import flatten, unflatten
 
 CACHE = FunctionCache()
+_FLOATS = frozenset(np.dtype(t) for t in ("float16", "float32", "float64"))
 
 _CONCRETE = (
     jax.errors.ConcretizationTypeError,
@@ -35,7 +36,8 @@ class JaxImpl(BackendImpl):
         return isinstance(leaf, jax.Array)
 
     def is_float(self, leaf: Any) -> bool:
-        return jnp.issubdtype(leaf.dtype, jnp.floating)
+        dtype = leaf.dtype
+        return dtype in _FLOATS or jnp.issubdtype(dtype, jnp.floating)
 
     def from_numpy(self, a: np.ndarray) -> Any:
         return jnp.asarray(a)
@@ -56,72 +58,98 @@ class JaxImpl(BackendImpl):
         return jnp.ones_like(a)
 
     # ---- operators, each one jitted function per (f, op, structure) ----------
+    # A single-array x is passed as the array itself and dynamic contexts as
+    # trailing arguments, so a plain call dispatches like the native jit call.
     def _compiled(self, prob, tag: tuple, ctx: tuple, make):
-        """The cached jitted function ``run(xs, ..., dyn_ctx)`` and the dynamic contexts."""
+        """The cached jitted ``run(x, ..., *dyn_ctx)`` and the dynamic contexts."""
         dyn, static = _split_contexts(prob, ctx)
+        single = prob.single
 
         def build(fget):
             g = prob.flat(fget)
 
             def with_ctx(dyn_leaves):
                 c = _join_contexts(static, dyn_leaves)
+                if single:
+                    return lambda x: g((x,), *c)
                 return lambda xs: g(xs, *c)
 
             return jax.jit(make(with_ctx))
 
         return CACHE.get(prob.f, prob.key(*tag, static), build), dyn
 
-    def value_and_gradient(self, prob, xs, ctx):
+    def gradient(self, prob, xs, ctx):
         def make(with_ctx):
-            return lambda xs, dyn: jax.value_and_grad(with_ctx(dyn))(xs)
+            return lambda x, *dyn: jax.grad(with_ctx(dyn))(x)
 
         run, dyn = self._compiled(prob, ("grad",), ctx, make)
-        return _run(prob, run, xs, dyn)
+        return _tuple(prob, _run(prob, run, _arg(prob, xs), *dyn))
+
+    def value_and_gradient(self, prob, xs, ctx):
+        def make(with_ctx):
+            return lambda x, *dyn: jax.value_and_grad(with_ctx(dyn))(x)
+
+        run, dyn = self._compiled(prob, ("value_and_grad",), ctx, make)
+        y, g = _run(prob, run, _arg(prob, xs), *dyn)
+        return y, _tuple(prob, g)
 
     def value_and_jvp(self, prob, xs, vs, ctx):
         def make(with_ctx):
-            return lambda xs, vs, dyn: jax.jvp(with_ctx(dyn), (xs,), (vs,))
+            return lambda x, v, *dyn: jax.jvp(with_ctx(dyn), (x,), (v,))
 
         run, dyn = self._compiled(prob, ("jvp",), ctx, make)
-        return _run(prob, run, xs, vs, dyn)
+        return _run(prob, run, _arg(prob, xs), _arg(prob, vs), *dyn)
 
     def value_and_vjp(self, prob, xs, w, ctx, check_w):
         loose = isinstance(w, float)
 
         def make(with_ctx):
-            def run(xs, w, dyn):
-                y, pb = jax.vjp(with_ctx(dyn), xs)
+            def run(x, w, *dyn):
+                y, pb = jax.vjp(with_ctx(dyn), x)
                 w = check_w(y, w.astype(y.dtype) if loose else w)
                 return y, pb(w)[0]
 
             return run
 
         run, dyn = self._compiled(prob, ("vjp", loose), ctx, make)
-        return _run(prob, run, xs, w, dyn)
+        y, g = _run(prob, run, _arg(prob, xs), w, *dyn)
+        return y, _tuple(prob, g)
 
     def value_and_pullback(self, prob, xs, ctx):
         fn = prob.flat()
         y, pb = jax.vjp(lambda xs: fn(xs, *ctx), xs)
         return y, lambda w: pb(w)[0]
 
-    def value_and_jacobian(self, prob, xs, ctx):
+    def value_and_jacobian(self, prob, xs, ctx, value=True):
         mode = self.mode
 
         def make(with_ctx):
-            def run(xs, dyn):
+            def run(x, *dyn):
                 fn = with_ctx(dyn)
                 reverse = mode == "reverse"
                 if mode is None:
-                    out = jax.eval_shape(fn, xs)
-                    reverse = out.size < xs[0].size
+                    reverse = jax.eval_shape(fn, x).size < x.size
                 jac = jax.jacrev if reverse else jax.jacfwd
-                j, y = jac(lambda xs: _twice(fn(xs)), has_aux=True)(xs)
-                return y, j[0]
+                if not value:
+                    return jac(fn)(x)
+                j, y = jac(lambda x: _twice(fn(x)), has_aux=True)(x)
+                return y, j
 
             return run
 
-        run, dyn = self._compiled(prob, ("jac", mode), ctx, make)
-        return _run(prob, run, xs, dyn)
+        run, dyn = self._compiled(prob, ("jac", mode, value), ctx, make)
+        return _run(prob, run, xs[0], *dyn)
+
+    def jacobian(self, prob, xs, ctx):
+        return self.value_and_jacobian(prob, xs, ctx, value=False)
+
+
+def _arg(prob, xs: tuple):
+    return xs[0] if prob.single else xs
+
+
+def _tuple(prob, g):
+    return (g,) if prob.single else g
 
 
 def _twice(y):

@@ -74,8 +74,18 @@ class TorchImpl(BackendImpl):
         return (y if outer else y.detach()), pb
 
     def value_and_gradient(self, prob, xs, ctx):
-        y, pb = self.value_and_pullback(prob, xs, ctx)
-        return y, pb(None)
+        if _functorch(xs, ctx) or _outer(xs, ctx):
+            y, pb = self.value_and_pullback(prob, xs, ctx)
+            return y, pb(None)
+        # the plain call: one graph, torch.autograd.grad, nothing kept
+        xg = tuple(x.detach().requires_grad_() for x in xs)
+        fn = prob.flat()
+        if torch.is_grad_enabled():
+            y = _call(prob, lambda: fn(xg, *ctx))
+        else:
+            with torch.enable_grad():
+                y = _call(prob, lambda: fn(xg, *ctx))
+        return y.detach(), _grads(y, xg, None, False, False)
 
     def value_and_jvp(self, prob, xs, vs, ctx):
         fn = prob.flat()
@@ -150,11 +160,10 @@ def _forward(prob, fn, xs, ctx, outer):
 def _grads(y, xg, w, outer, retain):
     if not y.requires_grad:  # f does not depend on x: every derivative is zero
         return tuple(torch.zeros_like(x) for x in xg)
-    with torch.enable_grad():
-        gs = torch.autograd.grad(
-            y, xg, w, allow_unused=True, create_graph=outer, retain_graph=retain
-        )
-    return tuple(torch.zeros_like(x) if g is None else g for g, x in zip(gs, xg, strict=True))
+    gs = torch.autograd.grad(y, xg, w, allow_unused=True, create_graph=outer, retain_graph=retain)
+    if any(g is None for g in gs):
+        return tuple(torch.zeros_like(x) if g is None else g for g, x in zip(gs, xg, strict=True))
+    return gs
 
 
 def _call(prob, thunk):

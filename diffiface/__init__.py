@@ -23,10 +23,20 @@ from ._backend_types import AutoAutograd as AutoAutograd
 from ._backend_types import AutoFiniteDifferences as AutoFiniteDifferences
 from ._backend_types import AutoJax as AutoJax
 from ._backend_types import AutoTorch as AutoTorch
+from ._backend_types import SecondOrder as SecondOrder
+from ._backend_types import second_order as second_order
 from ._checks import DiffifaceTypeError as DiffifaceTypeError
 from ._checks import DiffifaceValueError as DiffifaceValueError
 from ._checks import FrameworkMissingError as FrameworkMissingError
 from ._contexts import Constant as Constant
+from ._second_order import gradient_and_hvp as gradient_and_hvp
+from ._second_order import hessian as hessian
+from ._second_order import hvp as hvp
+from ._second_order import second_derivative as second_derivative
+from ._second_order import (
+    value_derivative_and_second_derivative as value_derivative_and_second_derivative,
+)
+from ._second_order import value_gradient_and_hessian as value_gradient_and_hessian
 
 __version__ = "0.1.0"
 
@@ -40,14 +50,22 @@ __all__ = [
     "DiffifaceTypeError",
     "DiffifaceValueError",
     "FrameworkMissingError",
+    "SecondOrder",
     "derivative",
     "gradient",
+    "gradient_and_hvp",
+    "hessian",
+    "hvp",
     "jacobian",
     "jvp",
+    "second_derivative",
+    "second_order",
     "value_and_derivative",
     "value_and_gradient",
     "value_and_jacobian",
     "value_and_jvp",
     "value_and_vjp",
+    "value_derivative_and_second_derivative",
+    "value_gradient_and_hessian",
     "vjp",
 ]

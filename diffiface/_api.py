@@ -13,7 +13,11 @@ from ._tree import flatten, unflatten
 
 def _enter(op: str, f: Callable, backend: Any, x: Any, contexts: tuple, scalar: bool = False):
     _checks.check_backend(op, f, backend)
-    impl = implementation(backend)
+    return _enter_impl(op, f, backend, implementation(backend), x, contexts, scalar)
+
+
+def _enter_impl(op, f, backend, impl, x, contexts, scalar):
+    """Convert x and the contexts for ``impl`` and build the Problem."""
     if impl.is_native(x) and impl.is_float(x):  # fast path: one array of the framework
         xs, kinds, single, tree = (x,), _ONE_NATIVE, True, _LEAF
     else:

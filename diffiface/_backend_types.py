@@ -124,3 +124,54 @@ class AutoFiniteDifferences(AbstractBackend):
                 f"AutoFiniteDifferences(step={self.step!r}): step must be a positive float "
                 "or None (chosen from the dtype)."
             )
+
+
+@dataclasses.dataclass(frozen=True)
+class SecondOrder(AbstractBackend):
+    """A backend for second-order operators: ``outer`` differentiates ``inner``'s gradient.
+
+    Build it with :func:`second_order`. ``outer.mode`` picks forward ("forward",
+    the default) or reverse ("reverse") for the outer pass; ``inner.mode`` picks
+    how the gradient is computed (reverse by default, "forward" for a gradient
+    by forward mode). Both must be of the same framework, or ``outer`` must be
+    ``AutoFiniteDifferences()`` (finite differences over any backend's gradient).
+
+    Examples:
+        >>> second_order(AutoJax(mode="forward"), AutoJax(mode="reverse"))
+        SecondOrder(outer=AutoJax(mode='forward'), inner=AutoJax(mode='reverse'))
+    """
+
+    outer: AbstractBackend
+    inner: AbstractBackend
+    framework: ClassVar[str] = "second_order"
+
+    def __post_init__(self) -> None:
+        for name in ("outer", "inner"):
+            b = getattr(self, name)
+            if isinstance(b, type) and issubclass(b, AbstractBackend):
+                raise TypeError(
+                    f"second_order(outer, inner): {name} must be an instance, got the class "
+                    f"{b.__name__}. Did you mean {b.__name__}()?"
+                )
+            if not isinstance(b, AbstractBackend) or isinstance(b, SecondOrder):
+                raise TypeError(
+                    f"second_order(outer, inner): {name} must be a first-order backend such as "
+                    f"AutoJax(), got {b!r}."
+                )
+        o, i = self.outer.framework, self.inner.framework
+        if o != i and o != "finite_differences":
+            raise ValueError(
+                f"second_order({self.outer!r}, {self.inner!r}): {o} cannot differentiate "
+                f"through {i}'s gradient. Use the same framework for both, or "
+                "AutoFiniteDifferences() as the outer backend."
+            )
+
+
+def second_order(outer: AbstractBackend, inner: AbstractBackend) -> SecondOrder:
+    """The backend where ``outer`` differentiates the gradient computed by ``inner``.
+
+    Examples:
+        >>> second_order(AutoTorch(mode="reverse"), AutoTorch())
+        SecondOrder(outer=AutoTorch(mode='reverse'), inner=AutoTorch(mode=None))
+    """
+    return SecondOrder(outer, inner)

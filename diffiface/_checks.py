@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ._backend_types import AbstractBackend
+from ._backend_types import AbstractBackend, SecondOrder
 
 _CALL = {
     "jvp": "{op}(f, {b}, x, v)",
@@ -34,11 +34,16 @@ def call_form(op: str, backend: Any) -> str:
     return _CALL.get(op, "{op}(f, {b}, x)").format(op=op, b=b)
 
 
-def check_backend(op: str, f: Any, backend: Any) -> None:
+def check_backend(op: str, f: Any, backend: Any, second: bool = False) -> None:
     if isinstance(backend, type) and issubclass(backend, AbstractBackend):
         raise DiffifaceTypeError(
             f"{op}(f, {backend.__name__}, x): backend must be an instance, got the class "
             f"{backend.__name__}. Did you mean {backend.__name__}()?"
+        )
+    if isinstance(backend, SecondOrder) and not second:
+        raise DiffifaceTypeError(
+            f"{op}(f, {backend!r}, x): a SecondOrder backend is for hvp, hessian and "
+            f"second_derivative. Use its inner backend: {op}(f, {backend.inner!r}, x)."
         )
     if not isinstance(backend, AbstractBackend):
         raise DiffifaceTypeError(

@@ -134,7 +134,7 @@ def _context_leaf(op: str, impl: Any, v: Any) -> Any:
 
 def back(impl: Any, a: Any, kind: int) -> Any:
     """A native result to the caller's kind."""
-    if kind == NATIVE or a is None:
+    if kind == NATIVE or a is None or impl.is_traced(a):
         return a
     arr = impl.to_numpy(a)
     if kind == PYTHON and arr.ndim == 0:

@@ -46,6 +46,10 @@ class BackendImpl:
     def to_numpy(self, a: Any) -> np.ndarray:
         return np.asarray(a)
 
+    def is_traced(self, a: Any) -> bool:
+        """True when ``a`` carries an outer differentiation (never converted to NumPy)."""
+        return False
+
     def check_numpy_dtype(self, dtype: np.dtype) -> str | None:
         """A reason why this backend cannot take ``dtype`` without loss, or None."""
         return None

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import autograd.numpy as anp
 import numpy as np
 from autograd.core import make_jvp, make_vjp
 from autograd.tracer import Box
@@ -31,6 +32,9 @@ class AutogradImpl(BackendImpl):
     def default_float(self, value: float) -> Any:
         return np.asarray(value, dtype=np.float64)
 
+    def is_traced(self, a: Any) -> bool:
+        return isinstance(a, Box)
+
     def ones_like(self, a: Any) -> Any:
         return np.ones(np.shape(a), dtype=a.dtype)
 
@@ -50,6 +54,81 @@ class AutogradImpl(BackendImpl):
         else:
             y, t = _call(prob, lambda: make_jvp(lambda xs: fn(xs, *ctx), xs)(vs))
         return _array(y), _like(t, y)
+
+    # ---- second order ------------------------------------------------------------
+    def gradient_and_hvp(self, prob, xs, vs, ctx, combo):
+        outer, inner = combo or ("forward", "reverse")
+        fn = prob.flat()
+        if prob.single:  # differentiate the array itself, not a 1-tuple
+            x, v = xs[0], vs[0]
+            gf = _grad_fn(lambda x: fn((x,), *ctx), inner)
+        else:
+            if inner == "forward":
+                raise _checks.not_single_array(prob.op, prob.backend, len(xs))
+            x, v = xs, vs
+            gf = _grad_fn(lambda xs: fn(xs, *ctx), inner)
+        if outer == "reverse":
+            pb, g = _call(prob, lambda: make_vjp(gf, x))
+            hv = pb(v)
+        else:
+            g, hv = _call(prob, lambda: make_jvp(gf, x)(v))
+        if prob.single:
+            g, hv = (g,), (hv,)
+        return tuple(_like(a, x) for a, x in zip(g, xs, strict=True)), tuple(
+            _like(a, x) for a, x in zip(hv, xs, strict=True)
+        )
+
+    def value_gradient_and_hessian(self, prob, xs, ctx, combo):
+        # default: reverse over reverse, one trace and one pullback per row
+        outer, inner = combo or ("reverse", "reverse")
+        fn = prob.flat()
+        (x,) = xs
+        f1 = lambda x: fn((x,), *ctx)  # noqa: E731
+        gf = _grad_fn(f1, inner)
+        basis = np.eye(x.size, dtype=x.dtype).reshape((x.size, *x.shape))
+        if outer == "reverse":
+            pb, g = _call(prob, lambda: make_vjp(gf, x))
+            rows = [pb(e) for e in basis]
+        else:
+            jvp = make_jvp(gf, x)
+            g, rows = None, []
+            for e in basis:
+                g, col = _call(prob, lambda e=e: jvp(e))
+                rows.append(col)  # columns of a symmetric matrix
+            g = gf(x) if g is None else g
+        h = np.stack([np.asarray(r) for r in rows]) if rows else np.zeros((0, *x.shape))
+        y = f1(x)
+        return _array(y), (_like(g, x),), h.reshape((*x.shape, *x.shape)).astype(x.dtype)
+
+    def value_derivative_and_second_derivative(self, prob, xs, ctx):
+        fn = prob.flat()
+        (x,) = xs
+        one = np.ones_like(x)
+
+        def d(x):
+            return make_jvp(lambda x: fn((x,), *ctx), x)(one)[1]
+
+        y = _call(prob, lambda: fn((x,), *ctx))
+        d1, d2 = _call(prob, lambda: make_jvp(d, x)(one))
+        return _array(y), _like(d1, y), _like(d2, y)
+
+
+def _grad_fn(fn, inner: str):
+    """x -> gradient of the scalar fn, by reverse mode or by forward mode (n jvps)."""
+    if inner == "forward":
+
+        def grad_fwd(x):
+            basis = np.eye(x.size, dtype=x.dtype).reshape((x.size, *x.shape))
+            cols = [make_jvp(fn, x)(e)[1] for e in basis]
+            return anp.reshape(anp.stack(cols), np.shape(x))
+
+        return grad_fwd
+
+    def grad_rev(x):
+        pb, y = make_vjp(fn, x)
+        return pb(np.ones(np.shape(y), dtype=y.dtype))
+
+    return grad_rev
 
 
 def _array(y: Any) -> Any:

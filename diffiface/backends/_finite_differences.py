@@ -114,3 +114,54 @@ class FiniteDifferencesImpl(BackendImpl):
 
     def prefers_reverse(self, prob, xs, ctx) -> bool:
         return False
+
+    # ---- second order: finite differences of finite-difference gradients -------
+    def _outer_step(self, dtype) -> float:
+        return self.step if self.step is not None else float(np.finfo(dtype).eps ** 0.25)
+
+    def gradient_and_hvp(self, prob, xs, vs, ctx, combo):
+        _, g = self.value_and_gradient(prob, xs, ctx)
+        scale = max((float(np.max(np.abs(v), initial=0)) for v in vs), default=0.0)
+        if scale == 0.0:
+            return g, tuple(np.zeros_like(x) for x in xs)
+        size = max((float(np.max(np.abs(x), initial=0)) for x in xs), default=0.0)
+        h = self._outer_step(np.result_type(*xs)) * max(1.0, size) / scale
+        plus = self.value_and_gradient(
+            prob, tuple(x + h * v for x, v in zip(xs, vs, strict=True)), ctx
+        )[1]
+        minus = self.value_and_gradient(
+            prob, tuple(x - h * v for x, v in zip(xs, vs, strict=True)), ctx
+        )[1]
+        hv = tuple(
+            ((p - m) / (2 * h)).astype(x.dtype) for p, m, x in zip(plus, minus, xs, strict=True)
+        )
+        return g, hv
+
+    def value_gradient_and_hessian(self, prob, xs, ctx, combo):
+        (x,) = xs
+        y, (g,) = self.value_and_gradient(prob, xs, ctx)
+        cols = np.empty((x.size, x.size), dtype=x.dtype)
+        base = self._outer_step(x.dtype)
+        for i in range(x.size):
+            xi = x.reshape(-1)[i]
+            h = float((xi + x.dtype.type(base * max(1.0, abs(float(xi))))) - xi)
+            d = np.zeros_like(x)
+            d.reshape(-1)[i] = h
+            gp = self.value_and_gradient(prob, (x + d,), ctx)[1][0]
+            gm = self.value_and_gradient(prob, (x - d,), ctx)[1][0]
+            cols[:, i] = ((gp - gm) / (2 * h)).reshape(-1)
+        h_mat = (cols + cols.T) / 2  # symmetric by construction of the exact Hessian
+        return y, (g,), h_mat.reshape(x.shape + x.shape)
+
+    def value_derivative_and_second_derivative(self, prob, xs, ctx):
+        (x,) = xs
+        fn = prob.flat()
+        y = self._eval(fn, xs, ctx)
+        xv = float(x)
+        h = float((x + x.dtype.type(self._outer_step(x.dtype) * max(1.0, abs(xv)))) - x)
+        fp = self._eval(fn, (x + h,), ctx)
+        fm = self._eval(fn, (x - h,), ctx)
+        dtype = np.result_type(y, np.float32)
+        d = np.asarray((fp - fm) / (2 * h), dtype=dtype)
+        d2 = np.asarray((fp - 2 * y + fm) / (h * h), dtype=dtype)
+        return y, d, d2

@@ -45,6 +45,9 @@ class JaxImpl(BackendImpl):
     def default_float(self, value: float) -> Any:
         return jnp.asarray(value, dtype=jnp.result_type(float))
 
+    def is_traced(self, a: Any) -> bool:
+        return isinstance(a, jax.core.Tracer)
+
     def check_numpy_dtype(self, dtype: np.dtype) -> str | None:
         if dtype == np.float64 and not jax.config.jax_enable_x64:
             return (
@@ -142,6 +145,66 @@ class JaxImpl(BackendImpl):
 
     def jacobian(self, prob, xs, ctx):
         return self.value_and_jacobian(prob, xs, ctx, value=False)
+
+    # ---- second order ------------------------------------------------------------
+    def gradient_and_hvp(self, prob, xs, vs, ctx, combo):
+        outer, inner = combo or ("forward", "reverse")
+
+        def make(with_ctx):
+            def run(x, v, *dyn):
+                gf = _grad_fn(with_ctx(dyn), inner)
+                if outer == "reverse":  # the Hessian is symmetric: vjp of the gradient
+                    g, pb = jax.vjp(gf, x)
+                    return g, pb(v)[0]
+                return jax.jvp(gf, (x,), (v,))
+
+            return run
+
+        run, dyn = self._compiled(prob, ("hvp", outer, inner), ctx, make)
+        g, hv = _run(prob, run, _arg(prob, xs), _arg(prob, vs), *dyn)
+        return _tuple(prob, g), _tuple(prob, hv)
+
+    def value_gradient_and_hessian(self, prob, xs, ctx, combo):
+        outer, inner = combo or ("forward", "reverse")
+
+        def make(with_ctx):
+            def run(x, *dyn):
+                fn = with_ctx(dyn)
+
+                def vg(x):
+                    y, g = (fn(x), jax.jacfwd(fn)(x)) if inner == "forward" else _vg(fn, x)
+                    return g, (y, g)
+
+                jac = jax.jacrev if outer == "reverse" else jax.jacfwd
+                h, (y, g) = jac(vg, has_aux=True)(x)
+                return y, g, h
+
+            return run
+
+        run, dyn = self._compiled(prob, ("hessian", outer, inner), ctx, make)
+        y, g, h = _run(prob, run, xs[0], *dyn)
+        return y, (g,), h
+
+    def value_derivative_and_second_derivative(self, prob, xs, ctx):
+        def make(with_ctx):
+            def run(x, *dyn):
+                fn = with_ctx(dyn)
+                one = jnp.ones_like(x)
+                (y, d), (_, d2) = jax.jvp(lambda x: jax.jvp(fn, (x,), (one,)), (x,), (one,))
+                return y, d, d2
+
+            return run
+
+        run, dyn = self._compiled(prob, ("d2",), ctx, make)
+        return _run(prob, run, xs[0], *dyn)
+
+
+def _vg(fn, x):
+    return jax.value_and_grad(fn)(x)
+
+
+def _grad_fn(fn, inner: str):
+    return jax.jacfwd(fn) if inner == "forward" else jax.grad(fn)
 
 
 def _arg(prob, xs: tuple):

@@ -45,6 +45,9 @@ class TorchImpl(BackendImpl):
     def to_numpy(self, a: Any) -> np.ndarray:
         return a.detach().cpu().numpy()
 
+    def is_traced(self, a: Any) -> bool:
+        return a.requires_grad or is_functorch_wrapped_tensor(a) or fwAD._current_level >= 0
+
     def cast(self, a: Any, like: Any) -> Any:
         return a.to(dtype=like.dtype, device=like.device)
 
@@ -67,6 +70,7 @@ class TorchImpl(BackendImpl):
             return y, lambda w: pb(w)[0]
         outer = _outer(xs, ctx)
         xg, y = _forward(prob, fn, xs, ctx, outer)
+        outer = outer or _reaches_outside(y, xg)
 
         def pb(w, retain=outer):
             return _grads(y, xg, w, outer, retain)
@@ -85,17 +89,16 @@ class TorchImpl(BackendImpl):
         else:
             with torch.enable_grad():
                 y = _call(prob, lambda: fn(xg, *ctx))
+        if _reaches_outside(y, xg):  # f closes over tensors an outer pass differentiates
+            return y, _grads(y, xg, None, True, False)
         return y.detach(), _grads(y, xg, None, False, False)
 
     def value_and_jvp(self, prob, xs, vs, ctx):
+        # torch.func.jvp rather than a raw forward_ad level: torch cannot nest
+        # forward_ad levels, and a jvp inside f (perturbation confusion) must work.
         fn = prob.flat()
-        if _functorch(xs, ctx) or _outer(xs, ctx):
-            return _call(prob, lambda: torch.func.jvp(lambda xs: fn(xs, *ctx), (xs,), (vs,)))
-        with fwAD.dual_level():
-            duals = tuple(fwAD.make_dual(x, v) for x, v in zip(xs, vs, strict=True))
-            y = _call(prob, lambda: fn(duals, *ctx))
-            y, t = fwAD.unpack_dual(y)
-        return y, torch.zeros_like(y) if t is None else t
+        y, t = _call(prob, lambda: torch.func.jvp(lambda xs: fn(xs, *ctx), (xs,), (vs,)))
+        return y, t
 
     def value_and_jacobian(self, prob, xs, ctx):
         fn = prob.flat()
@@ -109,6 +112,7 @@ class TorchImpl(BackendImpl):
             return y, j
         outer = _outer(xs, ctx)
         xg, y = _forward(prob, fn, xs, ctx, outer)
+        outer = outer or _reaches_outside(y, xg)
         if self.mode is None and y.numel() >= x.numel():
             j, y = _call(
                 prob, lambda: torch.func.jacfwd(lambda x: _twice(fn((x,), *ctx)), has_aux=True)(x)
@@ -126,6 +130,78 @@ class TorchImpl(BackendImpl):
                 j = torch.zeros((m, *x.shape), dtype=x.dtype, device=x.device)
         return (y if outer else y.detach()), j.reshape((*y.shape, *x.shape))
 
+    # ---- second order ------------------------------------------------------------
+    def _plain(self, xs, ctx, combo) -> bool:
+        return combo is None and not _functorch(xs, ctx) and not _outer(xs, ctx)
+
+    def gradient_and_hvp(self, prob, xs, vs, ctx, combo):
+        fn = prob.flat()
+        if self._plain(xs, ctx, combo):  # double backward: the fastest plain torch hvp
+            xg = tuple(x.detach().requires_grad_() for x in xs)
+            with torch.enable_grad():
+                y = _call(prob, lambda: fn(xg, *ctx))
+                gs = _grads(y, xg, None, True, True)
+                used = [(g, v) for g, v in zip(gs, vs, strict=True) if g.requires_grad]
+                if not used:
+                    return gs, tuple(torch.zeros_like(x) for x in xs)
+                hv = torch.autograd.grad(
+                    [g for g, _ in used], xg, [v for _, v in used], allow_unused=True
+                )
+            hv = tuple(torch.zeros_like(x) if h is None else h for h, x in zip(hv, xs, strict=True))
+            return tuple(g.detach() for g in gs), hv
+        outer, inner = combo or ("forward", "reverse")
+        gf = _func_grad(lambda xs: fn(xs, *ctx), inner)
+        if outer == "reverse":
+            g, pb = _call(prob, lambda: torch.func.vjp(gf, xs))
+            return g, pb(vs)[0]
+        return _call(prob, lambda: torch.func.jvp(gf, (xs,), (vs,)))
+
+    def value_gradient_and_hessian(self, prob, xs, ctx, combo):
+        fn = prob.flat()
+        (x,) = xs
+        n = x.numel()
+        if self._plain(xs, ctx, combo):  # one double backward, batched over the basis
+            xg = x.detach().requires_grad_()
+            with torch.enable_grad():
+                y = _call(prob, lambda: fn((xg,), *ctx))
+                (g,) = _grads(y, (xg,), None, True, True)
+                if g.requires_grad:
+                    eye = torch.eye(n, dtype=x.dtype, device=x.device).reshape((n, *x.shape))
+                    (h,) = torch.autograd.grad(g, xg, eye, is_grads_batched=True, allow_unused=True)
+                else:
+                    h = None
+            if h is None:
+                h = torch.zeros((n, *x.shape), dtype=x.dtype, device=x.device)
+            return y.detach(), (g.detach(),), h.reshape((*x.shape, *x.shape))
+        outer, inner = combo or ("forward", "reverse")
+        f1 = lambda x: fn((x,), *ctx)  # noqa: E731
+
+        def vg(x):
+            if inner == "forward":
+                y, g = f1(x), torch.func.jacfwd(f1)(x)
+            else:
+                g, y = torch.func.grad_and_value(f1)(x)
+            return g, (y, g)
+
+        jac = torch.func.jacrev if outer == "reverse" else torch.func.jacfwd
+        h, (y, g) = _call(prob, lambda: jac(vg, has_aux=True)(x))
+        return y, (g,), h
+
+    def value_derivative_and_second_derivative(self, prob, xs, ctx):
+        fn = prob.flat()
+        (x,) = xs
+        one = torch.ones_like(x)
+
+        def d(x):
+            return torch.func.jvp(lambda x: fn((x,), *ctx), (x,), (one,))
+
+        (y, d1), (_, d2) = _call(prob, lambda: torch.func.jvp(d, (x,), (one,)))
+        return y, d1, d2
+
+
+def _func_grad(fn, inner: str):
+    return torch.func.jacfwd(fn) if inner == "forward" else torch.func.grad(fn)
+
 
 def _twice(y):
     return y, y
@@ -140,7 +216,9 @@ def _functorch(xs: tuple, ctx: tuple) -> bool:
 
 
 def _outer(xs: tuple, ctx: tuple) -> bool:
-    """True when an outer torch.autograd differentiation can see this call."""
+    """True when an outer differentiation can see this call through x or a Constant."""
+    if fwAD._current_level >= 0:  # inside forward-mode AD: keep every tangent
+        return True
     if not torch.is_grad_enabled():
         return False
     if any(x.requires_grad for x in xs):
@@ -150,11 +228,40 @@ def _outer(xs: tuple, ctx: tuple) -> bool:
     )
 
 
+def _reaches_outside(y, xg: tuple) -> bool:
+    """True when y's graph reaches a leaf requiring grad other than xg: f closes over
+    tensors of an outer differentiation, so the result must stay attached."""
+    if not torch.is_grad_enabled() or y.grad_fn is None:
+        return False
+    own = {id(x) for x in xg}
+    seen, stack = set(), [y.grad_fn]
+    while stack:
+        node = stack.pop()
+        variable = getattr(node, "variable", None)
+        if variable is not None:
+            if id(variable) not in own:
+                return True
+            continue
+        for nxt, _ in node.next_functions:
+            if nxt is not None and id(nxt) not in seen:
+                seen.add(id(nxt))
+                stack.append(nxt)
+    return False
+
+
 def _forward(prob, fn, xs, ctx, outer):
     with torch.enable_grad():
-        xg = tuple(x if outer and x.requires_grad else x.detach().requires_grad_() for x in xs)
+        xg = tuple(_own(x, outer) for x in xs)
         y = _call(prob, lambda: fn(xg, *ctx))
     return xg, y
+
+
+def _own(x, outer: bool):
+    """The leaf to differentiate: x itself inside an outer pass (clone keeps a
+    forward-mode tangent), a detached copy of the reference otherwise."""
+    if outer:
+        return x if x.requires_grad else x.clone().requires_grad_()
+    return x.detach().requires_grad_()
 
 
 def _grads(y, xg, w, outer, retain):

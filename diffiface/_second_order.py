@@ -1,0 +1,224 @@
+"""Second-order operators: hvp, hessian, second_derivative and their value variants.
+
+A plain backend uses its fastest combination (documented in the guide):
+JAX and autograd forward-over-reverse, torch reverse-over-reverse (double
+backward), finite differences over finite differences. ``second_order(outer,
+inner)`` fixes the combination.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from . import _checks, _convert
+from ._api import (
+    _enter_impl,
+    _like_x,
+    _out_kind,
+    value_and_derivative,
+    value_and_gradient,
+)
+from ._backend_types import AutoFiniteDifferences, SecondOrder
+from ._problem import Problem
+from ._registry import implementation
+from ._tree import flatten
+
+
+def _enter2(op: str, f: Callable, backend: Any, x: Any, contexts: tuple, scalar: bool):
+    """(impl, combo, prob, xs, kinds, ctx); combo is None for a plain backend."""
+    _checks.check_backend(op, f, backend, second=True)
+    combo = None
+    if isinstance(backend, SecondOrder):
+        outer, inner = backend.outer, backend.inner
+        if isinstance(outer, AutoFiniteDifferences) and not isinstance(
+            inner, AutoFiniteDifferences
+        ):
+            impl = _FiniteDifferencesOver(backend, implementation(outer), f, contexts)
+            return impl, None, *_enter_impl(op, f, backend, impl, x, contexts, scalar)[1:]
+        impl = implementation(inner)
+        combo = (
+            getattr(outer, "mode", None) or "forward",
+            getattr(inner, "mode", None) or "reverse",
+        )
+    else:
+        impl = implementation(backend)
+    return impl, combo, *_enter_impl(op, f, backend, impl, x, contexts, scalar)[1:]
+
+
+def _tangent(prob, impl, xs, v):
+    vl, vtree = flatten(v)
+    return _convert.tangent(prob.op, impl, "v", xs, vl, vtree, prob.treedef)
+
+
+def gradient_and_hvp(f: Callable, backend: Any, x: Any, v: Any, *contexts: Any):
+    """The gradient and the Hessian-vector product ``H(x) v`` of a scalar ``f``, in one pass.
+
+    Args:
+        f: function ``f(x, *contexts)`` returning a 0-d array.
+        backend: a backend, or ``second_order(outer, inner)``.
+        x: an array, a Python float, or a pytree of floating-point arrays.
+        v: the direction, like ``x``.
+        *contexts: ``di.Constant(c)`` arguments.
+
+    Returns:
+        ``(grad, H v)``, both with the structure of ``x``.
+
+    Examples:
+        >>> import numpy as np
+        >>> import diffiface as di
+        >>> g, hv = di.gradient_and_hvp(lambda x: (x**3).sum(), di.AutoFiniteDifferences(),
+        ...                             np.array([1.0, 2.0]), np.array([1.0, 0.0]))
+        >>> hv.round(4)
+        array([6., 0.])
+    """
+    impl, combo, prob, xs, kinds, ctx = _enter2("gradient_and_hvp", f, backend, x, contexts, True)
+    g, hv = impl.gradient_and_hvp(prob, xs, _tangent(prob, impl, xs, v), ctx, combo)
+    return _like_x(impl, prob, g, kinds), _like_x(impl, prob, hv, kinds)
+
+
+def hvp(f: Callable, backend: Any, x: Any, v: Any, *contexts: Any) -> Any:
+    """The Hessian-vector product ``H(x) v`` of a scalar ``f``, with the structure of ``x``.
+
+    Same arguments as :func:`gradient_and_hvp`.
+
+    Examples:
+        >>> import numpy as np
+        >>> import diffiface as di
+        >>> di.hvp(lambda x: (x[0] * x[1]) ** 2, di.AutoFiniteDifferences(),
+        ...        np.array([1.0, 2.0]), np.array([0.0, 1.0])).round(4)
+        array([8., 2.])
+    """
+    impl, combo, prob, xs, kinds, ctx = _enter2("hvp", f, backend, x, contexts, True)
+    _, hv = impl.gradient_and_hvp(prob, xs, _tangent(prob, impl, xs, v), ctx, combo)
+    return _like_x(impl, prob, hv, kinds)
+
+
+def value_gradient_and_hessian(f: Callable, backend: Any, x: Any, *contexts: Any):
+    """The value, gradient and Hessian of a scalar ``f`` at one array ``x``.
+
+    The Hessian has shape ``x.shape + x.shape``; it is built from Hessian-vector
+    products over the basis, batched with vmap where the framework has it.
+
+    Args:
+        f: function ``f(x, *contexts)`` returning a 0-d array.
+        backend: a backend, or ``second_order(outer, inner)``.
+        x: one floating-point array (or a Python float).
+        *contexts: ``di.Constant(c)`` arguments.
+
+    Examples:
+        >>> import numpy as np
+        >>> import diffiface as di
+        >>> y, g, H = di.value_gradient_and_hessian(lambda x: x[0] ** 2 * x[1],
+        ...     di.AutoFiniteDifferences(), np.array([1.0, 3.0]))
+        >>> H.round(4)
+        array([[6., 2.],
+               [2., 0.]])
+    """
+    op = "value_gradient_and_hessian"
+    impl, combo, prob, xs, kinds, ctx = _enter2(op, f, backend, x, contexts, True)
+    if not prob.single:
+        raise _checks.not_single_array(op, backend, len(xs))
+    y, g, h = impl.value_gradient_and_hessian(prob, xs, ctx, combo)
+    k = _out_kind(kinds)
+    return _convert.back(impl, y, k), _like_x(impl, prob, g, kinds), _convert.back(impl, h, k)
+
+
+def hessian(f: Callable, backend: Any, x: Any, *contexts: Any) -> Any:
+    """The Hessian of a scalar ``f`` at one array ``x``, of shape ``x.shape + x.shape``.
+
+    Same arguments as :func:`value_gradient_and_hessian`.
+
+    Examples:
+        >>> import numpy as np
+        >>> import diffiface as di
+        >>> di.hessian(lambda x: (x**3).sum(), di.AutoFiniteDifferences(),
+        ...            np.array([1.0, 2.0])).round(4)
+        array([[ 6.,  0.],
+               [ 0., 12.]])
+    """
+    return value_gradient_and_hessian(f, backend, x, *contexts)[2]
+
+
+def value_derivative_and_second_derivative(f: Callable, backend: Any, x: Any, *contexts: Any):
+    """The value, first and second derivative of ``f`` at a scalar ``x`` (f of any shape).
+
+    Args:
+        f: function ``f(x, *contexts)`` returning an array.
+        backend: a backend (a SecondOrder uses its inner backend's framework).
+        x: a Python float or a 0-d floating-point array.
+        *contexts: ``di.Constant(c)`` arguments.
+
+    Examples:
+        >>> import diffiface as di
+        >>> y, d, d2 = di.value_derivative_and_second_derivative(
+        ...     lambda x: x**3, di.AutoFiniteDifferences(), 2.0)
+        >>> round(d2, 3)
+        12.0
+    """
+    op = "value_derivative_and_second_derivative"
+    impl, _, prob, xs, kinds, ctx = _enter2(op, f, backend, x, contexts, False)
+    if not prob.single or tuple(xs[0].shape) != ():
+        shape = tuple(xs[0].shape) if prob.single else (len(xs),)
+        raise _checks.not_scalar_input(op, backend, shape)
+    y, d, d2 = impl.value_derivative_and_second_derivative(prob, xs, ctx)
+    k = _out_kind(kinds)
+    return tuple(_convert.back(impl, a, k) for a in (y, d, d2))
+
+
+def second_derivative(f: Callable, backend: Any, x: Any, *contexts: Any) -> Any:
+    """The second derivative ``f''(x)`` at a scalar ``x``, shaped like ``f(x)``.
+
+    Same arguments as :func:`value_derivative_and_second_derivative`.
+
+    Examples:
+        >>> import numpy as np
+        >>> import diffiface as di
+        >>> round(di.second_derivative(np.sin, di.AutoFiniteDifferences(), 0.5), 4)
+        -0.4794
+    """
+    return value_derivative_and_second_derivative(f, backend, x, *contexts)[2]
+
+
+class _FiniteDifferencesOver:
+    """Finite differences (outer) over another backend's derivative (inner), on NumPy arrays.
+
+    It stands in for a backend implementation: array helpers come from the
+    finite-differences backend, derivatives of ``f`` from the public operators
+    on the inner backend.
+    """
+
+    def __init__(self, backend: SecondOrder, fd: Any, f: Callable, contexts: tuple):
+        self.backend, self.fd, self.inner = backend, fd, backend.inner
+        self.f, self.contexts = f, contexts
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.fd, name)
+
+    def _inner(self, prob, op: Callable, index: int) -> Problem:
+        """A NumPy problem x -> op(f, inner, x)[index] for the finite differences."""
+        f, inner, contexts = self.f, self.inner, self.contexts
+
+        def g(x, *_):
+            return np.asarray(op(f, inner, x, *contexts)[index])
+
+        return Problem(prob.op, self.backend, self.fd, g, prob.treedef, True, False)
+
+    def gradient_and_hvp(self, prob, xs, vs, ctx, combo):
+        if not prob.single:
+            raise _checks.not_single_array(prob.op, self.backend, len(xs))
+        g, hv = self.fd.value_and_jvp(self._inner(prob, value_and_gradient, 1), xs, vs, ())
+        return (g,), (hv,)
+
+    def value_gradient_and_hessian(self, prob, xs, ctx, combo):
+        y = self._inner(prob, value_and_gradient, 0).flat()(xs)
+        g, h = self.fd.value_and_jacobian(self._inner(prob, value_and_gradient, 1), xs, ())
+        return y, (g,), h
+
+    def value_derivative_and_second_derivative(self, prob, xs, ctx):
+        y = self._inner(prob, value_and_derivative, 0).flat()(xs)
+        dprob = self._inner(prob, value_and_derivative, 1)
+        d, d2 = self.fd.value_and_jvp(dprob, xs, (np.ones_like(xs[0]),), ())
+        return y, d, d2

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import importlib.util
+
 import numpy as np
+
+HAVE = {m: importlib.util.find_spec(m) is not None for m in ("jax", "torch", "autograd")}
 
 
 def xp(backend):

@@ -25,6 +25,8 @@ from ._backend_types import AutoJax as AutoJax
 from ._backend_types import AutoTorch as AutoTorch
 from ._backend_types import SecondOrder as SecondOrder
 from ._backend_types import second_order as second_order
+from ._batched import batched_jacobian as batched_jacobian
+from ._batched import value_and_batched_jacobian as value_and_batched_jacobian
 from ._checks import DiffifaceTypeError as DiffifaceTypeError
 from ._checks import DiffifaceValueError as DiffifaceValueError
 from ._checks import FrameworkMissingError as FrameworkMissingError
@@ -37,6 +39,7 @@ from ._second_order import (
     value_derivative_and_second_derivative as value_derivative_and_second_derivative,
 )
 from ._second_order import value_gradient_and_hessian as value_gradient_and_hessian
+from ._within import within_gradient as within_gradient
 
 __version__ = "0.1.0"
 
@@ -51,6 +54,7 @@ __all__ = [
     "DiffifaceValueError",
     "FrameworkMissingError",
     "SecondOrder",
+    "batched_jacobian",
     "derivative",
     "gradient",
     "gradient_and_hvp",
@@ -60,6 +64,7 @@ __all__ = [
     "jvp",
     "second_derivative",
     "second_order",
+    "value_and_batched_jacobian",
     "value_and_derivative",
     "value_and_gradient",
     "value_and_jacobian",
@@ -68,4 +73,5 @@ __all__ = [
     "value_derivative_and_second_derivative",
     "value_gradient_and_hessian",
     "vjp",
+    "within_gradient",
 ]

@@ -136,6 +136,47 @@ class BackendImpl:
         y, (cols,) = self._columns(prob, xs, ctx)
         return y, self.reshape(cols, tuple(y.shape) + tuple(x.shape))
 
+    def value_and_batched_jacobian(self, prob, xs: tuple, ctx: tuple):
+        """Per-sample Jacobians from jvps (or vjps) whose tangents repeat one basis
+        vector in every sample: n_in jvps or n_out vjps, never B times more."""
+        from ._batched import check_batch
+
+        (x,) = xs
+        b, n_in = x.shape[0], _size(x) // max(x.shape[0], 1)
+        if self.prefers_reverse_batched(prob, xs, ctx):
+            y, pb = self.value_and_pullback(prob, xs, ctx)
+            check_batch(prob, tuple(x.shape), tuple(y.shape))
+            n_out = _size(y) // b
+            rows = [pb(self._batched_basis(y, o))[0] for o in range(n_out)]
+            jac = self.stack(rows, 1) if rows else self.from_numpy(np.zeros((b, 0, *x.shape[1:])))
+            return y, self.reshape(jac, (*y.shape, *x.shape[1:]))
+        y, cols = None, []
+        for i in range(n_in):
+            y, t = self.value_and_jvp(prob, xs, (self._batched_basis(x, i),), ctx)
+            check_batch(prob, tuple(x.shape), tuple(t.shape))
+            cols.append(self.reshape(t, (b, -1)))
+        if y is None:
+            y = prob.flat()(xs, *ctx)
+        jac = self.stack(cols, -1)
+        return y, self.reshape(jac, (*y.shape, *x.shape[1:]))
+
+    def prefers_reverse_batched(self, prob, xs: tuple, ctx: tuple) -> bool:
+        if self.mode is not None:
+            return self.mode == "reverse"
+        if type(self).value_and_pullback is BackendImpl.value_and_pullback:
+            return False
+        if type(self).value_and_jvp is BackendImpl.value_and_jvp:
+            return True
+        (x,) = xs
+        return self.output_size(prob, xs, ctx) < _size(x)
+
+    def _batched_basis(self, like: Any, i: int) -> Any:
+        """Basis vector i of one sample, repeated for every sample of the batch."""
+        b = like.shape[0]
+        e = np.zeros((b, _size(like) // max(b, 1)), dtype=_np_dtype(like))
+        e[:, i] = 1
+        return self.cast(self.from_numpy(e.reshape(tuple(like.shape))), like)
+
     def prefers_reverse(self, prob, xs: tuple, ctx: tuple) -> bool:
         if self.mode is not None:
             return self.mode == "reverse"
@@ -167,6 +208,13 @@ class BackendImpl:
 
 def _size(a: Any) -> int:
     return math.prod(tuple(a.shape))
+
+
+def _np_dtype(a: Any) -> Any:
+    try:
+        return np.dtype(a.dtype)
+    except TypeError:  # a torch dtype
+        return np.float64
 
 
 def _dot(a: Any, b: Any) -> Any:

@@ -11,6 +11,7 @@ import numpy as np
 
 from .. import _checks
 from .._backend_types import AutoJax
+from .._batched import check_batch
 from .._cache import FunctionCache
 from .._fallbacks import BackendImpl
 from .._registry import register
@@ -145,6 +146,34 @@ class JaxImpl(BackendImpl):
 
     def jacobian(self, prob, xs, ctx):
         return self.value_and_jacobian(prob, xs, ctx, value=False)
+
+    def value_and_batched_jacobian(self, prob, xs, ctx):
+        mode = self.mode
+
+        def make(with_ctx):
+            def run(x, *dyn):
+                fn = with_ctx(dyn)
+                b, rest = x.shape[0], x.shape[1:]
+                out = jax.eval_shape(fn, x)
+                check_batch(prob, x.shape, out.shape)
+                n_in, n_out = x.size // max(b, 1), out.size // max(b, 1)
+                reverse = mode == "reverse" or (mode is None and n_out < n_in)
+                if reverse:  # n_out vjps, each one basis vector repeated over the batch
+                    y, pb = jax.vjp(fn, x)
+                    w = jnp.broadcast_to(jnp.eye(n_out, dtype=y.dtype)[:, None], (n_out, b, n_out))
+                    rows = jax.vmap(lambda w: pb(w.reshape(y.shape))[0])(w)
+                    jac = jnp.moveaxis(rows.reshape(n_out, b, n_in), 0, 1)
+                else:  # n_in jvps
+                    y, lin = jax.linearize(fn, x)
+                    v = jnp.broadcast_to(jnp.eye(n_in, dtype=x.dtype)[:, None], (n_in, b, n_in))
+                    cols = jax.vmap(lambda v: lin(v.reshape(x.shape)))(v)
+                    jac = jnp.moveaxis(cols.reshape(n_in, b, n_out), 0, 2)
+                return y, jac.reshape((*y.shape, *rest))
+
+            return run
+
+        run, dyn = self._compiled(prob, ("batched_jac", mode), ctx, make)
+        return _run(prob, run, xs[0], *dyn)
 
     # ---- second order ------------------------------------------------------------
     def gradient_and_hvp(self, prob, xs, vs, ctx, combo):

@@ -17,6 +17,7 @@ from torch._C._functorch import is_functorch_wrapped_tensor
 
 from .. import _checks
 from .._backend_types import AutoTorch
+from .._batched import check_batch
 from .._fallbacks import BackendImpl
 from .._registry import register
 from .._tree import flatten
@@ -129,6 +130,53 @@ class TorchImpl(BackendImpl):
             if j is None:
                 j = torch.zeros((m, *x.shape), dtype=x.dtype, device=x.device)
         return (y if outer else y.detach()), j.reshape((*y.shape, *x.shape))
+
+    def value_and_batched_jacobian(self, prob, xs, ctx):
+        fn = prob.flat()
+        (x,) = xs
+        b, rest = x.shape[0], tuple(x.shape[1:])
+        n_in = x.numel() // max(b, 1)
+        f1 = lambda x: fn((x,), *ctx)  # noqa: E731
+        reverse = self.mode == "reverse"
+        if self.mode is None:
+            reverse = self.output_size(prob, xs, ctx) < x.numel()
+        if not reverse:  # n_in jvps, one vmapped pass
+            eye = torch.eye(n_in, dtype=x.dtype, device=x.device)[:, None]
+            v = eye.expand(n_in, b, n_in).reshape((n_in, *x.shape))
+            y, cols = _call(
+                prob,
+                lambda: torch.func.vmap(
+                    lambda v: torch.func.jvp(f1, (x,), (v,)), out_dims=(None, 0)
+                )(v),
+            )
+            check_batch(prob, tuple(x.shape), tuple(y.shape))
+            jac = cols.reshape(n_in, b, -1).movedim(0, 2)
+            return y, jac.reshape((*y.shape, *rest))
+        if _functorch(xs, ctx):
+            y, pb = torch.func.vjp(f1, x)
+            check_batch(prob, tuple(x.shape), tuple(y.shape))
+            n_out = y.numel() // max(b, 1)
+            w = torch.eye(n_out, dtype=y.dtype, device=y.device)[:, None].expand(n_out, b, n_out)
+            rows = torch.func.vmap(lambda w: pb(w.reshape(y.shape))[0])(w)
+        else:
+            outer = _outer(xs, ctx)
+            xg, y = _forward(prob, fn, xs, ctx, outer)
+            outer = outer or _reaches_outside(y, xg)
+            check_batch(prob, tuple(x.shape), tuple(y.shape))
+            n_out = y.numel() // max(b, 1)
+            w = torch.eye(n_out, dtype=y.dtype, device=y.device)[:, None].expand(n_out, b, n_out)
+            w = w.reshape((n_out, *y.shape))
+            if y.requires_grad:
+                (rows,) = torch.autograd.grad(
+                    y, xg, w, is_grads_batched=True, allow_unused=True, create_graph=outer
+                )
+            else:
+                rows = None
+            if rows is None:
+                rows = torch.zeros((n_out, *x.shape), dtype=x.dtype, device=x.device)
+            y = y if outer else y.detach()
+        jac = rows.reshape(n_out, b, n_in).movedim(0, 1)
+        return y, jac.reshape((*y.shape, *rest))
 
     # ---- second order ------------------------------------------------------------
     def _plain(self, xs, ctx, combo) -> bool:

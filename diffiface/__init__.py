@@ -39,6 +39,7 @@ from ._second_order import (
     value_derivative_and_second_derivative as value_derivative_and_second_derivative,
 )
 from ._second_order import value_gradient_and_hessian as value_gradient_and_hessian
+from ._tangents import Tangents as Tangents
 from ._within import within_gradient as within_gradient
 
 __version__ = "0.1.0"
@@ -54,6 +55,7 @@ __all__ = [
     "DiffifaceValueError",
     "FrameworkMissingError",
     "SecondOrder",
+    "Tangents",
     "batched_jacobian",
     "derivative",
     "gradient",

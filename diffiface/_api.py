@@ -8,6 +8,7 @@ from typing import Any
 from . import _checks, _convert
 from ._problem import Problem
 from ._registry import implementation
+from ._tangents import Tangents
 from ._tree import flatten, unflatten
 
 
@@ -99,7 +100,8 @@ def value_and_jvp(f: Callable, backend: Any, x: Any, v: Any, *contexts: Any) -> 
         f: function ``f(x, *contexts)`` returning an array.
         backend: a backend instance.
         x: an array, a Python float, or a pytree of floating-point arrays.
-        v: the tangent: same structure, shapes and dtypes as ``x``.
+        v: the tangent: same structure, shapes and dtypes as ``x`` (or a
+            ``di.Tangents`` of several, giving a ``Tangents`` of results).
         *contexts: ``di.Constant(c)`` arguments.
 
     Returns:
@@ -113,12 +115,7 @@ def value_and_jvp(f: Callable, backend: Any, x: Any, v: Any, *contexts: Any) -> 
         >>> t.round(6)
         array([2., 0.])
     """
-    impl, prob, xs, kinds, ctx = _enter("value_and_jvp", f, backend, x, contexts)
-    vl, vtree = flatten(v)
-    vs = _convert.tangent(prob.op, impl, "v", xs, vl, vtree, prob.treedef)
-    y, t = impl.value_and_jvp(prob, xs, vs, ctx)
-    k = _out_kind(kinds)
-    return _convert.back(impl, y, k), _convert.back(impl, t, k)
+    return _jvp("value_and_jvp", f, backend, x, v, contexts)
 
 
 def jvp(f: Callable, backend: Any, x: Any, v: Any, *contexts: Any) -> Any:
@@ -133,20 +130,43 @@ def jvp(f: Callable, backend: Any, x: Any, v: Any, *contexts: Any) -> Any:
         ...        np.array([1.0, 2.0]), np.array([0.0, 1.0])).round(6)
         array([0., 1.])
     """
-    impl, prob, xs, kinds, ctx = _enter("jvp", f, backend, x, contexts)
-    vl, vtree = flatten(v)
-    vs = _convert.tangent(prob.op, impl, "v", xs, vl, vtree, prob.treedef)
-    _, t = impl.value_and_jvp(prob, xs, vs, ctx)
-    return _convert.back(impl, t, _out_kind(kinds))
+    return _jvp("jvp", f, backend, x, v, contexts)[1]
+
+
+def tangents_in(op: str, impl, prob: Problem, xs: tuple, v: Any) -> list:
+    """The native tangent leaves of each direction in ``v`` (one or a Tangents)."""
+    many = v if isinstance(v, Tangents) else (v,)
+    out = []
+    for one in many:
+        vl, vtree = flatten(one)
+        out.append(_convert.tangent(op, impl, "v", xs, vl, vtree, prob.treedef))
+    return out
+
+
+def _jvp(op: str, f, backend, x, v, contexts):
+    impl, prob, xs, kinds, ctx = _enter(op, f, backend, x, contexts)
+    k = _out_kind(kinds)
+    vss = tangents_in(op, impl, prob, xs, v)
+    if isinstance(v, Tangents):
+        y, ts = impl.value_and_jvps(prob, xs, vss, ctx)
+        return _convert.back(impl, y, k), Tangents(*(_convert.back(impl, t, k) for t in ts))
+    y, t = impl.value_and_jvp(prob, xs, vss[0], ctx)
+    return _convert.back(impl, y, k), _convert.back(impl, t, k)
 
 
 def _vjp(op: str, f, backend, x, w, contexts):
     impl, prob, xs, kinds, ctx = _enter(op, f, backend, x, contexts)
-    if not (isinstance(w, float) or hasattr(w, "shape")):
-        raise _checks.mismatch(op, backend, "w", "structure", "one array", type(w).__name__)
-    w = _convert.native_tangent(op, impl, "w", w)
-    y, gs = impl.value_and_vjp(prob, xs, w, ctx, _CheckW(op, impl))
-    return impl, prob, kinds, y, gs
+    ws = []
+    for one in w if isinstance(w, Tangents) else (w,):
+        if not (isinstance(one, float) or hasattr(one, "shape")):
+            got = type(one).__name__
+            raise _checks.mismatch(op, backend, "w", "structure", "one array", got)
+        ws.append(_convert.native_tangent(op, impl, "w", one))
+    if isinstance(w, Tangents):
+        y, gss = impl.value_and_vjps(prob, xs, ws, ctx, _CheckW(op, impl))
+        return impl, prob, kinds, y, Tangents(*(_like_x(impl, prob, g, kinds) for g in gss))
+    y, gs = impl.value_and_vjp(prob, xs, ws[0], ctx, _CheckW(op, impl))
+    return impl, prob, kinds, y, _like_x(impl, prob, gs, kinds)
 
 
 class _CheckW:
@@ -168,7 +188,8 @@ def value_and_vjp(f: Callable, backend: Any, x: Any, w: Any, *contexts: Any) -> 
         f: function ``f(x, *contexts)`` returning an array.
         backend: a backend instance.
         x: an array, a Python float, or a pytree of floating-point arrays.
-        w: the cotangent: an array with the shape and dtype of ``f(x)``.
+        w: the cotangent: an array with the shape and dtype of ``f(x)`` (or a
+            ``di.Tangents`` of several, giving a ``Tangents`` of results).
         *contexts: ``di.Constant(c)`` arguments.
 
     Returns:
@@ -182,8 +203,8 @@ def value_and_vjp(f: Callable, backend: Any, x: Any, w: Any, *contexts: Any) -> 
         >>> g.round(6)
         array([3., 3.])
     """
-    impl, prob, kinds, y, gs = _vjp("value_and_vjp", f, backend, x, w, contexts)
-    return _convert.back(impl, y, _out_kind(kinds)), _like_x(impl, prob, gs, kinds)
+    impl, _, kinds, y, g = _vjp("value_and_vjp", f, backend, x, w, contexts)
+    return _convert.back(impl, y, _out_kind(kinds)), g
 
 
 def vjp(f: Callable, backend: Any, x: Any, w: Any, *contexts: Any) -> Any:
@@ -198,8 +219,7 @@ def vjp(f: Callable, backend: Any, x: Any, w: Any, *contexts: Any) -> Any:
         ...        np.array([1.0, 2.0]), np.array([1.0, 0.0])).round(6)
         array([2., 0.])
     """
-    impl, prob, kinds, _, gs = _vjp("vjp", f, backend, x, w, contexts)
-    return _like_x(impl, prob, gs, kinds)
+    return _vjp("vjp", f, backend, x, w, contexts)[4]
 
 
 def value_and_jacobian(f: Callable, backend: Any, x: Any, *contexts: Any) -> tuple[Any, Any]:

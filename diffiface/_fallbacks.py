@@ -120,6 +120,19 @@ class BackendImpl:
         y, cols = self._columns(prob, xs, ctx)
         return y, tuple(self.reshape(c, tuple(x.shape)) for c, x in zip(cols, xs, strict=True))
 
+    # several directions (a backend with vmap overrides these with one pass)
+    def value_and_jvps(self, prob, xs: tuple, vss: list, ctx: tuple):
+        out = [self.value_and_jvp(prob, xs, vs, ctx) for vs in vss]
+        return out[0][0], [t for _, t in out]
+
+    def value_and_vjps(self, prob, xs: tuple, ws: list, ctx: tuple, check_w):
+        y, pb = self.value_and_pullback(prob, xs, ctx)
+        return y, [pb(check_w(y, w)) for w in ws]
+
+    def gradient_and_hvps(self, prob, xs: tuple, vss: list, ctx: tuple, combo):
+        out = [self.gradient_and_hvp(prob, xs, vs, ctx, combo) for vs in vss]
+        return out[0][0], [h for _, h in out]
+
     def gradient(self, prob, xs: tuple, ctx: tuple):
         return self.value_and_gradient(prob, xs, ctx)[1]
 

@@ -18,13 +18,14 @@ from ._api import (
     _enter_impl,
     _like_x,
     _out_kind,
+    tangents_in,
     value_and_derivative,
     value_and_gradient,
 )
 from ._backend_types import AutoFiniteDifferences, SecondOrder
 from ._problem import Problem
 from ._registry import implementation
-from ._tree import flatten
+from ._tangents import Tangents
 
 
 def _enter2(op: str, f: Callable, backend: Any, x: Any, contexts: tuple, scalar: bool):
@@ -48,9 +49,15 @@ def _enter2(op: str, f: Callable, backend: Any, x: Any, contexts: tuple, scalar:
     return impl, combo, *_enter_impl(op, f, backend, impl, x, contexts, scalar)[1:]
 
 
-def _tangent(prob, impl, xs, v):
-    vl, vtree = flatten(v)
-    return _convert.tangent(prob.op, impl, "v", xs, vl, vtree, prob.treedef)
+def _hvp(op: str, f, backend, x, v, contexts):
+    impl, combo, prob, xs, kinds, ctx = _enter2(op, f, backend, x, contexts, True)
+    vss = tangents_in(op, impl, prob, xs, v)
+    if isinstance(v, Tangents):
+        g, hvs = impl.gradient_and_hvps(prob, xs, vss, ctx, combo)
+        many = Tangents(*(_like_x(impl, prob, hv, kinds) for hv in hvs))
+        return _like_x(impl, prob, g, kinds), many
+    g, hv = impl.gradient_and_hvp(prob, xs, vss[0], ctx, combo)
+    return _like_x(impl, prob, g, kinds), _like_x(impl, prob, hv, kinds)
 
 
 def gradient_and_hvp(f: Callable, backend: Any, x: Any, v: Any, *contexts: Any):
@@ -60,7 +67,7 @@ def gradient_and_hvp(f: Callable, backend: Any, x: Any, v: Any, *contexts: Any):
         f: function ``f(x, *contexts)`` returning a 0-d array.
         backend: a backend, or ``second_order(outer, inner)``.
         x: an array, a Python float, or a pytree of floating-point arrays.
-        v: the direction, like ``x``.
+        v: the direction, like ``x`` (or a ``di.Tangents`` of several).
         *contexts: ``di.Constant(c)`` arguments.
 
     Returns:
@@ -74,9 +81,7 @@ def gradient_and_hvp(f: Callable, backend: Any, x: Any, v: Any, *contexts: Any):
         >>> hv.round(4)
         array([6., 0.])
     """
-    impl, combo, prob, xs, kinds, ctx = _enter2("gradient_and_hvp", f, backend, x, contexts, True)
-    g, hv = impl.gradient_and_hvp(prob, xs, _tangent(prob, impl, xs, v), ctx, combo)
-    return _like_x(impl, prob, g, kinds), _like_x(impl, prob, hv, kinds)
+    return _hvp("gradient_and_hvp", f, backend, x, v, contexts)
 
 
 def hvp(f: Callable, backend: Any, x: Any, v: Any, *contexts: Any) -> Any:
@@ -91,9 +96,7 @@ def hvp(f: Callable, backend: Any, x: Any, v: Any, *contexts: Any) -> Any:
         ...        np.array([1.0, 2.0]), np.array([0.0, 1.0])).round(4)
         array([8., 2.])
     """
-    impl, combo, prob, xs, kinds, ctx = _enter2("hvp", f, backend, x, contexts, True)
-    _, hv = impl.gradient_and_hvp(prob, xs, _tangent(prob, impl, xs, v), ctx, combo)
-    return _like_x(impl, prob, hv, kinds)
+    return _hvp("hvp", f, backend, x, v, contexts)[1]
 
 
 def value_gradient_and_hessian(f: Callable, backend: Any, x: Any, *contexts: Any):
@@ -211,6 +214,10 @@ class _FiniteDifferencesOver:
             raise _checks.not_single_array(prob.op, self.backend, len(xs))
         g, hv = self.fd.value_and_jvp(self._inner(prob, value_and_gradient, 1), xs, vs, ())
         return (g,), (hv,)
+
+    def gradient_and_hvps(self, prob, xs, vss, ctx, combo):
+        out = [self.gradient_and_hvp(prob, xs, vs, ctx, combo) for vs in vss]
+        return out[0][0], [h for _, h in out]
 
     def value_gradient_and_hessian(self, prob, xs, ctx, combo):
         y = self._inner(prob, value_and_gradient, 0).flat()(xs)

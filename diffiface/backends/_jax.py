@@ -119,6 +119,58 @@ class JaxImpl(BackendImpl):
         y, g = _run(prob, run, _arg(prob, xs), w, *dyn)
         return y, _tuple(prob, g)
 
+    # several directions: one vmapped pass
+    def value_and_jvps(self, prob, xs, vss, ctx):
+        def make(with_ctx):
+            def run(x, vs, *dyn):
+                y, lin = jax.linearize(with_ctx(dyn), x)
+                return y, jax.vmap(lin)(vs)
+
+            return run
+
+        run, dyn = self._compiled(prob, ("jvps",), ctx, make)
+        y, ts = _run(prob, run, _arg(prob, xs), _stack(prob, vss), *dyn)
+        return y, [ts[i] for i in range(len(vss))]
+
+    def value_and_vjps(self, prob, xs, ws, ctx, check_w):
+        loose = all(isinstance(w, float) for w in ws)
+        ws = [jnp.asarray(w) if isinstance(w, float) else w for w in ws]
+        for w in ws[1:]:
+            check_w(ws[0], w)  # every cotangent like the first; the first like f(x) below
+
+        def make(with_ctx):
+            def run(x, ws, *dyn):
+                y, pb = jax.vjp(with_ctx(dyn), x)
+
+                def one(w):
+                    return pb(check_w(y, w.astype(y.dtype) if loose else w))[0]
+
+                return y, jax.vmap(one)(ws)
+
+            return run
+
+        run, dyn = self._compiled(prob, ("vjps", loose), ctx, make)
+        y, gs = _run(prob, run, _arg(prob, xs), jnp.stack(ws), *dyn)
+        return y, _unstack(prob, gs, len(ws))
+
+    def gradient_and_hvps(self, prob, xs, vss, ctx, combo):
+        outer, inner = combo or ("forward", "reverse")
+
+        def make(with_ctx):
+            def run(x, vs, *dyn):
+                gf = _grad_fn(with_ctx(dyn), inner)
+                if outer == "reverse":
+                    g, pb = jax.vjp(gf, x)
+                    return g, jax.vmap(lambda v: pb(v)[0])(vs)
+                g, lin = jax.linearize(gf, x)
+                return g, jax.vmap(lin)(vs)
+
+            return run
+
+        run, dyn = self._compiled(prob, ("hvps", outer, inner), ctx, make)
+        g, hvs = _run(prob, run, _arg(prob, xs), _stack(prob, vss), *dyn)
+        return _tuple(prob, g), _unstack(prob, hvs, len(vss))
+
     def value_and_pullback(self, prob, xs, ctx):
         fn = prob.flat()
         y, pb = jax.vjp(lambda xs: fn(xs, *ctx), xs)
@@ -238,6 +290,20 @@ def _grad_fn(fn, inner: str):
 
 def _arg(prob, xs: tuple):
     return xs[0] if prob.single else xs
+
+
+def _stack(prob, vss: list):
+    """Directions stacked on a new leading axis (leaf by leaf for a pytree)."""
+    if prob.single:
+        return jnp.stack([vs[0] for vs in vss])
+    return tuple(jnp.stack(leaves) for leaves in zip(*vss, strict=True))
+
+
+def _unstack(prob, stacked, n: int) -> list:
+    """The i-th result of a vmapped pass, as a tuple of leaves."""
+    if prob.single:
+        return [(stacked[i],) for i in range(n)]
+    return [tuple(leaf[i] for leaf in stacked) for i in range(n)]
 
 
 def _tuple(prob, g):

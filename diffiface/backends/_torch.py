@@ -101,6 +101,38 @@ class TorchImpl(BackendImpl):
         y, t = _call(prob, lambda: torch.func.jvp(lambda xs: fn(xs, *ctx), (xs,), (vs,)))
         return y, t
 
+    # several directions: one vmapped (or batched-backward) pass
+    def value_and_jvps(self, prob, xs, vss, ctx):
+        fn = prob.flat()
+        stacked = tuple(torch.stack(leaves) for leaves in zip(*vss, strict=True))
+
+        def one(vs):
+            return torch.func.jvp(lambda xs: fn(xs, *ctx), (xs,), (vs,))
+
+        y, ts = _call(prob, lambda: torch.func.vmap(one, out_dims=(None, 0))(stacked))
+        return y, list(ts.unbind(0))
+
+    def value_and_vjps(self, prob, xs, ws, ctx, check_w):
+        if _functorch(xs, ctx):
+            return super().value_and_vjps(prob, xs, ws, ctx, check_w)
+        fn = prob.flat()
+        outer = _outer(xs, ctx)
+        xg, y = _forward(prob, fn, xs, ctx, outer)
+        outer = outer or _reaches_outside(y, xg)
+        w = torch.stack([check_w(y, w) for w in ws])
+        n = len(ws)
+        if y.requires_grad:
+            gs = torch.autograd.grad(
+                y, xg, w, is_grads_batched=True, allow_unused=True, create_graph=outer
+            )
+        else:
+            gs = (None,) * len(xg)
+        gs = [
+            torch.zeros((n, *x.shape), dtype=x.dtype, device=x.device) if g is None else g
+            for g, x in zip(gs, xg, strict=True)
+        ]
+        return (y if outer else y.detach()), [tuple(g[i] for g in gs) for i in range(n)]
+
     def value_and_jacobian(self, prob, xs, ctx):
         fn = prob.flat()
         (x,) = xs
@@ -203,6 +235,28 @@ class TorchImpl(BackendImpl):
             g, pb = _call(prob, lambda: torch.func.vjp(gf, xs))
             return g, pb(vs)[0]
         return _call(prob, lambda: torch.func.jvp(gf, (xs,), (vs,)))
+
+    def gradient_and_hvps(self, prob, xs, vss, ctx, combo):
+        if not self._plain(xs, ctx, combo):
+            return super().gradient_and_hvps(prob, xs, vss, ctx, combo)
+        fn = prob.flat()
+        n = len(vss)
+        xg = tuple(x.detach().requires_grad_() for x in xs)
+        with torch.enable_grad():
+            y = _call(prob, lambda: fn(xg, *ctx))
+            gs = _grads(y, xg, None, True, True)
+            used = [k for k, g in enumerate(gs) if g.requires_grad]
+            hv = [None] * len(xs)
+            if used:
+                vs = [torch.stack([vs[k] for vs in vss]) for k in used]
+                hv = torch.autograd.grad(
+                    [gs[k] for k in used], xg, vs, is_grads_batched=True, allow_unused=True
+                )
+        hv = [
+            torch.zeros((n, *x.shape), dtype=x.dtype, device=x.device) if h is None else h
+            for h, x in zip(hv, xs, strict=True)
+        ]
+        return tuple(g.detach() for g in gs), [tuple(h[i] for h in hv) for i in range(n)]
 
     def value_gradient_and_hessian(self, prob, xs, ctx, combo):
         fn = prob.flat()

@@ -49,6 +49,7 @@ def main(sizes=(10, 10_000)):
     for n in sizes:
         gradients(n)
     jacobians()
+    second_order()
 
 
 def gradients(n):
@@ -105,6 +106,51 @@ def jacobians():
         "jax jacobian 1000->10 (auto)",
         lambda: jr(xj).block_until_ready(),
         lambda: di.jacobian(fj, di.AutoJax(), xj).block_until_ready(),
+        300,
+    )
+
+
+def second_order(n=1000):
+    """hvp and hessian against the frameworks' own formulations."""
+    import jax
+    import jax.numpy as jnp
+    import torch
+
+    x32 = np.linspace(-1, 1, n, dtype=np.float32)
+    v32 = np.ones(n, dtype=np.float32)
+
+    fj = lambda x: (jnp.sin(x) * x**2).sum()  # noqa: E731
+    xj, vj = jnp.asarray(x32), jnp.asarray(v32)
+    hvp_j = jax.jit(lambda x, v: jax.jvp(jax.grad(fj), (x,), (v,))[1])
+    row(
+        f"jax hvp n={n}",
+        lambda: hvp_j(xj, vj).block_until_ready(),
+        lambda: di.hvp(fj, di.AutoJax(), xj, vj).block_until_ready(),
+        500,
+    )
+    hj = jax.jit(jax.hessian(fj))
+    xs = xj[:100]
+    row(
+        "jax hessian n=100",
+        lambda: hj(xs).block_until_ready(),
+        lambda: di.hessian(fj, di.AutoJax(), xs).block_until_ready(),
+        300,
+    )
+
+    ft = lambda x: (torch.sin(x) * x**2).sum()  # noqa: E731
+    xt, vt = torch.from_numpy(x32.copy()), torch.from_numpy(v32.copy())
+
+    def native_hvp():
+        xg = xt.detach().requires_grad_()
+        (g,) = torch.autograd.grad(ft(xg), xg, create_graph=True)
+        return torch.autograd.grad(g, xg, vt)[0]
+
+    row(f"torch hvp n={n}", native_hvp, lambda: di.hvp(ft, di.AutoTorch(), xt, vt), 500)
+    xs = xt[:100]
+    row(
+        "torch hessian n=100",
+        lambda: torch.func.hessian(ft)(xs),
+        lambda: di.hessian(ft, di.AutoTorch(), xs),
         300,
     )
 

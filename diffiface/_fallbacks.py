@@ -133,6 +133,9 @@ class BackendImpl:
         out = [self.gradient_and_hvp(prob, xs, vs, ctx, combo) for vs in vss]
         return out[0][0], [h for _, h in out]
 
+    def hessian(self, prob, xs: tuple, ctx: tuple, combo):
+        return self.value_gradient_and_hessian(prob, xs, ctx, combo)[2]
+
     def gradient(self, prob, xs: tuple, ctx: tuple):
         return self.value_and_gradient(prob, xs, ctx)[1]
 

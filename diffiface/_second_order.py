@@ -142,7 +142,10 @@ def hessian(f: Callable, backend: Any, x: Any, *contexts: Any) -> Any:
         array([[ 6.,  0.],
                [ 0., 12.]])
     """
-    return value_gradient_and_hessian(f, backend, x, *contexts)[2]
+    impl, combo, prob, xs, kinds, ctx = _enter2("hessian", f, backend, x, contexts, True)
+    if not prob.single:
+        raise _checks.not_single_array("hessian", backend, len(xs))
+    return _convert.back(impl, impl.hessian(prob, xs, ctx, combo), _out_kind(kinds))
 
 
 def value_derivative_and_second_derivative(f: Callable, backend: Any, x: Any, *contexts: Any):
@@ -218,6 +221,9 @@ class _FiniteDifferencesOver:
     def gradient_and_hvps(self, prob, xs, vss, ctx, combo):
         out = [self.gradient_and_hvp(prob, xs, vs, ctx, combo) for vs in vss]
         return out[0][0], [h for _, h in out]
+
+    def hessian(self, prob, xs, ctx, combo):
+        return self.value_gradient_and_hessian(prob, xs, ctx, combo)[2]
 
     def value_gradient_and_hessian(self, prob, xs, ctx, combo):
         y = self._inner(prob, value_and_gradient, 0).flat()(xs)

@@ -221,5 +221,5 @@ def test_second_order_errors(backend):
         di.hvp(rosenbrock, backend, np.ones(3), np.ones(2))
     with pytest.raises(ValueError, match="x must be a scalar"):
         di.second_derivative(lambda x: x * 2, backend, np.ones(3))
-    with pytest.raises(TypeError, match="single array for value_gradient_and_hessian"):
+    with pytest.raises(TypeError, match="single array for hessian"):
         di.hessian(lambda t: (t[0] * t[1]).sum(), backend, (np.ones(2), np.ones(2)))

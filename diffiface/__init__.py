@@ -31,6 +31,17 @@ from ._checks import DiffifaceTypeError as DiffifaceTypeError
 from ._checks import DiffifaceValueError as DiffifaceValueError
 from ._checks import FrameworkMissingError as FrameworkMissingError
 from ._contexts import Constant as Constant
+from ._prep import MismatchError as MismatchError
+from ._prep import Prep as Prep
+from ._prepare import prepare_batched_jacobian as prepare_batched_jacobian
+from ._prepare import prepare_derivative as prepare_derivative
+from ._prepare import prepare_gradient as prepare_gradient
+from ._prepare import prepare_hessian as prepare_hessian
+from ._prepare import prepare_hvp as prepare_hvp
+from ._prepare import prepare_jacobian as prepare_jacobian
+from ._prepare import prepare_jvp as prepare_jvp
+from ._prepare import prepare_second_derivative as prepare_second_derivative
+from ._prepare import prepare_vjp as prepare_vjp
 from ._second_order import gradient_and_hvp as gradient_and_hvp
 from ._second_order import hessian as hessian
 from ._second_order import hvp as hvp
@@ -54,6 +65,8 @@ __all__ = [
     "DiffifaceTypeError",
     "DiffifaceValueError",
     "FrameworkMissingError",
+    "MismatchError",
+    "Prep",
     "SecondOrder",
     "Tangents",
     "batched_jacobian",
@@ -64,6 +77,15 @@ __all__ = [
     "hvp",
     "jacobian",
     "jvp",
+    "prepare_batched_jacobian",
+    "prepare_derivative",
+    "prepare_gradient",
+    "prepare_hessian",
+    "prepare_hvp",
+    "prepare_jacobian",
+    "prepare_jvp",
+    "prepare_second_derivative",
+    "prepare_vjp",
     "second_derivative",
     "second_order",
     "value_and_batched_jacobian",

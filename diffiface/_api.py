@@ -6,13 +6,17 @@ from collections.abc import Callable
 from typing import Any
 
 from . import _checks, _convert
+from ._fallbacks import SLOW
+from ._prep import Prep
 from ._problem import Problem
 from ._registry import implementation
 from ._tangents import Tangents
 from ._tree import flatten, unflatten
 
 
-def _enter(op: str, f: Callable, backend: Any, x: Any, contexts: tuple, scalar: bool = False):
+def _enter(op, f, backend, x, contexts, scalar=False, prep=None, t=None):
+    if prep is not None:
+        return _prepared(prep).enter(op, f, backend, x, contexts, t)
     _checks.check_backend(op, f, backend)
     return _enter_impl(op, f, backend, implementation(backend), x, contexts, scalar)
 
@@ -31,7 +35,16 @@ def _enter_impl(op, f, backend, impl, x, contexts, scalar):
 
 
 _ONE_NATIVE = (_convert.NATIVE,)
+_VG = "value_and_gradient"
 _LEAF = flatten(0.0)[1]
+
+
+def _prepared(prep: Any) -> Prep:
+    if not isinstance(prep, Prep):
+        raise _checks.DiffifaceTypeError(
+            f"prep must come from a di.prepare_<operator>(...) call, got {type(prep).__name__}."
+        )
+    return prep
 
 
 def _out_kind(kinds: tuple) -> int:
@@ -46,7 +59,9 @@ def _like_x(impl, prob: Problem, gs: tuple, kinds: tuple) -> Any:
     return gs[0] if prob.single else unflatten(prob.treedef, gs)
 
 
-def value_and_gradient(f: Callable, backend: Any, x: Any, *contexts: Any) -> tuple[Any, Any]:
+def value_and_gradient(
+    f: Callable, backend: Any, x: Any, *contexts: Any, prep: Any = None
+) -> tuple[Any, Any]:
     """The value ``f(x)`` and the gradient of a scalar ``f`` with respect to ``x``.
 
     Args:
@@ -55,6 +70,7 @@ def value_and_gradient(f: Callable, backend: Any, x: Any, *contexts: Any) -> tup
         x: an array, a Python float, or a pytree (dict, list, tuple, namedtuple)
             of floating-point arrays.
         *contexts: ``di.Constant(c)`` arguments passed to ``f`` after ``x``.
+        prep: the result of ``prepare_gradient`` for these arguments (optional).
 
     Returns:
         ``(f(x), grad)``, where ``grad`` has the structure, shapes and dtypes of ``x``.
@@ -71,12 +87,16 @@ def value_and_gradient(f: Callable, backend: Any, x: Any, *contexts: Any) -> tup
         >>> float(y), g.round(6)
         (5.0, array([2., 4.]))
     """
-    impl, prob, xs, kinds, ctx = _enter("value_and_gradient", f, backend, x, contexts, True)
+    if prep is not None and (run := _prepared(prep).direct(_VG, f, backend, x, contexts)):
+        out = run(x)
+        if out is not SLOW:
+            return out
+    impl, prob, xs, kinds, ctx = _enter("value_and_gradient", f, backend, x, contexts, True, prep)
     y, gs = impl.value_and_gradient(prob, xs, ctx)
     return _convert.back(impl, y, _out_kind(kinds)), _like_x(impl, prob, gs, kinds)
 
 
-def gradient(f: Callable, backend: Any, x: Any, *contexts: Any) -> Any:
+def gradient(f: Callable, backend: Any, x: Any, *contexts: Any, prep: Any = None) -> Any:
     """The gradient of a scalar ``f`` with respect to ``x``, shaped like ``x``.
 
     Same arguments as :func:`value_and_gradient`.
@@ -88,12 +108,18 @@ def gradient(f: Callable, backend: Any, x: Any, *contexts: Any) -> Any:
         ...             np.array([1.0, 2.0])).round(5)
         array([ 3., 12.])
     """
-    impl, prob, xs, kinds, ctx = _enter("gradient", f, backend, x, contexts, True)
+    if prep is not None and (run := _prepared(prep).direct("gradient", f, backend, x, contexts)):
+        out = run(x)
+        if out is not SLOW:
+            return out
+    impl, prob, xs, kinds, ctx = _enter("gradient", f, backend, x, contexts, True, prep)
     gs = impl.gradient(prob, xs, ctx)
     return _like_x(impl, prob, gs, kinds)
 
 
-def value_and_jvp(f: Callable, backend: Any, x: Any, v: Any, *contexts: Any) -> tuple[Any, Any]:
+def value_and_jvp(
+    f: Callable, backend: Any, x: Any, v: Any, *contexts: Any, prep: Any = None
+) -> tuple[Any, Any]:
     """The value ``f(x)`` and the Jacobian-vector product ``J(x) v``.
 
     Args:
@@ -103,6 +129,7 @@ def value_and_jvp(f: Callable, backend: Any, x: Any, v: Any, *contexts: Any) -> 
         v: the tangent: same structure, shapes and dtypes as ``x`` (or a
             ``di.Tangents`` of several, giving a ``Tangents`` of results).
         *contexts: ``di.Constant(c)`` arguments.
+        prep: a preparation from the matching ``prepare_*`` function (optional).
 
     Returns:
         ``(f(x), J v)``, both shaped like ``f(x)``.
@@ -115,10 +142,10 @@ def value_and_jvp(f: Callable, backend: Any, x: Any, v: Any, *contexts: Any) -> 
         >>> t.round(6)
         array([2., 0.])
     """
-    return _jvp("value_and_jvp", f, backend, x, v, contexts)
+    return _jvp("value_and_jvp", f, backend, x, v, contexts, prep)
 
 
-def jvp(f: Callable, backend: Any, x: Any, v: Any, *contexts: Any) -> Any:
+def jvp(f: Callable, backend: Any, x: Any, v: Any, *contexts: Any, prep: Any = None) -> Any:
     """The Jacobian-vector product ``J(x) v``, shaped like ``f(x)``.
 
     Same arguments as :func:`value_and_jvp`.
@@ -130,7 +157,7 @@ def jvp(f: Callable, backend: Any, x: Any, v: Any, *contexts: Any) -> Any:
         ...        np.array([1.0, 2.0]), np.array([0.0, 1.0])).round(6)
         array([0., 1.])
     """
-    return _jvp("jvp", f, backend, x, v, contexts)[1]
+    return _jvp("jvp", f, backend, x, v, contexts, prep)[1]
 
 
 def tangents_in(op: str, impl, prob: Problem, xs: tuple, v: Any) -> list:
@@ -147,8 +174,8 @@ def tangents_in(op: str, impl, prob: Problem, xs: tuple, v: Any) -> list:
     return out
 
 
-def _jvp(op: str, f, backend, x, v, contexts):
-    impl, prob, xs, kinds, ctx = _enter(op, f, backend, x, contexts)
+def _jvp(op: str, f, backend, x, v, contexts, prep):
+    impl, prob, xs, kinds, ctx = _enter(op, f, backend, x, contexts, prep=prep, t=v)
     k = _out_kind(kinds)
     vss = tangents_in(op, impl, prob, xs, v)
     if isinstance(v, Tangents):
@@ -158,8 +185,8 @@ def _jvp(op: str, f, backend, x, v, contexts):
     return _convert.back(impl, y, k), _convert.back(impl, t, k)
 
 
-def _vjp(op: str, f, backend, x, w, contexts):
-    impl, prob, xs, kinds, ctx = _enter(op, f, backend, x, contexts)
+def _vjp(op: str, f, backend, x, w, contexts, prep):
+    impl, prob, xs, kinds, ctx = _enter(op, f, backend, x, contexts, prep=prep, t=w)
     ws = []
     for one in w if isinstance(w, Tangents) else (w,):
         if not (isinstance(one, float) or hasattr(one, "shape")):
@@ -185,7 +212,9 @@ class _CheckW:
         return _convert.match(self.op, self.impl, "w", w, y)
 
 
-def value_and_vjp(f: Callable, backend: Any, x: Any, w: Any, *contexts: Any) -> tuple[Any, Any]:
+def value_and_vjp(
+    f: Callable, backend: Any, x: Any, w: Any, *contexts: Any, prep: Any = None
+) -> tuple[Any, Any]:
     """The value ``f(x)`` and the vector-Jacobian product ``wᵀ J(x)``.
 
     Args:
@@ -195,6 +224,7 @@ def value_and_vjp(f: Callable, backend: Any, x: Any, w: Any, *contexts: Any) -> 
         w: the cotangent: an array with the shape and dtype of ``f(x)`` (or a
             ``di.Tangents`` of several, giving a ``Tangents`` of results).
         *contexts: ``di.Constant(c)`` arguments.
+        prep: a preparation from the matching ``prepare_*`` function (optional).
 
     Returns:
         ``(f(x), wᵀ J)``, the second with the structure of ``x``.
@@ -207,11 +237,11 @@ def value_and_vjp(f: Callable, backend: Any, x: Any, w: Any, *contexts: Any) -> 
         >>> g.round(6)
         array([3., 3.])
     """
-    impl, _, kinds, y, g = _vjp("value_and_vjp", f, backend, x, w, contexts)
+    impl, _, kinds, y, g = _vjp("value_and_vjp", f, backend, x, w, contexts, prep)
     return _convert.back(impl, y, _out_kind(kinds)), g
 
 
-def vjp(f: Callable, backend: Any, x: Any, w: Any, *contexts: Any) -> Any:
+def vjp(f: Callable, backend: Any, x: Any, w: Any, *contexts: Any, prep: Any = None) -> Any:
     """The vector-Jacobian product ``wᵀ J(x)``, with the structure of ``x``.
 
     Same arguments as :func:`value_and_vjp`.
@@ -223,10 +253,12 @@ def vjp(f: Callable, backend: Any, x: Any, w: Any, *contexts: Any) -> Any:
         ...        np.array([1.0, 2.0]), np.array([1.0, 0.0])).round(6)
         array([2., 0.])
     """
-    return _vjp("vjp", f, backend, x, w, contexts)[4]
+    return _vjp("vjp", f, backend, x, w, contexts, prep)[4]
 
 
-def value_and_jacobian(f: Callable, backend: Any, x: Any, *contexts: Any) -> tuple[Any, Any]:
+def value_and_jacobian(
+    f: Callable, backend: Any, x: Any, *contexts: Any, prep: Any = None
+) -> tuple[Any, Any]:
     """The value ``f(x)`` and the Jacobian, of shape ``f(x).shape + x.shape``.
 
     The direction follows the backend's ``mode``; with ``mode=None`` it is
@@ -237,6 +269,7 @@ def value_and_jacobian(f: Callable, backend: Any, x: Any, *contexts: Any) -> tup
         backend: a backend instance.
         x: one floating-point array (or a Python float).
         *contexts: ``di.Constant(c)`` arguments.
+        prep: a preparation from the matching ``prepare_*`` function (optional).
 
     Examples:
         >>> import numpy as np
@@ -247,7 +280,7 @@ def value_and_jacobian(f: Callable, backend: Any, x: Any, *contexts: Any) -> tup
         array([[0., 2.],
                [2., 0.]])
     """
-    impl, prob, xs, kinds, ctx = _enter("value_and_jacobian", f, backend, x, contexts)
+    impl, prob, xs, kinds, ctx = _enter("value_and_jacobian", f, backend, x, contexts, prep=prep)
     if not prob.single:
         raise _checks.not_single_array(prob.op, backend, len(xs))
     y, jac = impl.value_and_jacobian(prob, xs, ctx)
@@ -255,7 +288,7 @@ def value_and_jacobian(f: Callable, backend: Any, x: Any, *contexts: Any) -> tup
     return _convert.back(impl, y, k), _convert.back(impl, jac, k)
 
 
-def jacobian(f: Callable, backend: Any, x: Any, *contexts: Any) -> Any:
+def jacobian(f: Callable, backend: Any, x: Any, *contexts: Any, prep: Any = None) -> Any:
     """The Jacobian of ``f`` at ``x``, of shape ``f(x).shape + x.shape``.
 
     Same arguments as :func:`value_and_jacobian`.
@@ -267,14 +300,16 @@ def jacobian(f: Callable, backend: Any, x: Any, *contexts: Any) -> Any:
         array([[2., 0.],
                [0., 4.]])
     """
-    impl, prob, xs, kinds, ctx = _enter("jacobian", f, backend, x, contexts)
+    impl, prob, xs, kinds, ctx = _enter("jacobian", f, backend, x, contexts, prep=prep)
     if not prob.single:
         raise _checks.not_single_array(prob.op, backend, len(xs))
     jac = impl.jacobian(prob, xs, ctx)
     return _convert.back(impl, jac, _out_kind(kinds))
 
 
-def value_and_derivative(f: Callable, backend: Any, x: Any, *contexts: Any) -> tuple[Any, Any]:
+def value_and_derivative(
+    f: Callable, backend: Any, x: Any, *contexts: Any, prep: Any = None
+) -> tuple[Any, Any]:
     """The value ``f(x)`` and the derivative ``f'(x)`` for a scalar ``x``.
 
     Args:
@@ -282,6 +317,7 @@ def value_and_derivative(f: Callable, backend: Any, x: Any, *contexts: Any) -> t
         backend: a backend instance.
         x: a Python float or a 0-d floating-point array.
         *contexts: ``di.Constant(c)`` arguments.
+        prep: a preparation from the matching ``prepare_*`` function (optional).
 
     Returns:
         ``(f(x), f'(x))``, both shaped like ``f(x)``.
@@ -292,11 +328,11 @@ def value_and_derivative(f: Callable, backend: Any, x: Any, *contexts: Any) -> t
         >>> round(y, 6), round(d, 5)
         (8.0, 12.0)
     """
-    impl, prob, xs, kinds, ctx = _enter("value_and_derivative", f, backend, x, contexts)
+    impl, prob, xs, kinds, ctx = _enter("value_and_derivative", f, backend, x, contexts, prep=prep)
     return _derivative(impl, prob, xs, kinds, ctx)
 
 
-def derivative(f: Callable, backend: Any, x: Any, *contexts: Any) -> Any:
+def derivative(f: Callable, backend: Any, x: Any, *contexts: Any, prep: Any = None) -> Any:
     """The derivative ``f'(x)`` for a scalar ``x``, shaped like ``f(x)``.
 
     Same arguments as :func:`value_and_derivative`.
@@ -307,7 +343,7 @@ def derivative(f: Callable, backend: Any, x: Any, *contexts: Any) -> Any:
         >>> round(di.derivative(np.sin, di.AutoFiniteDifferences(), 0.0), 6)
         1.0
     """
-    impl, prob, xs, kinds, ctx = _enter("derivative", f, backend, x, contexts)
+    impl, prob, xs, kinds, ctx = _enter("derivative", f, backend, x, contexts, prep=prep)
     return _derivative(impl, prob, xs, kinds, ctx)[1]
 
 

@@ -9,7 +9,7 @@ from . import _checks, _convert
 from ._api import _enter, _out_kind
 
 
-def value_and_batched_jacobian(f: Callable, backend: Any, x: Any, *contexts: Any):
+def value_and_batched_jacobian(f: Callable, backend: Any, x: Any, *contexts: Any, prep: Any = None):
     """The value ``f(x)`` and the per-sample Jacobians, of shape ``(B, *out, *in)``.
 
     ``f`` maps a batch ``x`` of shape ``(B, *in)`` to ``(B, *out)``, sample by
@@ -28,6 +28,7 @@ def value_and_batched_jacobian(f: Callable, backend: Any, x: Any, *contexts: Any
         backend: a backend instance.
         x: one floating-point array with a batch axis first (ndim >= 1).
         *contexts: ``di.Constant(c)`` arguments.
+        prep: a preparation from the matching ``prepare_*`` function (optional).
 
     Examples:
         >>> import numpy as np
@@ -38,7 +39,8 @@ def value_and_batched_jacobian(f: Callable, backend: Any, x: Any, *contexts: Any
         ((2, 2, 2), array([[6., 0.],
                [4., 3.]]))
     """
-    impl, prob, xs, kinds, ctx = _enter("batched_jacobian", f, backend, x, contexts)
+    op = "value_and_batched_jacobian"
+    impl, prob, xs, kinds, ctx = _enter(op, f, backend, x, contexts, prep=prep)
     if not prob.single:
         raise _checks.not_single_array(prob.op, backend, len(xs))
     if len(xs[0].shape) == 0:
@@ -51,7 +53,7 @@ def value_and_batched_jacobian(f: Callable, backend: Any, x: Any, *contexts: Any
     return _convert.back(impl, y, k), _convert.back(impl, jac, k)
 
 
-def batched_jacobian(f: Callable, backend: Any, x: Any, *contexts: Any) -> Any:
+def batched_jacobian(f: Callable, backend: Any, x: Any, *contexts: Any, prep: Any = None) -> Any:
     """Per-sample Jacobians ``(B, *out, *in)`` of ``f`` over a batch ``x`` (axis 0).
 
     Same arguments as :func:`value_and_batched_jacobian`.
@@ -66,7 +68,7 @@ def batched_jacobian(f: Callable, backend: Any, x: Any, *contexts: Any) -> Any:
                [ 6.,  8.],
                [10., 12.]])
     """
-    return value_and_batched_jacobian(f, backend, x, *contexts)[1]
+    return value_and_batched_jacobian(f, backend, x, *contexts, prep=prep)[1]
 
 
 def check_batch(prob, x_shape: tuple, y_shape: tuple) -> None:

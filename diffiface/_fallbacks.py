@@ -13,6 +13,8 @@ from typing import Any
 
 import numpy as np
 
+SLOW = object()  # returned by a direct runner that must hand over to the general path
+
 
 class BackendImpl:
     """Generic operators written once in terms of jvp and vjp."""
@@ -70,6 +72,11 @@ class BackendImpl:
 
     def reshape(self, a: Any, shape: tuple) -> Any:
         return a.reshape(shape)
+
+    def direct(self, prob):
+        """A callable ``x -> result`` for a prepared single-array call without
+        contexts, or None; it may return SLOW to hand over to the general path."""
+        return None
 
     # ---- primitives (each backend implements one or both) -------------------
     def value_and_pullback(self, prob, xs: tuple, ctx: tuple):

@@ -16,7 +16,7 @@ class Problem:
     checks that the output is an array (and a scalar when required).
     """
 
-    __slots__ = ("backend", "f", "impl", "op", "scalar", "single", "treedef")
+    __slots__ = ("backend", "f", "fns", "impl", "op", "scalar", "single", "treedef")
 
     def __init__(self, op, backend, impl, f, treedef, single, scalar):
         self.op = op
@@ -26,6 +26,7 @@ class Problem:
         self.treedef = treedef
         self.single = single
         self.scalar = scalar
+        self.fns: dict = {}  # compiled functions memoized on a prepared problem
 
     def key(self, *extra: Any) -> tuple:
         return (self.op, self.treedef, self.scalar, *extra)

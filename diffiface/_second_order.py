@@ -18,6 +18,7 @@ from ._api import (
     _enter_impl,
     _like_x,
     _out_kind,
+    _prepared,
     tangents_in,
     value_and_derivative,
     value_and_gradient,
@@ -28,8 +29,14 @@ from ._registry import implementation
 from ._tangents import Tangents
 
 
-def _enter2(op: str, f: Callable, backend: Any, x: Any, contexts: tuple, scalar: bool):
+def _enter2(op, f, backend, x, contexts, scalar, prep=None, t=None):
     """(impl, combo, prob, xs, kinds, ctx); combo is None for a plain backend."""
+    if prep is not None:
+        prep = _prepared(prep)
+        entered = prep.enter(op, f, backend, x, contexts, t)
+        if isinstance(prep.impl, _FiniteDifferencesOver):  # holds f and contexts: renew
+            return _enter2(op, f, backend, x, contexts, scalar)
+        return entered[0], prep.combo, *entered[1:]
     _checks.check_backend(op, f, backend, second=True)
     combo = None
     if isinstance(backend, SecondOrder):
@@ -49,8 +56,8 @@ def _enter2(op: str, f: Callable, backend: Any, x: Any, contexts: tuple, scalar:
     return impl, combo, *_enter_impl(op, f, backend, impl, x, contexts, scalar)[1:]
 
 
-def _hvp(op: str, f, backend, x, v, contexts):
-    impl, combo, prob, xs, kinds, ctx = _enter2(op, f, backend, x, contexts, True)
+def _hvp(op: str, f, backend, x, v, contexts, prep):
+    impl, combo, prob, xs, kinds, ctx = _enter2(op, f, backend, x, contexts, True, prep, v)
     vss = tangents_in(op, impl, prob, xs, v)
     if isinstance(v, Tangents):
         g, hvs = impl.gradient_and_hvps(prob, xs, vss, ctx, combo)
@@ -60,7 +67,7 @@ def _hvp(op: str, f, backend, x, v, contexts):
     return _like_x(impl, prob, g, kinds), _like_x(impl, prob, hv, kinds)
 
 
-def gradient_and_hvp(f: Callable, backend: Any, x: Any, v: Any, *contexts: Any):
+def gradient_and_hvp(f: Callable, backend: Any, x: Any, v: Any, *contexts: Any, prep: Any = None):
     """The gradient and the Hessian-vector product ``H(x) v`` of a scalar ``f``, in one pass.
 
     Args:
@@ -69,6 +76,7 @@ def gradient_and_hvp(f: Callable, backend: Any, x: Any, v: Any, *contexts: Any):
         x: an array, a Python float, or a pytree of floating-point arrays.
         v: the direction, like ``x`` (or a ``di.Tangents`` of several).
         *contexts: ``di.Constant(c)`` arguments.
+        prep: a preparation from the matching ``prepare_*`` function (optional).
 
     Returns:
         ``(grad, H v)``, both with the structure of ``x``.
@@ -81,10 +89,10 @@ def gradient_and_hvp(f: Callable, backend: Any, x: Any, v: Any, *contexts: Any):
         >>> hv.round(4)
         array([6., 0.])
     """
-    return _hvp("gradient_and_hvp", f, backend, x, v, contexts)
+    return _hvp("gradient_and_hvp", f, backend, x, v, contexts, prep)
 
 
-def hvp(f: Callable, backend: Any, x: Any, v: Any, *contexts: Any) -> Any:
+def hvp(f: Callable, backend: Any, x: Any, v: Any, *contexts: Any, prep: Any = None) -> Any:
     """The Hessian-vector product ``H(x) v`` of a scalar ``f``, with the structure of ``x``.
 
     Same arguments as :func:`gradient_and_hvp`.
@@ -96,10 +104,10 @@ def hvp(f: Callable, backend: Any, x: Any, v: Any, *contexts: Any) -> Any:
         ...        np.array([1.0, 2.0]), np.array([0.0, 1.0])).round(4)
         array([8., 2.])
     """
-    return _hvp("hvp", f, backend, x, v, contexts)[1]
+    return _hvp("hvp", f, backend, x, v, contexts, prep)[1]
 
 
-def value_gradient_and_hessian(f: Callable, backend: Any, x: Any, *contexts: Any):
+def value_gradient_and_hessian(f: Callable, backend: Any, x: Any, *contexts: Any, prep: Any = None):
     """The value, gradient and Hessian of a scalar ``f`` at one array ``x``.
 
     The Hessian has shape ``x.shape + x.shape``; it is built from Hessian-vector
@@ -110,6 +118,7 @@ def value_gradient_and_hessian(f: Callable, backend: Any, x: Any, *contexts: Any
         backend: a backend, or ``second_order(outer, inner)``.
         x: one floating-point array (or a Python float).
         *contexts: ``di.Constant(c)`` arguments.
+        prep: a preparation from the matching ``prepare_*`` function (optional).
 
     Examples:
         >>> import numpy as np
@@ -121,7 +130,7 @@ def value_gradient_and_hessian(f: Callable, backend: Any, x: Any, *contexts: Any
                [2., 0.]])
     """
     op = "value_gradient_and_hessian"
-    impl, combo, prob, xs, kinds, ctx = _enter2(op, f, backend, x, contexts, True)
+    impl, combo, prob, xs, kinds, ctx = _enter2(op, f, backend, x, contexts, True, prep)
     if not prob.single:
         raise _checks.not_single_array(op, backend, len(xs))
     y, g, h = impl.value_gradient_and_hessian(prob, xs, ctx, combo)
@@ -129,7 +138,7 @@ def value_gradient_and_hessian(f: Callable, backend: Any, x: Any, *contexts: Any
     return _convert.back(impl, y, k), _like_x(impl, prob, g, kinds), _convert.back(impl, h, k)
 
 
-def hessian(f: Callable, backend: Any, x: Any, *contexts: Any) -> Any:
+def hessian(f: Callable, backend: Any, x: Any, *contexts: Any, prep: Any = None) -> Any:
     """The Hessian of a scalar ``f`` at one array ``x``, of shape ``x.shape + x.shape``.
 
     Same arguments as :func:`value_gradient_and_hessian`.
@@ -142,13 +151,15 @@ def hessian(f: Callable, backend: Any, x: Any, *contexts: Any) -> Any:
         array([[ 6.,  0.],
                [ 0., 12.]])
     """
-    impl, combo, prob, xs, kinds, ctx = _enter2("hessian", f, backend, x, contexts, True)
+    impl, combo, prob, xs, kinds, ctx = _enter2("hessian", f, backend, x, contexts, True, prep)
     if not prob.single:
         raise _checks.not_single_array("hessian", backend, len(xs))
     return _convert.back(impl, impl.hessian(prob, xs, ctx, combo), _out_kind(kinds))
 
 
-def value_derivative_and_second_derivative(f: Callable, backend: Any, x: Any, *contexts: Any):
+def value_derivative_and_second_derivative(
+    f: Callable, backend: Any, x: Any, *contexts: Any, prep: Any = None
+):
     """The value, first and second derivative of ``f`` at a scalar ``x`` (f of any shape).
 
     Args:
@@ -156,6 +167,7 @@ def value_derivative_and_second_derivative(f: Callable, backend: Any, x: Any, *c
         backend: a backend (a SecondOrder uses its inner backend's framework).
         x: a Python float or a 0-d floating-point array.
         *contexts: ``di.Constant(c)`` arguments.
+        prep: a preparation from the matching ``prepare_*`` function (optional).
 
     Examples:
         >>> import diffiface as di
@@ -165,7 +177,7 @@ def value_derivative_and_second_derivative(f: Callable, backend: Any, x: Any, *c
         12.0
     """
     op = "value_derivative_and_second_derivative"
-    impl, _, prob, xs, kinds, ctx = _enter2(op, f, backend, x, contexts, False)
+    impl, _, prob, xs, kinds, ctx = _enter2(op, f, backend, x, contexts, False, prep)
     if not prob.single or tuple(xs[0].shape) != ():
         shape = tuple(xs[0].shape) if prob.single else (len(xs),)
         raise _checks.not_scalar_input(op, backend, shape)
@@ -174,7 +186,7 @@ def value_derivative_and_second_derivative(f: Callable, backend: Any, x: Any, *c
     return tuple(_convert.back(impl, a, k) for a in (y, d, d2))
 
 
-def second_derivative(f: Callable, backend: Any, x: Any, *contexts: Any) -> Any:
+def second_derivative(f: Callable, backend: Any, x: Any, *contexts: Any, prep: Any = None) -> Any:
     """The second derivative ``f''(x)`` at a scalar ``x``, shaped like ``f(x)``.
 
     Same arguments as :func:`value_derivative_and_second_derivative`.
@@ -185,7 +197,7 @@ def second_derivative(f: Callable, backend: Any, x: Any, *contexts: Any) -> Any:
         >>> round(di.second_derivative(np.sin, di.AutoFiniteDifferences(), 0.5), 4)
         -0.4794
     """
-    return value_derivative_and_second_derivative(f, backend, x, *contexts)[2]
+    return value_derivative_and_second_derivative(f, backend, x, *contexts, prep=prep)[2]
 
 
 class _FiniteDifferencesOver:

@@ -80,22 +80,33 @@ class JaxImpl(BackendImpl):
 
             return jax.jit(make(with_ctx))
 
-        return CACHE.get(prob.f, prob.key(*tag, static), build), dyn
+        key = prob.key(*tag, static)
+        run = prob.fns.get(key)
+        if run is None:
+            run = prob.fns[key] = CACHE.get(prob.f, key, build)
+        return run, dyn
 
     def gradient(self, prob, xs, ctx):
-        def make(with_ctx):
-            return lambda x, *dyn: jax.grad(with_ctx(dyn))(x)
-
-        run, dyn = self._compiled(prob, ("grad",), ctx, make)
+        run, dyn = self._compiled(prob, ("grad",), ctx, _make_grad)
         return _tuple(prob, _run(prob, run, _arg(prob, xs), *dyn))
 
     def value_and_gradient(self, prob, xs, ctx):
-        def make(with_ctx):
-            return lambda x, *dyn: jax.value_and_grad(with_ctx(dyn))(x)
-
-        run, dyn = self._compiled(prob, ("value_and_grad",), ctx, make)
+        run, dyn = self._compiled(prob, ("value_and_grad",), ctx, _make_value_and_grad)
         y, g = _run(prob, run, _arg(prob, xs), *dyn)
         return y, _tuple(prob, g)
+
+    def direct(self, prob):
+        """For a prepared single-array call without contexts: the jitted function
+        itself, which already returns what the operator returns."""
+        make = {
+            "gradient": ("grad", _make_grad),
+            "value_and_gradient": ("value_and_grad", _make_value_and_grad),
+        }
+        if prob.op not in make or not prob.single:
+            return None
+        tag, maker = make[prob.op]
+        run = self._compiled(prob, (tag,), (), maker)[0]
+        return lambda x: _run(prob, run, x)
 
     def value_and_jvp(self, prob, xs, vs, ctx):
         def make(with_ctx):
@@ -316,6 +327,14 @@ def _unstack(prob, stacked, n: int) -> list:
 
 def _tuple(prob, g):
     return (g,) if prob.single else g
+
+
+def _make_grad(with_ctx):
+    return lambda x, *dyn: jax.grad(with_ctx(dyn))(x)
+
+
+def _make_value_and_grad(with_ctx):
+    return lambda x, *dyn: jax.value_and_grad(with_ctx(dyn))(x)
 
 
 def _twice(y):

@@ -18,7 +18,7 @@ from torch._C._functorch import is_functorch_wrapped_tensor
 from .. import _checks
 from .._backend_types import AutoTorch
 from .._batched import check_batch
-from .._fallbacks import BackendImpl
+from .._fallbacks import SLOW, BackendImpl
 from .._registry import register
 from .._tree import flatten
 
@@ -93,6 +93,28 @@ class TorchImpl(BackendImpl):
         if _reaches_outside(y, xg):  # f closes over tensors an outer pass differentiates
             return y, _grads(y, xg, None, True, False)
         return y.detach(), _grads(y, xg, None, False, False)
+
+    def direct(self, prob):
+        """For a prepared plain call: detach, one forward, torch.autograd.grad."""
+        if prob.op not in ("gradient", "value_and_gradient") or not prob.single:
+            return None
+        fn, value = prob.flat(), prob.op == "value_and_gradient"
+
+        def run(x):
+            if x.requires_grad or is_functorch_wrapped_tensor(x) or fwAD._current_level >= 0:
+                return SLOW
+            xg = (x.detach().requires_grad_(),)
+            if torch.is_grad_enabled():
+                y = _call(prob, lambda: fn(xg))
+            else:
+                with torch.enable_grad():
+                    y = _call(prob, lambda: fn(xg))
+            if _reaches_outside(y, xg):
+                return SLOW
+            (g,) = _grads(y, xg, None, False, False)
+            return (y.detach(), g) if value else g
+
+        return run
 
     def value_and_jvp(self, prob, xs, vs, ctx):
         # torch.func.jvp rather than a raw forward_ad level: torch cannot nest

@@ -1,0 +1,208 @@
+"""Preparation: do the one-time work once, then check each call cheaply against it.
+
+``prep = di.prepare_gradient(f, backend, x, *contexts)`` converts nothing twice,
+looks the backend up once, compiles (JAX) during preparation, and keeps the
+compiled functions on the prepared problem; ``di.gradient(f, backend, x,
+*contexts, prep=prep)`` then only compares ``x`` and the contexts with the
+prepared signature. A prep is immutable after preparation (its compiled-function
+memo only fills in for the sibling operator, e.g. value_and_gradient on a
+gradient prep) and can be shared between threads.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from . import _checks, _convert
+from ._contexts import Constant
+from ._problem import Problem
+from ._tangents import Tangents
+from ._tree import flatten, paths
+
+FAMILY = {
+    "gradient": "gradient",
+    "value_and_gradient": "gradient",
+    "jvp": "jvp",
+    "value_and_jvp": "jvp",
+    "vjp": "vjp",
+    "value_and_vjp": "vjp",
+    "jacobian": "jacobian",
+    "value_and_jacobian": "jacobian",
+    "derivative": "derivative",
+    "value_and_derivative": "derivative",
+    "hvp": "hvp",
+    "gradient_and_hvp": "hvp",
+    "hessian": "hessian",
+    "value_gradient_and_hessian": "hessian",
+    "second_derivative": "second_derivative",
+    "value_derivative_and_second_derivative": "second_derivative",
+    "batched_jacobian": "batched_jacobian",
+    "value_and_batched_jacobian": "batched_jacobian",
+}
+
+
+class MismatchError(_checks.DiffifaceValueError):
+    """The arguments of a prepared call differ from those of the preparation."""
+
+
+def _leaf_sig(leaf: Any) -> tuple:
+    if hasattr(leaf, "shape") and hasattr(leaf, "dtype"):
+        return (type(leaf).__name__, tuple(leaf.shape), _checks.dtype_name(leaf.dtype))
+    return (type(leaf).__name__,)
+
+
+def _tree_sig(tree: Any) -> tuple:
+    leaves, treedef = flatten(tree)
+    return treedef, tuple(_leaf_sig(v) for v in leaves)
+
+
+def _ctx_sig(contexts: tuple) -> tuple:
+    return tuple(
+        ("Constant", _tree_sig(c.value)) if isinstance(c, Constant) else (type(c).__name__,)
+        for c in contexts
+    )
+
+
+def _tangent_sig(t: Any) -> Any:
+    if t is None:
+        return None
+    if isinstance(t, Tangents):
+        return ("Tangents", tuple(_tree_sig(v) for v in t))
+    return ("one", _tree_sig(t))
+
+
+class Prep:
+    """The result of a ``prepare_<operator>`` call; pass it as ``prep=`` to the operator."""
+
+    __slots__ = (
+        "_ctx_sig",
+        "_direct",
+        "_fast",
+        "_kinds",
+        "_probs",
+        "_t_sig",
+        "_x_sig",
+        "backend",
+        "combo",
+        "f",
+        "family",
+        "impl",
+    )
+
+    def __init__(self, family, f, backend, impl, combo, prob, x, kinds, contexts, t):
+        self.family, self.f, self.backend, self.impl, self.combo = family, f, backend, impl, combo
+        self._kinds = kinds
+        self._x_sig = _tree_sig(x)
+        self._ctx_sig = _ctx_sig(contexts)
+        self._t_sig = _tangent_sig(t)
+        ops = [op for op, fam in FAMILY.items() if fam == family]
+        self._probs = {
+            op: Problem(op, backend, impl, f, prob.treedef, prob.single, prob.scalar) for op in ops
+        }
+        # one native array: the per-call check is a type, shape and dtype comparison
+        self._fast = (type(x), tuple(x.shape), x.dtype) if prob.single and kinds == (0,) else None
+        self._direct: dict = {}
+
+    def finalize(self) -> Prep:
+        """Build the direct runners (after the warm-up call compiled what they use)."""
+        if self._fast is not None and not self._ctx_sig:
+            for op, prob in self._probs.items():
+                run = self.impl.direct(prob)
+                if run is not None:
+                    self._direct[op] = run
+        return self
+
+    def direct(self, op: str, f: Callable, backend: Any, x: Any, contexts: tuple):
+        """The direct runner when the call matches exactly, else None (general path)."""
+        run = self._direct.get(op)
+        if run is None or contexts or f is not self.f:
+            return None
+        fast = self._fast
+        if type(x) is not fast[0] or x.shape != fast[1] or x.dtype != fast[2]:
+            return None
+        if backend is not self.backend and backend != self.backend:
+            return None
+        return run
+
+    def __repr__(self) -> str:
+        return f"<diffiface prep for {self.family}(f, {self.backend!r}, x)>"
+
+    def enter(self, op: str, f: Callable, backend: Any, x: Any, contexts: tuple, t: Any):
+        """(impl, prob, xs, kinds, ctx) for a call that matches this preparation."""
+        fast = self._fast
+        if (
+            FAMILY.get(op) != self.family
+            or f is not self.f
+            or (backend is not self.backend and backend != self.backend)
+        ):
+            raise self._mismatch(op, f, backend, x, contexts, t)
+        if fast is not None and type(x) is fast[0] and x.shape == fast[1] and x.dtype == fast[2]:
+            xs, kinds = (x,), self._kinds
+        else:
+            leaves, tree = flatten(x)
+            if (tree, tuple(_leaf_sig(v) for v in leaves)) != self._x_sig:
+                raise self._mismatch(op, f, backend, x, contexts, t)
+            xs, kinds = _convert.point(op, self.impl, leaves, tree)
+        if (contexts or self._ctx_sig) and _ctx_sig(contexts) != self._ctx_sig:
+            raise self._mismatch(op, f, backend, x, contexts, t)
+        if self._t_sig is not None and isinstance(t, Tangents) != (self._t_sig[0] == "Tangents"):
+            raise self._mismatch(op, f, backend, x, contexts, t)
+        if isinstance(t, Tangents) and len(t) != len(self._t_sig[1]):
+            raise self._mismatch(op, f, backend, x, contexts, t)
+        ctx = _convert.contexts(op, self.impl, contexts) if contexts else ()
+        return self.impl, self._probs[op], xs, kinds, ctx
+
+    def _mismatch(self, op, f, backend, x, contexts, t) -> MismatchError:
+        rows = []
+
+        def row(name, ok, got, want):
+            rows.append(
+                f"  {name:<10} {'ok' if ok else 'MISMATCH'}: "
+                + (f"{got}" if ok else f"got {got}, prepared {want}")
+            )
+
+        row("operator", FAMILY.get(op) == self.family, op, f"the {self.family} family")
+        same_name = _name(f) == _name(self.f)
+        row("f", f is self.f, _name(f) + (" (another object)" if same_name else ""), _name(self.f))
+        row("backend", backend == self.backend, repr(backend), repr(self.backend))
+        got_x, want_x = _tree_sig(x), self._x_sig
+        row("x", got_x == want_x, _describe_tree(got_x), _describe_tree(want_x))
+        got_c = _ctx_sig(contexts)
+        row("contexts", got_c == self._ctx_sig, _describe_ctx(got_c), _describe_ctx(self._ctx_sig))
+        if self._t_sig is not None:
+            got_t = _tangent_sig(t)
+            same = (got_t[0] == self._t_sig[0]) and len(got_t[1]) == len(self._t_sig[1])
+            row("tangent", same, _describe_t(got_t), _describe_t(self._t_sig))
+        return MismatchError(
+            f"{op}(f, {backend!r}, x, prep=prep): the arguments do not match the "
+            "preparation:\n" + "\n".join(rows) + f"\nPrepare again with "
+            f"prepare_{self.family}(...) for these arguments, or call {op} without prep."
+        )
+
+
+def _name(f: Any) -> str:
+    return getattr(f, "__qualname__", None) or type(f).__name__
+
+
+def _describe_tree(sig: tuple) -> str:
+    treedef, leaves = sig
+    parts = []
+    for path, leaf in zip(paths(treedef), leaves, strict=True):
+        shape = str(leaf[1]) if len(leaf) > 1 else ""
+        where = f"{path} " if path != "x" else ""
+        parts.append(f"{where}{shape} {leaf[2] if len(leaf) > 2 else leaf[0]}".strip())
+    return ", ".join(p.strip() for p in parts) or "empty"
+
+
+def _describe_ctx(sig: tuple) -> str:
+    return f"{len(sig)} context(s)" + (
+        ": " + "; ".join(_describe_tree(c[1]) if len(c) > 1 else c[0] for c in sig) if sig else ""
+    )
+
+
+def _describe_t(sig: Any) -> str:
+    if sig is None:
+        return "none"
+    kind, body = sig
+    return f"Tangents of {len(body)}" if kind == "Tangents" else "one tangent"

@@ -38,7 +38,8 @@ def row(name, native, ours, repeat):
         a.append(median_us(native, repeat // 5))
         b.append(median_us(ours, repeat // 5))
     t_nat, t_di = statistics.median(a), statistics.median(b)
-    print(f"{name:<38} {t_nat:>10.1f} {t_di:>10.1f} {t_di / t_nat:>7.2f}")
+    print(f"{name:<38} {t_nat:>10.1f} {t_di:>10.1f} {t_di / t_nat:>7.2f}", flush=True)
+    return {"case": name, "native_us": t_nat, "diffiface_us": t_di, "ratio": t_di / t_nat}
 
 
 def main(sizes=(10, 10_000)):

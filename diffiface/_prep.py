@@ -47,9 +47,11 @@ class MismatchError(_checks.DiffifaceValueError):
 
 
 def _leaf_sig(leaf: Any) -> tuple:
-    if hasattr(leaf, "shape") and hasattr(leaf, "dtype"):
-        return (type(leaf).__name__, tuple(leaf.shape), _checks.dtype_name(leaf.dtype))
-    return (type(leaf).__name__,)
+    """(type, shape, dtype): compared on every prepared call, so no strings here."""
+    dtype = getattr(leaf, "dtype", None)
+    if dtype is not None:
+        return (type(leaf), tuple(leaf.shape), dtype)
+    return (type(leaf),)
 
 
 def _tree_sig(tree: Any) -> tuple:
@@ -59,7 +61,7 @@ def _tree_sig(tree: Any) -> tuple:
 
 def _ctx_sig(contexts: tuple) -> tuple:
     return tuple(
-        ("Constant", _tree_sig(c.value)) if isinstance(c, Constant) else (type(c).__name__,)
+        ("Constant", _tree_sig(c.value)) if isinstance(c, Constant) else (type(c),)
         for c in contexts
     )
 
@@ -190,14 +192,17 @@ def _describe_tree(sig: tuple) -> str:
     parts = []
     for path, leaf in zip(paths(treedef), leaves, strict=True):
         shape = str(leaf[1]) if len(leaf) > 1 else ""
+        kind = _checks.dtype_name(leaf[2]) if len(leaf) > 2 else leaf[0].__name__
         where = f"{path} " if path != "x" else ""
-        parts.append(f"{where}{shape} {leaf[2] if len(leaf) > 2 else leaf[0]}".strip())
+        parts.append(f"{where}{shape} {kind}".strip())
     return ", ".join(p.strip() for p in parts) or "empty"
 
 
 def _describe_ctx(sig: tuple) -> str:
     return f"{len(sig)} context(s)" + (
-        ": " + "; ".join(_describe_tree(c[1]) if len(c) > 1 else c[0] for c in sig) if sig else ""
+        ": " + "; ".join(_describe_tree(c[1]) if len(c) > 1 else c[0].__name__ for c in sig)
+        if sig
+        else ""
     )
 
 

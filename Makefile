@@ -2,7 +2,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test lint format clean
+.PHONY: demo test lint format bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -25,6 +25,13 @@ format: $(VENV)/.installed
 
 test: lint
 	$(BIN)/python -m pytest -q diffiface tests
+
+$(VENV)/.bench: $(VENV)/.installed
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e ".[test,bench]"
+	touch $@
+
+bench: $(VENV)/.bench
+	$(shell command -v taskset >/dev/null && echo taskset -c 0) $(BIN)/python benchmarks/run.py
 
 clean:
 	rm -rf $(VENV) build dist .pytest_cache

@@ -54,6 +54,7 @@ def main(sizes=(10, 10_000)):
 
 
 def gradients(n):
+    rows = []
     import autograd
     import autograd.numpy as anp
     import jax
@@ -66,11 +67,23 @@ def gradients(n):
     fj = lambda x: jnp.sin(x).sum()  # noqa: E731
     gj = jax.jit(jax.grad(fj))
     xj = jnp.asarray(x32)
-    row(
-        f"jax gradient n={n}",
-        lambda: gj(xj).block_until_ready(),
-        lambda: di.gradient(fj, di.AutoJax(), xj).block_until_ready(),
-        rep,
+    rows.append(
+        row(
+            f"jax gradient n={n}",
+            lambda: gj(xj).block_until_ready(),
+            lambda: di.gradient(fj, di.AutoJax(), xj).block_until_ready(),
+            rep,
+        )
+    )
+
+    prep_j = di.prepare_gradient(fj, di.AutoJax(), xj)
+    rows.append(
+        row(
+            f"jax gradient n={n} (prepared)",
+            lambda: gj(xj).block_until_ready(),
+            lambda: di.gradient(fj, di.AutoJax(), xj, prep=prep_j).block_until_ready(),
+            rep,
+        )
     )
 
     ft = lambda x: torch.sin(x).sum()  # noqa: E731
@@ -80,20 +93,35 @@ def gradients(n):
         xg = xt.detach().requires_grad_()
         return torch.autograd.grad(ft(xg), xg)[0]
 
-    row(f"torch gradient n={n}", native_torch, lambda: di.gradient(ft, di.AutoTorch(), xt), rep)
+    rows.append(
+        row(f"torch gradient n={n}", native_torch, lambda: di.gradient(ft, di.AutoTorch(), xt), rep)
+    )
+    prep_t = di.prepare_gradient(ft, di.AutoTorch(), xt)
+    rows.append(
+        row(
+            f"torch gradient n={n} (prepared)",
+            native_torch,
+            lambda: di.gradient(ft, di.AutoTorch(), xt, prep=prep_t),
+            rep,
+        )
+    )
 
     fa = lambda x: anp.sum(anp.sin(x))  # noqa: E731
     ga = autograd.grad(fa)
     x64 = x32.astype(np.float64)
-    row(
-        f"autograd gradient n={n}",
-        lambda: ga(x64),
-        lambda: di.gradient(fa, di.AutoAutograd(), x64),
-        rep,
+    rows.append(
+        row(
+            f"autograd gradient n={n}",
+            lambda: ga(x64),
+            lambda: di.gradient(fa, di.AutoAutograd(), x64),
+            rep,
+        )
     )
+    return rows
 
 
 def jacobians():
+    rows = []
     import jax
     import jax.numpy as jnp
 
@@ -103,16 +131,20 @@ def jacobians():
     fj = lambda x: jnp.tanh(Aj @ x)  # noqa: E731
     xj = jnp.ones(n, dtype=jnp.float32)
     jr = jax.jit(jax.jacrev(fj))
-    row(
-        "jax jacobian 1000->10 (auto)",
-        lambda: jr(xj).block_until_ready(),
-        lambda: di.jacobian(fj, di.AutoJax(), xj).block_until_ready(),
-        300,
+    rows.append(
+        row(
+            "jax jacobian 1000->10 (auto)",
+            lambda: jr(xj).block_until_ready(),
+            lambda: di.jacobian(fj, di.AutoJax(), xj).block_until_ready(),
+            300,
+        )
     )
+    return rows
 
 
 def second_order(n=1000):
     """hvp and hessian against the frameworks' own formulations."""
+    rows = []
     import jax
     import jax.numpy as jnp
     import torch
@@ -123,19 +155,23 @@ def second_order(n=1000):
     fj = lambda x: (jnp.sin(x) * x**2).sum()  # noqa: E731
     xj, vj = jnp.asarray(x32), jnp.asarray(v32)
     hvp_j = jax.jit(lambda x, v: jax.jvp(jax.grad(fj), (x,), (v,))[1])
-    row(
-        f"jax hvp n={n}",
-        lambda: hvp_j(xj, vj).block_until_ready(),
-        lambda: di.hvp(fj, di.AutoJax(), xj, vj).block_until_ready(),
-        500,
+    rows.append(
+        row(
+            f"jax hvp n={n}",
+            lambda: hvp_j(xj, vj).block_until_ready(),
+            lambda: di.hvp(fj, di.AutoJax(), xj, vj).block_until_ready(),
+            500,
+        )
     )
     hj = jax.jit(jax.hessian(fj))
     xs = xj[:100]
-    row(
-        "jax hessian n=100",
-        lambda: hj(xs).block_until_ready(),
-        lambda: di.hessian(fj, di.AutoJax(), xs).block_until_ready(),
-        300,
+    rows.append(
+        row(
+            "jax hessian n=100",
+            lambda: hj(xs).block_until_ready(),
+            lambda: di.hessian(fj, di.AutoJax(), xs).block_until_ready(),
+            300,
+        )
     )
 
     ft = lambda x: (torch.sin(x) * x**2).sum()  # noqa: E731
@@ -146,14 +182,19 @@ def second_order(n=1000):
         (g,) = torch.autograd.grad(ft(xg), xg, create_graph=True)
         return torch.autograd.grad(g, xg, vt)[0]
 
-    row(f"torch hvp n={n}", native_hvp, lambda: di.hvp(ft, di.AutoTorch(), xt, vt), 500)
-    xs = xt[:100]
-    row(
-        "torch hessian n=100",
-        lambda: torch.func.hessian(ft)(xs),
-        lambda: di.hessian(ft, di.AutoTorch(), xs),
-        300,
+    rows.append(
+        row(f"torch hvp n={n}", native_hvp, lambda: di.hvp(ft, di.AutoTorch(), xt, vt), 500)
     )
+    xs = xt[:100]
+    rows.append(
+        row(
+            "torch hessian n=100",
+            lambda: torch.func.hessian(ft)(xs),
+            lambda: di.hessian(ft, di.AutoTorch(), xs),
+            300,
+        )
+    )
+    return rows
 
 
 if __name__ == "__main__":

@@ -166,7 +166,7 @@ class BackendImpl:
 
         (x,) = xs
         b, n_in = x.shape[0], _size(x) // max(x.shape[0], 1)
-        if self.prefers_reverse_batched(prob, xs, ctx):
+        if self.prefers_reverse(prob, xs, ctx):  # same ratio per sample as for the batch
             y, pb = self.value_and_pullback(prob, xs, ctx)
             check_batch(prob, tuple(x.shape), tuple(y.shape))
             n_out = _size(y) // b
@@ -182,16 +182,6 @@ class BackendImpl:
             y = prob.flat()(xs, *ctx)
         jac = self.stack(cols, -1)
         return y, self.reshape(jac, (*y.shape, *x.shape[1:]))
-
-    def prefers_reverse_batched(self, prob, xs: tuple, ctx: tuple) -> bool:
-        if self.mode is not None:
-            return self.mode == "reverse"
-        if type(self).value_and_pullback is BackendImpl.value_and_pullback:
-            return False
-        if type(self).value_and_jvp is BackendImpl.value_and_jvp:
-            return True
-        (x,) = xs
-        return self.output_size(prob, xs, ctx) < _size(x)
 
     def _batched_basis(self, like: Any, i: int) -> Any:
         """Basis vector i of one sample, repeated for every sample of the batch."""

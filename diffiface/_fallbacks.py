@@ -140,6 +140,9 @@ class BackendImpl:
         out = [self.gradient_and_hvp(prob, xs, vs, ctx, combo) for vs in vss]
         return out[0][0], [h for _, h in out]
 
+    def hvp(self, prob, xs: tuple, vs: tuple, ctx: tuple, combo):
+        return self.gradient_and_hvp(prob, xs, vs, ctx, combo)[1]
+
     def hessian(self, prob, xs: tuple, ctx: tuple, combo):
         return self.value_gradient_and_hessian(prob, xs, ctx, combo)[2]
 

@@ -63,6 +63,8 @@ def _hvp(op: str, f, backend, x, v, contexts, prep):
         g, hvs = impl.gradient_and_hvps(prob, xs, vss, ctx, combo)
         many = Tangents(*(_like_x(impl, prob, hv, kinds) for hv in hvs))
         return _like_x(impl, prob, g, kinds), many
+    if op == "hvp":
+        return None, _like_x(impl, prob, impl.hvp(prob, xs, vss[0], ctx, combo), kinds)
     g, hv = impl.gradient_and_hvp(prob, xs, vss[0], ctx, combo)
     return _like_x(impl, prob, g, kinds), _like_x(impl, prob, hv, kinds)
 
@@ -229,6 +231,9 @@ class _FiniteDifferencesOver:
             raise _checks.not_single_array(prob.op, self.backend, len(xs))
         g, hv = self.fd.value_and_jvp(self._inner(prob, value_and_gradient, 1), xs, vs, ())
         return (g,), (hv,)
+
+    def hvp(self, prob, xs, vs, ctx, combo):
+        return self.gradient_and_hvp(prob, xs, vs, ctx, combo)[1]
 
     def gradient_and_hvps(self, prob, xs, vss, ctx, combo):
         out = [self.gradient_and_hvp(prob, xs, vs, ctx, combo) for vs in vss]

@@ -239,7 +239,7 @@ class JaxImpl(BackendImpl):
         return _run(prob, run, xs[0], *dyn)
 
     # ---- second order ------------------------------------------------------------
-    def gradient_and_hvp(self, prob, xs, vs, ctx, combo):
+    def gradient_and_hvp(self, prob, xs, vs, ctx, combo, grad=True):
         outer, inner = combo or ("forward", "reverse")
 
         def make(with_ctx):
@@ -247,14 +247,21 @@ class JaxImpl(BackendImpl):
                 gf = _grad_fn(with_ctx(dyn), inner)
                 if outer == "reverse":  # the Hessian is symmetric: vjp of the gradient
                     g, pb = jax.vjp(gf, x)
-                    return g, pb(v)[0]
-                return jax.jvp(gf, (x,), (v,))
+                    g, hv = g, pb(v)[0]
+                else:
+                    g, hv = jax.jvp(gf, (x,), (v,))
+                return (g, hv) if grad else hv  # H v alone compiles to a faster program
 
             return run
 
-        run, dyn = self._compiled(prob, ("hvp", outer, inner), ctx, make)
-        g, hv = _run(prob, run, _arg(prob, xs), _arg(prob, vs), *dyn)
-        return _tuple(prob, g), _tuple(prob, hv)
+        run, dyn = self._compiled(prob, ("hvp", outer, inner, grad), ctx, make)
+        out = _run(prob, run, _arg(prob, xs), _arg(prob, vs), *dyn)
+        if not grad:
+            return None, _tuple(prob, out)
+        return _tuple(prob, out[0]), _tuple(prob, out[1])
+
+    def hvp(self, prob, xs, vs, ctx, combo):
+        return self.gradient_and_hvp(prob, xs, vs, ctx, combo, grad=False)[1]
 
     def value_gradient_and_hessian(self, prob, xs, ctx, combo, value=True):
         outer, inner = combo or ("forward", "reverse")

@@ -47,6 +47,12 @@ def _prepared(prep: Any) -> Prep:
     return prep
 
 
+def _direct(op: str, prep: Any, f, backend, x, contexts: tuple, *t: Any) -> Any:
+    """A prepared call that matches exactly goes straight to the backend's runner."""
+    run = _prepared(prep).direct(op, f, backend, x, contexts)
+    return SLOW if run is None else run(x, *t)
+
+
 def _out_kind(kinds: tuple) -> int:
     """Kind of results shaped like f(x): native if any leaf of x was native."""
     return _convert.NATIVE if _convert.NATIVE in kinds else min(kinds, default=0)
@@ -87,10 +93,8 @@ def value_and_gradient(
         >>> float(y), g.round(6)
         (5.0, array([2., 4.]))
     """
-    if prep is not None and (run := _prepared(prep).direct(_VG, f, backend, x, contexts)):
-        out = run(x)
-        if out is not SLOW:
-            return out
+    if prep is not None and (out := _direct(_VG, prep, f, backend, x, contexts)) is not SLOW:
+        return out
     impl, prob, xs, kinds, ctx = _enter("value_and_gradient", f, backend, x, contexts, True, prep)
     y, gs = impl.value_and_gradient(prob, xs, ctx)
     return _convert.back(impl, y, _out_kind(kinds)), _like_x(impl, prob, gs, kinds)
@@ -108,10 +112,8 @@ def gradient(f: Callable, backend: Any, x: Any, *contexts: Any, prep: Any = None
         ...             np.array([1.0, 2.0])).round(5)
         array([ 3., 12.])
     """
-    if prep is not None and (run := _prepared(prep).direct("gradient", f, backend, x, contexts)):
-        out = run(x)
-        if out is not SLOW:
-            return out
+    if prep is not None and (out := _direct("gradient", prep, f, backend, x, contexts)) is not SLOW:
+        return out
     impl, prob, xs, kinds, ctx = _enter("gradient", f, backend, x, contexts, True, prep)
     gs = impl.gradient(prob, xs, ctx)
     return _like_x(impl, prob, gs, kinds)
@@ -175,6 +177,8 @@ def tangents_in(op: str, impl, prob: Problem, xs: tuple, v: Any) -> list:
 
 
 def _jvp(op: str, f, backend, x, v, contexts, prep):
+    if prep is not None and (out := _direct(op, prep, f, backend, x, contexts, v)) is not SLOW:
+        return out if op == "value_and_jvp" else (None, out)
     impl, prob, xs, kinds, ctx = _enter(op, f, backend, x, contexts, prep=prep, t=v)
     k = _out_kind(kinds)
     vss = tangents_in(op, impl, prob, xs, v)
@@ -280,6 +284,11 @@ def value_and_jacobian(
         array([[0., 2.],
                [2., 0.]])
     """
+    if (
+        prep is not None
+        and (out := _direct("value_and_jacobian", prep, f, backend, x, contexts)) is not SLOW
+    ):
+        return out
     impl, prob, xs, kinds, ctx = _enter("value_and_jacobian", f, backend, x, contexts, prep=prep)
     if not prob.single:
         raise _checks.not_single_array(prob.op, backend, len(xs))
@@ -300,6 +309,8 @@ def jacobian(f: Callable, backend: Any, x: Any, *contexts: Any, prep: Any = None
         array([[2., 0.],
                [0., 4.]])
     """
+    if prep is not None and (out := _direct("jacobian", prep, f, backend, x, contexts)) is not SLOW:
+        return out
     impl, prob, xs, kinds, ctx = _enter("jacobian", f, backend, x, contexts, prep=prep)
     if not prob.single:
         raise _checks.not_single_array(prob.op, backend, len(xs))
@@ -328,6 +339,11 @@ def value_and_derivative(
         >>> round(y, 6), round(d, 5)
         (8.0, 12.0)
     """
+    if (
+        prep is not None
+        and (out := _direct("value_and_derivative", prep, f, backend, x, contexts)) is not SLOW
+    ):
+        return out
     impl, prob, xs, kinds, ctx = _enter("value_and_derivative", f, backend, x, contexts, prep=prep)
     return _derivative(impl, prob, xs, kinds, ctx)
 
@@ -343,6 +359,11 @@ def derivative(f: Callable, backend: Any, x: Any, *contexts: Any, prep: Any = No
         >>> round(di.derivative(np.sin, di.AutoFiniteDifferences(), 0.0), 6)
         1.0
     """
+    if (
+        prep is not None
+        and (out := _direct("derivative", prep, f, backend, x, contexts)) is not SLOW
+    ):
+        return out
     impl, prob, xs, kinds, ctx = _enter("derivative", f, backend, x, contexts, prep=prep)
     return _derivative(impl, prob, xs, kinds, ctx)[1]
 

@@ -59,7 +59,7 @@ def prepare_derivative(f: Callable, backend: Any, x: Any, *contexts: Any) -> Pre
     """
     prep = _prep("derivative", f, backend, x, contexts)
     _api.derivative(f, backend, x, *contexts, prep=prep)
-    return prep
+    return prep.finalize()
 
 
 def prepare_jacobian(f: Callable, backend: Any, x: Any, *contexts: Any) -> Prep:
@@ -75,7 +75,7 @@ def prepare_jacobian(f: Callable, backend: Any, x: Any, *contexts: Any) -> Prep:
     """
     prep = _prep("jacobian", f, backend, x, contexts)
     _api.jacobian(f, backend, x, *contexts, prep=prep)
-    return prep
+    return prep.finalize()
 
 
 def prepare_jvp(f: Callable, backend: Any, x: Any, v: Any, *contexts: Any) -> Prep:
@@ -91,7 +91,7 @@ def prepare_jvp(f: Callable, backend: Any, x: Any, v: Any, *contexts: Any) -> Pr
     """
     prep = _prep("jvp", f, backend, x, contexts, v)
     _api.jvp(f, backend, x, v, *contexts, prep=prep)
-    return prep
+    return prep.finalize()
 
 
 def prepare_vjp(f: Callable, backend: Any, x: Any, w: Any, *contexts: Any) -> Prep:
@@ -107,7 +107,7 @@ def prepare_vjp(f: Callable, backend: Any, x: Any, w: Any, *contexts: Any) -> Pr
     """
     prep = _prep("vjp", f, backend, x, contexts, w)
     _api.vjp(f, backend, x, w, *contexts, prep=prep)
-    return prep
+    return prep.finalize()
 
 
 def prepare_hvp(f: Callable, backend: Any, x: Any, v: Any, *contexts: Any) -> Prep:
@@ -123,7 +123,7 @@ def prepare_hvp(f: Callable, backend: Any, x: Any, v: Any, *contexts: Any) -> Pr
     """
     prep = _prep("hvp", f, backend, x, contexts, v)
     _second_order.hvp(f, backend, x, v, *contexts, prep=prep)
-    return prep
+    return prep.finalize()
 
 
 def prepare_hessian(f: Callable, backend: Any, x: Any, *contexts: Any) -> Prep:
@@ -139,7 +139,7 @@ def prepare_hessian(f: Callable, backend: Any, x: Any, *contexts: Any) -> Prep:
     """
     prep = _prep("hessian", f, backend, x, contexts)
     _second_order.hessian(f, backend, x, *contexts, prep=prep)
-    return prep
+    return prep.finalize()
 
 
 def prepare_second_derivative(f: Callable, backend: Any, x: Any, *contexts: Any) -> Prep:
@@ -153,7 +153,7 @@ def prepare_second_derivative(f: Callable, backend: Any, x: Any, *contexts: Any)
     """
     prep = _prep("second_derivative", f, backend, x, contexts)
     _second_order.second_derivative(f, backend, x, *contexts, prep=prep)
-    return prep
+    return prep.finalize()
 
 
 def prepare_batched_jacobian(f: Callable, backend: Any, x: Any, *contexts: Any) -> Prep:
@@ -168,4 +168,4 @@ def prepare_batched_jacobian(f: Callable, backend: Any, x: Any, *contexts: Any) 
     """
     prep = _prep("batched_jacobian", f, backend, x, contexts)
     _batched.batched_jacobian(f, backend, x, *contexts, prep=prep)
-    return prep
+    return prep.finalize()

@@ -15,6 +15,7 @@ import numpy as np
 
 from . import _checks, _convert
 from ._api import (
+    _direct,
     _enter_impl,
     _like_x,
     _out_kind,
@@ -24,6 +25,7 @@ from ._api import (
     value_and_gradient,
 )
 from ._backend_types import AutoFiniteDifferences, SecondOrder
+from ._fallbacks import SLOW
 from ._problem import Problem
 from ._registry import implementation
 from ._tangents import Tangents
@@ -57,6 +59,8 @@ def _enter2(op, f, backend, x, contexts, scalar, prep=None, t=None):
 
 
 def _hvp(op: str, f, backend, x, v, contexts, prep):
+    if prep is not None and (out := _direct(op, prep, f, backend, x, contexts, v)) is not SLOW:
+        return out if op == "gradient_and_hvp" else (None, out)
     impl, combo, prob, xs, kinds, ctx = _enter2(op, f, backend, x, contexts, True, prep, v)
     vss = tangents_in(op, impl, prob, xs, v)
     if isinstance(v, Tangents):
@@ -132,6 +136,12 @@ def value_gradient_and_hessian(f: Callable, backend: Any, x: Any, *contexts: Any
                [2., 0.]])
     """
     op = "value_gradient_and_hessian"
+    if (
+        prep is not None
+        and (out := _direct("value_gradient_and_hessian", prep, f, backend, x, contexts))
+        is not SLOW
+    ):
+        return out
     impl, combo, prob, xs, kinds, ctx = _enter2(op, f, backend, x, contexts, True, prep)
     if not prob.single:
         raise _checks.not_single_array(op, backend, len(xs))
@@ -153,6 +163,8 @@ def hessian(f: Callable, backend: Any, x: Any, *contexts: Any, prep: Any = None)
         array([[ 6.,  0.],
                [ 0., 12.]])
     """
+    if prep is not None and (out := _direct("hessian", prep, f, backend, x, contexts)) is not SLOW:
+        return out
     impl, combo, prob, xs, kinds, ctx = _enter2("hessian", f, backend, x, contexts, True, prep)
     if not prob.single:
         raise _checks.not_single_array("hessian", backend, len(xs))
@@ -179,6 +191,14 @@ def value_derivative_and_second_derivative(
         12.0
     """
     op = "value_derivative_and_second_derivative"
+    if (
+        prep is not None
+        and (
+            out := _direct("value_derivative_and_second_derivative", prep, f, backend, x, contexts)
+        )
+        is not SLOW
+    ):
+        return out
     impl, _, prob, xs, kinds, ctx = _enter2(op, f, backend, x, contexts, False, prep)
     if not prob.single or tuple(xs[0].shape) != ():
         shape = tuple(xs[0].shape) if prob.single else (len(xs),)

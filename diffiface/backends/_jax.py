@@ -13,7 +13,7 @@ from .. import _checks
 from .._backend_types import AutoJax
 from .._batched import check_batch
 from .._cache import FunctionCache
-from .._fallbacks import BackendImpl
+from .._fallbacks import SLOW, BackendImpl
 from .._registry import register
 from .._tree import flatten, unflatten
 
@@ -96,17 +96,35 @@ class JaxImpl(BackendImpl):
         return y, _tuple(prob, g)
 
     def direct(self, prob):
-        """For a prepared single-array call without contexts: the jitted function
-        itself, which already returns what the operator returns."""
-        make = {
-            "gradient": ("grad", _make_grad),
-            "value_and_gradient": ("value_and_grad", _make_value_and_grad),
-        }
-        if prob.op not in make or not prob.single:
+        """For a prepared single-array call without contexts: the function the
+        warm-up call compiled, called as is (a tangent must be like x)."""
+        if not prob.single or len(prob.fns) != 1:
             return None
-        tag, maker = make[prob.op]
-        run = self._compiled(prob, (tag,), (), maker)[0]
-        return lambda x: _run(prob, run, x)
+        run = next(iter(prob.fns.values()))
+        op = prob.op
+        if op in ("jvp", "value_and_jvp", "hvp", "gradient_and_hvp"):
+            pick = (lambda out: out[1]) if op == "jvp" else (lambda out: out)
+
+            def with_tangent(x, v=None):
+                if type(v) is not type(x) or v.shape != x.shape or v.dtype != x.dtype:
+                    return SLOW
+                return pick(_run(prob, run, x, v))
+
+            return with_tangent
+        if op in ("derivative", "value_and_derivative"):
+            pick = (lambda out: out[1]) if op == "derivative" else (lambda out: out)
+            return lambda x: pick(_run(prob, run, x, jnp.ones_like(x)))
+        if op == "second_derivative":
+            return lambda x: _run(prob, run, x)[2]
+        if op in ("gradient", "value_and_gradient", "jacobian", "value_and_jacobian"):
+            return lambda x: _run(prob, run, x)
+        if op in (
+            "hessian",
+            "value_gradient_and_hessian",
+            "value_derivative_and_second_derivative",
+        ):
+            return lambda x: _run(prob, run, x)
+        return None
 
     def value_and_jvp(self, prob, xs, vs, ctx):
         def make(with_ctx):

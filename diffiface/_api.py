@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
+
+import numpy as np
 
 from . import _checks, _convert
 from ._fallbacks import SLOW
@@ -292,7 +295,7 @@ def value_and_jacobian(
     impl, prob, xs, kinds, ctx = _enter("value_and_jacobian", f, backend, x, contexts, prep=prep)
     if not prob.single:
         raise _checks.not_single_array(prob.op, backend, len(xs))
-    y, jac = impl.value_and_jacobian(prob, xs, ctx)
+    y, jac = _value_and_jacobian(impl, prob, xs, ctx)
     k = _out_kind(kinds)
     return _convert.back(impl, y, k), _convert.back(impl, jac, k)
 
@@ -314,8 +317,26 @@ def jacobian(f: Callable, backend: Any, x: Any, *contexts: Any, prep: Any = None
     impl, prob, xs, kinds, ctx = _enter("jacobian", f, backend, x, contexts, prep=prep)
     if not prob.single:
         raise _checks.not_single_array(prob.op, backend, len(xs))
-    jac = impl.jacobian(prob, xs, ctx)
+    jac = (
+        impl.jacobian(prob, xs, ctx)
+        if _size(xs[0])
+        else _value_and_jacobian(impl, prob, xs, ctx)[1]
+    )
     return _convert.back(impl, jac, _out_kind(kinds))
+
+
+def _value_and_jacobian(impl, prob: Problem, xs: tuple, ctx: tuple):
+    """The backend's jacobian, or zeros when x is empty (no basis to run over)."""
+    (x,) = xs
+    if _size(x):
+        return impl.value_and_jacobian(prob, xs, ctx)
+    y = prob.flat()(xs, *ctx)
+    zeros = impl.from_numpy(np.zeros((*y.shape, *x.shape), dtype=np.float32))
+    return y, impl.cast(zeros, x)
+
+
+def _size(a: Any) -> int:
+    return math.prod(tuple(a.shape))
 
 
 def value_and_derivative(

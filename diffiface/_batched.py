@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
+
+import numpy as np
 
 from . import _checks, _convert
 from ._api import _enter, _out_kind
@@ -48,7 +51,13 @@ def value_and_batched_jacobian(f: Callable, backend: Any, x: Any, *contexts: Any
             f"{_checks.call_form(prob.op, backend)}: x must have a batch axis first, got a "
             "0-d array. Use derivative or jacobian for a single point."
         )
-    y, jac = impl.value_and_batched_jacobian(prob, xs, ctx)
+    x0 = xs[0]
+    if math.prod(tuple(x0.shape)) == 0:  # an empty batch or sample: zeros, f(x) once
+        y = prob.flat()(xs, *ctx)
+        check_batch(prob, tuple(x0.shape), tuple(y.shape))
+        jac = _zeros(impl, (*y.shape, *x0.shape[1:]), x0)
+    else:
+        y, jac = impl.value_and_batched_jacobian(prob, xs, ctx)
     k = _out_kind(kinds)
     return _convert.back(impl, y, k), _convert.back(impl, jac, k)
 
@@ -71,11 +80,20 @@ def batched_jacobian(f: Callable, backend: Any, x: Any, *contexts: Any, prep: An
     return value_and_batched_jacobian(f, backend, x, *contexts, prep=prep)[1]
 
 
+def _zeros(impl, shape: tuple, like: Any) -> Any:
+    return impl.cast(impl.from_numpy(np.zeros(shape, dtype=np.float32)), like)
+
+
 def check_batch(prob, x_shape: tuple, y_shape: tuple) -> None:
     """f must keep the batch axis: f(x).shape[0] == x.shape[0]."""
+    check_batch_of(prob.op, prob.backend, x_shape, y_shape)
+
+
+def check_batch_of(op: str, backend: Any, x_shape: tuple, y_shape: tuple) -> None:
+    """check_batch without the Problem (for compiled closures, which must not hold f)."""
     if len(y_shape) == 0 or y_shape[0] != x_shape[0]:
         raise _checks.DiffifaceValueError(
-            f"{_checks.call_form(prob.op, prob.backend)}: f must keep the batch axis first: "
+            f"{_checks.call_form(op, backend)}: f must keep the batch axis first: "
             f"x has shape {tuple(x_shape)}, f(x) has shape {tuple(y_shape)}. Map each sample "
             "to its output along axis 0."
         )

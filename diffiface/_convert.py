@@ -55,9 +55,15 @@ def _raise_leaf(op: str, impl: Any, tree: Any, i: int, leaf: Any):
         fix = "Differentiate with respect to floats only: cast it (e.g. x.astype(float)) "
         fix += "or pass it as di.Constant(...)."
     else:
+        kinds = (
+            impl.native_kind
+            if impl.native_kind == "NumPy arrays"
+            else (f"{impl.native_kind}, NumPy arrays")
+        )
         fix = (
-            f"{type(impl.backend).__name__}() takes {impl.native_kind}, NumPy arrays or Python "
-            "floats; convert the leaf or pick the backend of its framework."
+            f"{type(impl.backend).__name__}() takes {kinds} or Python floats; convert the "
+            "leaf or pick the backend of its framework (an outer differentiation cannot see "
+            "through another framework's call)."
         )
     raise _checks.bad_leaf(op, impl.backend, path, leaf, fix)
 
@@ -86,6 +92,11 @@ def native_tangent(op: str, impl: Any, name: str, leaf: Any) -> Any:
     if isinstance(leaf, float) or impl.is_native(leaf):
         return leaf
     if isinstance(leaf, np.ndarray | np.generic):
+        reason = impl.check_numpy_dtype(leaf.dtype)
+        if reason:
+            raise _checks.DiffifaceValueError(
+                f"{_checks.call_form(op, impl.backend)}: {name} is {leaf.dtype}, but {reason}"
+            )
         return impl.from_numpy(np.asarray(leaf))
     raise _checks.mismatch(op, impl.backend, name, "kind", impl.native_kind, _checks.describe(leaf))
 

@@ -157,8 +157,9 @@ class BackendImpl:
         if self.prefers_reverse(prob, xs, ctx):
             y, pb = self.value_and_pullback(prob, xs, ctx)
             rows = [pb(self.basis(y, i))[0] for i in range(_size(y))]
-            jac = self.stack(rows, 0) if rows else None
-            return y, self.reshape(jac, tuple(y.shape) + tuple(x.shape))
+            if not rows:  # f(x) is empty
+                return y, self.cast(self.from_numpy(np.zeros((*y.shape, *x.shape))), x)
+            return y, self.reshape(self.stack(rows, 0), tuple(y.shape) + tuple(x.shape))
         y, (cols,) = self._columns(prob, xs, ctx)
         return y, self.reshape(cols, tuple(y.shape) + tuple(x.shape))
 

@@ -108,7 +108,7 @@ class Prep:
 
     def finalize(self) -> Prep:
         """Build the direct runners (after the warm-up call compiled what they use)."""
-        if self._fast is not None and not self._ctx_sig:
+        if self._fast is not None and not self._ctx_sig and not _is_many(self._t_sig):
             for op, prob in self._probs.items():
                 run = self.impl.direct(prob)
                 if run is not None:
@@ -181,6 +181,10 @@ class Prep:
             "preparation:\n" + "\n".join(rows) + f"\nPrepare again with "
             f"prepare_{self.family}(...) for these arguments, or call {op} without prep."
         )
+
+
+def _is_many(t_sig: Any) -> bool:
+    return t_sig is not None and t_sig[0] == "Tangents"
 
 
 def _name(f: Any) -> str:

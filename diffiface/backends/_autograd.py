@@ -96,9 +96,11 @@ class AutogradImpl(BackendImpl):
                 g, col = _call(prob, lambda e=e: jvp(e))
                 rows.append(col)  # columns of a symmetric matrix
             g = gf(x) if g is None else g
-        h = np.stack([np.asarray(r) for r in rows]) if rows else np.zeros((0, *x.shape))
         y = f1(x)
-        return _array(y), (_like(g, x),), h.reshape((*x.shape, *x.shape)).astype(x.dtype)
+        if not rows:
+            return _array(y), (_like(g, x),), np.zeros((*x.shape, *x.shape), dtype=x.dtype)
+        h = anp.reshape(anp.stack(rows), (*x.shape, *x.shape))  # boxes inside an outer pass
+        return _array(y), (_like(g, x),), _like(h, np.empty((*x.shape, *x.shape), x.dtype))
 
     def value_derivative_and_second_derivative(self, prob, xs, ctx):
         fn = prob.flat()

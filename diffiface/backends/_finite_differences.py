@@ -155,7 +155,8 @@ class FiniteDifferencesImpl(BackendImpl):
             prob, tuple(x - h * v for x, v in zip(xs, vs, strict=True)), ctx
         )[1]
         hv = tuple(
-            ((p - m) / (2 * h)).astype(x.dtype) for p, m, x in zip(plus, minus, xs, strict=True)
+            np.asarray((p - m) / (2 * h), dtype=x.dtype)
+            for p, m, x in zip(plus, minus, xs, strict=True)
         )
         return g, hv
 

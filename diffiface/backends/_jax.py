@@ -11,7 +11,7 @@ import numpy as np
 
 from .. import _checks
 from .._backend_types import AutoJax
-from .._batched import check_batch
+from .._batched import check_batch_of
 from .._cache import FunctionCache
 from .._fallbacks import SLOW, BackendImpl
 from .._registry import register
@@ -229,14 +229,14 @@ class JaxImpl(BackendImpl):
         return self.value_and_jacobian(prob, xs, ctx, value=False)
 
     def value_and_batched_jacobian(self, prob, xs, ctx):
-        mode = self.mode
+        mode, op, backend = self.mode, prob.op, prob.backend  # the closure must not hold prob
 
         def make(with_ctx):
             def run(x, *dyn):
                 fn = with_ctx(dyn)
                 b, rest = x.shape[0], x.shape[1:]
                 out = jax.eval_shape(fn, x)
-                check_batch(prob, x.shape, out.shape)
+                check_batch_of(op, backend, x.shape, out.shape)
                 n_in, n_out = x.size // max(b, 1), out.size // max(b, 1)
                 reverse = mode == "reverse" or (mode is None and n_out < n_in)
                 if reverse:  # n_out vjps, each one basis vector repeated over the batch

@@ -8,6 +8,7 @@ outer framework can differentiate through them.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -36,8 +37,8 @@ class TorchImpl(BackendImpl):
         return leaf.is_floating_point()
 
     def from_numpy(self, a: np.ndarray) -> Any:
-        if not a.flags.writeable:
-            a = a.copy()
+        if not a.flags.writeable or any(st < 0 for st in a.strides):
+            a = a.copy()  # torch takes neither read-only nor negative-stride arrays
         return torch.from_numpy(a)
 
     def default_float(self, value: float) -> Any:
@@ -158,6 +159,9 @@ class TorchImpl(BackendImpl):
     def value_and_jacobian(self, prob, xs, ctx):
         fn = prob.flat()
         (x,) = xs
+        if x.numel() == 0:  # an empty basis: torch.func cannot batch over it
+            y = _call(prob, lambda: fn(xs, *ctx))
+            return y, torch.zeros((*y.shape, *x.shape), dtype=x.dtype, device=x.device)
         if _functorch(xs, ctx) or self.mode == "forward":
             reverse = self.mode == "reverse" or (
                 self.mode is None and self.output_size(prob, xs, ctx) < x.numel()
@@ -189,7 +193,7 @@ class TorchImpl(BackendImpl):
         fn = prob.flat()
         (x,) = xs
         b, rest = x.shape[0], tuple(x.shape[1:])
-        n_in = x.numel() // max(b, 1)
+        n_in = math.prod(rest)
         f1 = lambda x: fn((x,), *ctx)  # noqa: E731
         reverse = self.mode == "reverse"
         if self.mode is None:
@@ -204,12 +208,12 @@ class TorchImpl(BackendImpl):
                 )(v),
             )
             check_batch(prob, tuple(x.shape), tuple(y.shape))
-            jac = cols.reshape(n_in, b, -1).movedim(0, 2)
+            jac = cols.reshape(n_in, b, math.prod(y.shape[1:])).movedim(0, 2)
             return y, jac.reshape((*y.shape, *rest))
         if _functorch(xs, ctx):
             y, pb = torch.func.vjp(f1, x)
             check_batch(prob, tuple(x.shape), tuple(y.shape))
-            n_out = y.numel() // max(b, 1)
+            n_out = math.prod(y.shape[1:])
             w = torch.eye(n_out, dtype=y.dtype, device=y.device)[:, None].expand(n_out, b, n_out)
             rows = torch.func.vmap(lambda w: pb(w.reshape(y.shape))[0])(w)
         else:
@@ -217,7 +221,7 @@ class TorchImpl(BackendImpl):
             xg, y = _forward(prob, fn, xs, ctx, outer)
             outer = outer or _reaches_outside(y, xg)
             check_batch(prob, tuple(x.shape), tuple(y.shape))
-            n_out = y.numel() // max(b, 1)
+            n_out = math.prod(y.shape[1:])
             w = torch.eye(n_out, dtype=y.dtype, device=y.device)[:, None].expand(n_out, b, n_out)
             w = w.reshape((n_out, *y.shape))
             if y.requires_grad:
@@ -242,15 +246,20 @@ class TorchImpl(BackendImpl):
             xg = tuple(x.detach().requires_grad_() for x in xs)
             with torch.enable_grad():
                 y = _call(prob, lambda: fn(xg, *ctx))
+                keep = _reaches_outside(y, xg)  # f closes over tensors of an outer pass
                 gs = _grads(y, xg, None, True, True)
                 used = [(g, v) for g, v in zip(gs, vs, strict=True) if g.requires_grad]
                 if not used:
                     return gs, tuple(torch.zeros_like(x) for x in xs)
                 hv = torch.autograd.grad(
-                    [g for g, _ in used], xg, [v for _, v in used], allow_unused=True
+                    [g for g, _ in used],
+                    xg,
+                    [v for _, v in used],
+                    allow_unused=True,
+                    create_graph=keep,
                 )
             hv = tuple(torch.zeros_like(x) if h is None else h for h, x in zip(hv, xs, strict=True))
-            return tuple(g.detach() for g in gs), hv
+            return (gs if keep else tuple(g.detach() for g in gs)), hv
         outer, inner = combo or ("forward", "reverse")
         gf = _func_grad(lambda xs: fn(xs, *ctx), inner)
         if outer == "reverse":
@@ -266,19 +275,26 @@ class TorchImpl(BackendImpl):
         xg = tuple(x.detach().requires_grad_() for x in xs)
         with torch.enable_grad():
             y = _call(prob, lambda: fn(xg, *ctx))
+            keep = _reaches_outside(y, xg)
             gs = _grads(y, xg, None, True, True)
             used = [k for k, g in enumerate(gs) if g.requires_grad]
             hv = [None] * len(xs)
             if used:
                 vs = [torch.stack([vs[k] for vs in vss]) for k in used]
                 hv = torch.autograd.grad(
-                    [gs[k] for k in used], xg, vs, is_grads_batched=True, allow_unused=True
+                    [gs[k] for k in used],
+                    xg,
+                    vs,
+                    is_grads_batched=True,
+                    allow_unused=True,
+                    create_graph=keep,
                 )
         hv = [
             torch.zeros((n, *x.shape), dtype=x.dtype, device=x.device) if h is None else h
             for h, x in zip(hv, xs, strict=True)
         ]
-        return tuple(g.detach() for g in gs), [tuple(h[i] for h in hv) for i in range(n)]
+        gs = gs if keep else tuple(g.detach() for g in gs)
+        return gs, [tuple(h[i] for h in hv) for i in range(n)]
 
     def value_gradient_and_hessian(self, prob, xs, ctx, combo):
         fn = prob.flat()
@@ -288,15 +304,21 @@ class TorchImpl(BackendImpl):
             xg = x.detach().requires_grad_()
             with torch.enable_grad():
                 y = _call(prob, lambda: fn((xg,), *ctx))
+                keep = _reaches_outside(y, (xg,))
                 (g,) = _grads(y, (xg,), None, True, True)
-                if g.requires_grad:
+                h = None
+                if g.requires_grad and n:
                     eye = torch.eye(n, dtype=x.dtype, device=x.device).reshape((n, *x.shape))
-                    (h,) = torch.autograd.grad(g, xg, eye, is_grads_batched=True, allow_unused=True)
-                else:
-                    h = None
+                    (h,) = torch.autograd.grad(
+                        g, xg, eye, is_grads_batched=True, allow_unused=True, create_graph=keep
+                    )
             if h is None:
                 h = torch.zeros((n, *x.shape), dtype=x.dtype, device=x.device)
-            return y.detach(), (g.detach(),), h.reshape((*x.shape, *x.shape))
+            h = h.reshape((*x.shape, *x.shape))
+            return (y, (g,), h) if keep else (y.detach(), (g.detach(),), h)
+        if n == 0:  # nothing to differentiate: torch.func cannot batch over an empty basis
+            y = _call(prob, lambda: fn((x,), *ctx))
+            return y, (torch.zeros_like(x),), torch.zeros((*x.shape, *x.shape), dtype=x.dtype)
         outer, inner = combo or ("forward", "reverse")
         f1 = lambda x: fn((x,), *ctx)  # noqa: E731
 

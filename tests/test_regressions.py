@@ -1,0 +1,93 @@
+"""Bugs found in review, each pinned by a test."""
+
+from __future__ import annotations
+
+import gc
+import weakref
+
+import numpy as np
+import pytest
+
+import diffiface as di
+
+
+def test_torch_hvp_and_hessian_keep_closures_differentiable():
+    torch = pytest.importorskip("torch")
+    w = torch.tensor([1.0, 2.0], dtype=torch.float64, requires_grad=True)
+    x = torch.ones(2, dtype=torch.float64)
+    f = lambda x: (w * x**3).sum()  # noqa: E731
+    # H = diag(6 w x) -> H 1 = 6 w x = 6 w; d/dw sum(6 w) = 6, plus d/dw sum(w^2) = 2 w
+    (di.hvp(f, di.AutoTorch(), x, torch.ones_like(x)).sum() + (w**2).sum()).backward()
+    torch.testing.assert_close(w.grad, 6 + 2 * w.detach())
+    w.grad = None
+    di.hessian(f, di.AutoTorch(), x).sum().backward()
+    torch.testing.assert_close(w.grad, torch.full((2,), 6.0, dtype=torch.float64))
+
+
+def test_jax_batched_jacobian_does_not_keep_f_alive():
+    jnp = pytest.importorskip("jax").numpy
+
+    def f(x):
+        return jnp.sin(x)
+
+    ref = weakref.ref(f)
+    di.batched_jacobian(f, di.AutoJax(), jnp.ones((2, 3)))
+    del f
+    gc.collect()
+    assert ref() is None
+
+
+def test_empty_inputs_and_outputs(backend):
+    ns_ones = np.ones
+    j = di.jacobian(lambda x: x[:0] * 2, backend, ns_ones(3))
+    assert j.shape == (0, 3)
+    j = di.jacobian(
+        lambda x: (x * 2).sum() + x[:0].sum() * 0 + 0 * x[:1].sum(), backend, ns_ones(0)
+    )
+    assert j.shape == (0,)
+    j = di.batched_jacobian(lambda x: x**2, backend, ns_ones((0, 3)))
+    assert j.shape == (0, 3, 3)
+
+
+def test_torch_empty_hessian_and_jacobian():
+    torch = pytest.importorskip("torch")
+    assert di.hessian(lambda x: (x**2).sum(), di.AutoTorch(), torch.ones(0)).shape == (0, 0)
+    j = di.jacobian(lambda x: x.sum() * torch.ones(2), di.AutoTorch(), torch.ones(0))
+    assert j.shape == (2, 0)
+
+
+def test_negative_strides_into_torch():
+    pytest.importorskip("torch")
+    g = di.gradient(lambda x: (x**2).sum(), di.AutoTorch(), np.arange(3.0)[::-1])
+    np.testing.assert_allclose(g, [4.0, 2.0, 0.0])
+
+
+def test_autograd_grad_around_a_hessian():
+    autograd = pytest.importorskip("autograd")
+    anp = autograd.numpy
+    outer = autograd.grad(
+        lambda x: anp.sum(di.hessian(lambda x: (x**3).sum(), di.AutoAutograd(), x))
+    )
+    np.testing.assert_allclose(outer(np.array([1.0, 2.0])), [6.0, 6.0])
+
+
+def test_prepared_with_tangents_called_with_one():
+    jax = pytest.importorskip("jax")
+    x = jax.numpy.ones(3)
+    prep = di.prepare_jvp(jax.numpy.sin, di.AutoJax(), x, di.Tangents(x, x))
+    with pytest.raises(di.MismatchError, match="tangent    MISMATCH"):
+        di.jvp(jax.numpy.sin, di.AutoJax(), x, x, prep=prep)
+
+
+def test_jax_float64_tangent_without_x64():
+    jax = pytest.importorskip("jax")
+    with jax.enable_x64(False):
+        x = jax.numpy.ones(2)
+        with pytest.raises(ValueError, match="v is float64, but JAX has x64 disabled"):
+            di.jvp(lambda x: x**2, di.AutoJax(), x, np.ones(2))
+
+
+def test_finite_difference_hvp_of_a_scalar_is_an_array():
+    hv = di.hvp(lambda x: x**3, di.AutoFiniteDifferences(), np.array(2.0), np.array(1.0))
+    assert isinstance(hv, np.ndarray) and hv.shape == ()
+    assert float(hv) == pytest.approx(12.0, rel=1e-5)

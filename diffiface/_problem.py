@@ -29,7 +29,7 @@ class Problem:
         self.fns: dict = {}  # compiled functions memoized on a prepared problem
 
     def key(self, *extra: Any) -> tuple:
-        return (self.op, self.treedef, self.scalar, *extra)
+        return (self.op, self.backend, self.treedef, self.scalar, *extra)
 
     def flat(self, fget: Callable[[], Callable] | None = None) -> Callable:
         """``g(xs, *ctx)``; with ``fget`` it holds ``f`` only through ``fget()``."""

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import numbers
 from typing import Any
 
 import jax
@@ -399,12 +398,13 @@ def _split_contexts(prob, ctx: tuple):
                     f"{type(leaf).__name__}, which jax.jit cannot take as a static argument. "
                     "Pass arrays, numbers or hashable values in Constant."
                 ) from exc
-            static.append(leaf if isinstance(leaf, numbers.Number | str) else _Static(leaf))
+            static.append(_Static(leaf))
     return tuple(dyn), (tree, tuple(static))
 
 
 class _Static:
-    """Static non-array value keyed by identity-equality (hash of the value)."""
+    """A static (non-array) context value in a cache key: equal when of the same type
+    and equal value, so Constant(True) and Constant(1) compile apart."""
 
     __slots__ = ("value",)
 
@@ -412,10 +412,14 @@ class _Static:
         self.value = value
 
     def __hash__(self):
-        return hash(self.value)
+        return hash((type(self.value), self.value))
 
     def __eq__(self, other):
-        return isinstance(other, _Static) and self.value == other.value
+        return (
+            isinstance(other, _Static)
+            and type(other.value) is type(self.value)
+            and self.value == other.value
+        )
 
 
 _DYNAMIC = object()

@@ -1,4 +1,4 @@
-"""Run every benchmark, print the tables, write results.json and ratios.png.
+"""Run every benchmark, print the tables, write results.json and docs/ratios.png.
 
 `make bench` runs this pinned to one core. Ratios are diffiface time over the
 framework's own best call, measured in the same run (medians of interleaved
@@ -48,8 +48,9 @@ def main() -> None:
     rows += mlp.main()
     with open(os.path.join(HERE, "results.json"), "w") as fh:
         json.dump(rows, fh, indent=1)
-    chart(rows, os.path.join(HERE, "ratios.png"))
-    print(f"wrote {HERE}/results.json and {HERE}/ratios.png")
+    png = os.path.join(os.path.dirname(HERE), "docs", "ratios.png")
+    chart(rows, png)
+    print(f"wrote {HERE}/results.json and {png}")
 
 
 if __name__ == "__main__":

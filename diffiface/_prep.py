@@ -46,12 +46,29 @@ class MismatchError(_checks.DiffifaceValueError):
     """The arguments of a prepared call differ from those of the preparation."""
 
 
+_KINDS: dict = {}
+
+
+def _kind(leaf: Any) -> str:
+    """The array kind of a leaf: a JAX tracer counts as a jax array, an autograd box as
+    NumPy, a torch.func wrapper as a tensor, so prepared calls work under transforms."""
+    cls = type(leaf)
+    kind = _KINDS.get(cls)
+    if kind is None:
+        top = cls.__module__.split(".")[0]
+        kind = {"jaxlib": "jax", "autograd": "numpy"}.get(top, top)
+        if kind == "builtins":
+            kind = cls.__name__
+        _KINDS[cls] = kind
+    return kind
+
+
 def _leaf_sig(leaf: Any) -> tuple:
-    """(type, shape, dtype): compared on every prepared call, so no strings here."""
+    """(kind, shape, dtype): compared on every prepared call, so no strings built."""
     dtype = getattr(leaf, "dtype", None)
     if dtype is not None:
-        return (type(leaf), tuple(leaf.shape), dtype)
-    return (type(leaf),)
+        return (_kind(leaf), tuple(leaf.shape), dtype)
+    return (_kind(leaf),)
 
 
 def _tree_sig(tree: Any) -> tuple:
@@ -196,7 +213,7 @@ def _describe_tree(sig: tuple) -> str:
     parts = []
     for path, leaf in zip(paths(treedef), leaves, strict=True):
         shape = str(leaf[1]) if len(leaf) > 1 else ""
-        kind = _checks.dtype_name(leaf[2]) if len(leaf) > 2 else leaf[0].__name__
+        kind = f"{leaf[0]} {_checks.dtype_name(leaf[2])}" if len(leaf) > 2 else leaf[0]
         where = f"{path} " if path != "x" else ""
         parts.append(f"{where}{shape} {kind}".strip())
     return ", ".join(p.strip() for p in parts) or "empty"

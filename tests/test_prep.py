@@ -161,3 +161,25 @@ def test_jax_prepared_calls_compile_once():
     for _ in range(10):
         di.hessian(f, di.AutoJax(), x, prep=prep)
     assert len(traces) == 2
+
+
+def test_prepared_calls_inside_outer_transforms():
+    jax = pytest.importorskip("jax")
+    torch = pytest.importorskip("torch")
+    jnp = jax.numpy
+    want = -np.sin(X) * X + 2 * np.cos(X)  # d/dx sum(d/dx sum(sin(x) x))
+
+    f = lambda x: (jnp.sin(x) * x).sum()  # noqa: E731
+    x = jnp.asarray(X)
+    prep = di.prepare_gradient(f, di.AutoJax(), x)
+    outer = jax.grad(lambda x: di.gradient(f, di.AutoJax(), x, prep=prep).sum())
+    np.testing.assert_allclose(outer(x), want, rtol=1e-10)
+
+    ft = lambda x: (torch.sin(x) * x).sum()  # noqa: E731
+    xt = torch.tensor(X)
+    prep = di.prepare_gradient(ft, di.AutoTorch(), xt)
+    outer = torch.func.grad(lambda x: di.gradient(ft, di.AutoTorch(), x, prep=prep).sum())
+    np.testing.assert_allclose(outer(xt).numpy(), want, rtol=1e-10)
+    xr = xt.clone().requires_grad_()
+    (g,) = torch.autograd.grad(di.gradient(ft, di.AutoTorch(), xr, prep=prep).sum(), xr)
+    np.testing.assert_allclose(g.numpy(), want, rtol=1e-10)

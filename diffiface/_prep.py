@@ -182,8 +182,8 @@ class Prep:
             )
 
         row("operator", FAMILY.get(op) == self.family, op, f"the {self.family} family")
-        same_name = _name(f) == _name(self.f)
-        row("f", f is self.f, _name(f) + (" (another object)" if same_name else ""), _name(self.f))
+        other = f is not self.f and _name(f) == _name(self.f)
+        row("f", f is self.f, _name(f) + (" (another object)" if other else ""), _name(self.f))
         row("backend", backend == self.backend, repr(backend), repr(self.backend))
         got_x, want_x = _tree_sig(x), self._x_sig
         row("x", got_x == want_x, _describe_tree(got_x), _describe_tree(want_x))

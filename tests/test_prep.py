@@ -95,11 +95,11 @@ def test_mismatch_errors_are_itemized(backend):
     _mismatch(lambda: di.gradient(f, other, X, c, prep=prep), "backend    MISMATCH")
     _mismatch(
         lambda: di.gradient(f, backend, np.ones(4), c, prep=prep),
-        "x          MISMATCH: got (4,) float64, prepared (3,) float64",
+        "x          MISMATCH: got (4,) numpy float64, prepared (3,) numpy float64",
     )
     _mismatch(
         lambda: di.gradient(f, backend, X.astype(np.float32), c, prep=prep),
-        "got (3,) float32, prepared (3,) float64",
+        "got (3,) numpy float32, prepared (3,) numpy float64",
     )
     _mismatch(lambda: di.gradient(f, backend, [X], c, prep=prep), "x          MISMATCH")
     _mismatch(

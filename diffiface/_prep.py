@@ -11,6 +11,7 @@ gradient prep) and can be shared between threads.
 
 from __future__ import annotations
 
+import types
 from collections.abc import Callable
 from typing import Any
 
@@ -66,8 +67,11 @@ def _kind(leaf: Any) -> str:
 def _leaf_sig(leaf: Any) -> tuple:
     """(kind, shape, dtype): compared on every prepared call, so no strings built."""
     dtype = getattr(leaf, "dtype", None)
-    if dtype is not None:
-        return (_kind(leaf), tuple(leaf.shape), dtype)
+    if dtype is not None and not isinstance(leaf, type):
+        try:
+            return (_kind(leaf), tuple(leaf.shape), dtype)
+        except TypeError:  # a dtype-like object without a shape
+            pass
     return (_kind(leaf),)
 
 
@@ -135,7 +139,7 @@ class Prep:
     def direct(self, op: str, f: Callable, backend: Any, x: Any, contexts: tuple):
         """The direct runner when the call matches exactly, else None (general path)."""
         run = self._direct.get(op)
-        if run is None or contexts or f is not self.f:
+        if run is None or contexts or not _same_f(f, self.f):
             return None
         fast = self._fast
         if type(x) is not fast[0] or x.shape != fast[1] or x.dtype != fast[2]:
@@ -152,7 +156,7 @@ class Prep:
         fast = self._fast
         if (
             FAMILY.get(op) != self.family
-            or f is not self.f
+            or not _same_f(f, self.f)
             or (backend is not self.backend and backend != self.backend)
         ):
             raise self._mismatch(op, f, backend, x, contexts, t)
@@ -182,8 +186,9 @@ class Prep:
             )
 
         row("operator", FAMILY.get(op) == self.family, op, f"the {self.family} family")
-        other = f is not self.f and _name(f) == _name(self.f)
-        row("f", f is self.f, _name(f) + (" (another object)" if other else ""), _name(self.f))
+        same = _same_f(f, self.f)
+        other = not same and _name(f) == _name(self.f)
+        row("f", same, _name(f) + (" (another object)" if other else ""), _name(self.f))
         row("backend", backend == self.backend, repr(backend), repr(self.backend))
         got_x, want_x = _tree_sig(x), self._x_sig
         row("x", got_x == want_x, _describe_tree(got_x), _describe_tree(want_x))
@@ -191,13 +196,30 @@ class Prep:
         row("contexts", got_c == self._ctx_sig, _describe_ctx(got_c), _describe_ctx(self._ctx_sig))
         if self._t_sig is not None:
             got_t = _tangent_sig(t)
-            same = (got_t[0] == self._t_sig[0]) and len(got_t[1]) == len(self._t_sig[1])
+            same = (
+                got_t is not None
+                and got_t[0] == self._t_sig[0]
+                and len(got_t[1]) == len(self._t_sig[1])
+            )
             row("tangent", same, _describe_t(got_t), _describe_t(self._t_sig))
         return MismatchError(
             f"{op}(f, {backend!r}, x, prep=prep): the arguments do not match the "
             "preparation:\n" + "\n".join(rows) + f"\nPrepare again with "
             f"prepare_{self.family}(...) for these arguments, or call {op} without prep."
         )
+
+
+def _same_f(f: Any, g: Any) -> bool:
+    """The same function; a bound method is the same when its function and instance are
+    (each attribute access makes a new method object)."""
+    if f is g:
+        return True
+    return (
+        isinstance(f, types.MethodType)
+        and isinstance(g, types.MethodType)
+        and f.__func__ is g.__func__
+        and f.__self__ is g.__self__
+    )
 
 
 def _is_many(t_sig: Any) -> bool:

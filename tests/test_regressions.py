@@ -91,3 +91,46 @@ def test_finite_difference_hvp_of_a_scalar_is_an_array():
     hv = di.hvp(lambda x: x**3, di.AutoFiniteDifferences(), np.array(2.0), np.array(1.0))
     assert isinstance(hv, np.ndarray) and hv.shape == ()
     assert float(hv) == pytest.approx(12.0, rel=1e-5)
+
+
+def test_prepared_torch_gradient_with_module_parameters_runs_f_once():
+    torch = pytest.importorskip("torch")
+    torch.manual_seed(0)
+    lin = torch.nn.Linear(3, 1)
+    calls = []
+
+    def f(x):
+        calls.append(1)
+        return lin(x).sum()
+
+    x = torch.randn(3)
+    prep = di.prepare_gradient(f, di.AutoTorch(), x)
+    calls.clear()
+    g = di.gradient(f, di.AutoTorch(), x, prep=prep)
+    assert len(calls) == 1
+    torch.testing.assert_close(g, lin.weight.detach()[0])
+    (gw,) = torch.autograd.grad(g.sum(), lin.weight)  # attached: d/dW sum(W) = 1
+    torch.testing.assert_close(gw, torch.ones_like(gw))
+
+
+def test_prep_accepts_bound_methods_and_odd_constants():
+    jnp = pytest.importorskip("jax").numpy
+
+    class M:
+        def loss(self, x, c):
+            return (x.astype(c) ** 2).sum()
+
+    m, x = M(), jnp.ones(3)
+    prep = di.prepare_gradient(m.loss, di.AutoJax(), x, di.Constant(jnp.float32))
+    g = di.gradient(m.loss, di.AutoJax(), x, di.Constant(jnp.float32), prep=prep)
+    np.testing.assert_allclose(g, 2 * np.ones(3))
+    with pytest.raises(di.MismatchError, match="f          MISMATCH"):
+        di.gradient(M().loss, di.AutoJax(), x, di.Constant(jnp.float32), prep=prep)
+
+
+def test_mismatch_with_no_tangent_is_reported():
+    f = lambda x: x * 2  # noqa: E731
+    b, x = di.AutoFiniteDifferences(), np.ones(2)
+    prep = di.prepare_jvp(f, b, x, di.Tangents(x, x))
+    with pytest.raises(di.MismatchError, match="tangent    MISMATCH: got none"):
+        di.jvp(lambda x: x * 3, b, x, None, prep=prep)

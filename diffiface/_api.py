@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from typing import Any
 
-import numpy as np
-
 from . import _checks, _convert
-from ._fallbacks import SLOW
+from ._fallbacks import SLOW, _size
 from ._prep import Prep
 from ._problem import Problem
 from ._registry import implementation
@@ -331,12 +328,7 @@ def _value_and_jacobian(impl, prob: Problem, xs: tuple, ctx: tuple):
     if _size(x):
         return impl.value_and_jacobian(prob, xs, ctx)
     y = prob.flat()(xs, *ctx)
-    zeros = impl.from_numpy(np.zeros((*y.shape, *x.shape), dtype=np.float32))
-    return y, impl.cast(zeros, x)
-
-
-def _size(a: Any) -> int:
-    return math.prod(tuple(a.shape))
+    return y, _convert.zeros(impl, (*y.shape, *x.shape), x)
 
 
 def value_and_derivative(

@@ -6,8 +6,6 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-import numpy as np
-
 from . import _checks, _convert
 from ._api import _enter, _out_kind
 
@@ -55,7 +53,7 @@ def value_and_batched_jacobian(f: Callable, backend: Any, x: Any, *contexts: Any
     if math.prod(tuple(x0.shape)) == 0:  # an empty batch or sample: zeros, f(x) once
         y = prob.flat()(xs, *ctx)
         check_batch(prob, tuple(x0.shape), tuple(y.shape))
-        jac = _zeros(impl, (*y.shape, *x0.shape[1:]), x0)
+        jac = _convert.zeros(impl, (*y.shape, *x0.shape[1:]), x0)
     else:
         y, jac = impl.value_and_batched_jacobian(prob, xs, ctx)
     k = _out_kind(kinds)
@@ -78,10 +76,6 @@ def batched_jacobian(f: Callable, backend: Any, x: Any, *contexts: Any, prep: An
                [10., 12.]])
     """
     return value_and_batched_jacobian(f, backend, x, *contexts, prep=prep)[1]
-
-
-def _zeros(impl, shape: tuple, like: Any) -> Any:
-    return impl.cast(impl.from_numpy(np.zeros(shape, dtype=np.float32)), like)
 
 
 def check_batch(prob, x_shape: tuple, y_shape: tuple) -> None:

@@ -151,3 +151,8 @@ def back(impl: Any, a: Any, kind: int) -> Any:
     if kind == PYTHON and arr.ndim == 0:
         return float(arr)
     return arr
+
+
+def zeros(impl: Any, shape: tuple, like: Any) -> Any:
+    """Native zeros of ``shape`` with the dtype (and device) of ``like``."""
+    return impl.cast(impl.from_numpy(np.zeros(shape, dtype=np.float32)), like)

@@ -13,6 +13,8 @@ from typing import Any
 
 import numpy as np
 
+from . import _convert
+
 SLOW = object()  # returned by a direct runner that must hand over to the general path
 
 
@@ -158,7 +160,7 @@ class BackendImpl:
             y, pb = self.value_and_pullback(prob, xs, ctx)
             rows = [pb(self.basis(y, i))[0] for i in range(_size(y))]
             if not rows:  # f(x) is empty
-                return y, self.cast(self.from_numpy(np.zeros((*y.shape, *x.shape))), x)
+                return y, _convert.zeros(self, (*y.shape, *x.shape), x)
             return y, self.reshape(self.stack(rows, 0), tuple(y.shape) + tuple(x.shape))
         y, (cols,) = self._columns(prob, xs, ctx)
         return y, self.reshape(cols, tuple(y.shape) + tuple(x.shape))

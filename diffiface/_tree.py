@@ -21,8 +21,3 @@ def unflatten(treedef: Any, leaves: Any) -> Any:
 def paths(treedef: Any) -> list[str]:
     """Readable path of each leaf of a treedef, in flatten order: ``x['a'][0]``."""
     return ["x" + "".join(f"[{k!r}]" for k in p) for p in treedef.paths()]
-
-
-def is_leaf_tree(tree: Any) -> bool:
-    """True when ``tree`` is a single leaf (not a container)."""
-    return optree.treespec_is_leaf(optree.tree_structure(tree, none_is_leaf=False))

@@ -83,20 +83,10 @@ class TorchImpl(BackendImpl):
         if _functorch(xs, ctx) or _outer(xs, ctx):
             y, pb = self.value_and_pullback(prob, xs, ctx)
             return y, pb(None)
-        # the plain call: one graph, torch.autograd.grad, nothing kept
-        xg = tuple(x.detach().requires_grad_() for x in xs)
-        fn = prob.flat()
-        if torch.is_grad_enabled():
-            y = _call(prob, lambda: fn(xg, *ctx))
-        else:
-            with torch.enable_grad():
-                y = _call(prob, lambda: fn(xg, *ctx))
-        if _reaches_outside(y, xg):  # f closes over tensors an outer pass differentiates
-            return y, _grads(y, xg, None, True, False)
-        return y.detach(), _grads(y, xg, None, False, False)
+        return _plain_value_and_grad(prob, prob.flat(), xs, ctx)
 
     def direct(self, prob):
-        """For a prepared plain call: detach, one forward, torch.autograd.grad."""
+        """For a prepared plain call: the plain gradient path, without the checks."""
         if prob.op not in ("gradient", "value_and_gradient") or not prob.single:
             return None
         fn, value = prob.flat(), prob.op == "value_and_gradient"
@@ -104,17 +94,8 @@ class TorchImpl(BackendImpl):
         def run(x):
             if x.requires_grad or is_functorch_wrapped_tensor(x) or fwAD._current_level >= 0:
                 return SLOW
-            xg = (x.detach().requires_grad_(),)
-            if torch.is_grad_enabled():
-                y = _call(prob, lambda: fn(xg))
-            else:
-                with torch.enable_grad():
-                    y = _call(prob, lambda: fn(xg))
-            if _reaches_outside(y, xg):  # f closes over tensors of an outer pass: stay attached
-                (g,) = _grads(y, xg, None, True, False)
-                return (y, g) if value else g
-            (g,) = _grads(y, xg, None, False, False)
-            return (y.detach(), g) if value else g
+            y, (g,) = _plain_value_and_grad(prob, fn, (x,), ())
+            return (y, g) if value else g
 
         return run
 
@@ -348,6 +329,20 @@ class TorchImpl(BackendImpl):
 
 def _func_grad(fn, inner: str):
     return torch.func.jacfwd(fn) if inner == "forward" else torch.func.grad(fn)
+
+
+def _plain_value_and_grad(prob, fn, xs: tuple, ctx: tuple):
+    """One graph and torch.autograd.grad; detached results unless f closes over
+    tensors that an outer pass differentiates."""
+    xg = tuple(x.detach().requires_grad_() for x in xs)
+    if torch.is_grad_enabled():
+        y = _call(prob, lambda: fn(xg, *ctx))
+    else:
+        with torch.enable_grad():
+            y = _call(prob, lambda: fn(xg, *ctx))
+    if _reaches_outside(y, xg):
+        return y, _grads(y, xg, None, True, False)
+    return y.detach(), _grads(y, xg, None, False, False)
 
 
 def _twice(y):

@@ -31,6 +31,10 @@ from ._checks import DiffifaceTypeError as DiffifaceTypeError
 from ._checks import DiffifaceValueError as DiffifaceValueError
 from ._checks import FrameworkMissingError as FrameworkMissingError
 from ._contexts import Constant as Constant
+from ._contexts import FixedParams as FixedParams
+from ._nested import config as config
+from ._nested import nested_ad as nested_ad
+from ._nested import nested_rule_counts as nested_rule_counts
 from ._prep import MismatchError as MismatchError
 from ._prep import Prep as Prep
 from ._prepare import prepare_batched_jacobian as prepare_batched_jacobian
@@ -64,12 +68,14 @@ __all__ = [
     "Constant",
     "DiffifaceTypeError",
     "DiffifaceValueError",
+    "FixedParams",
     "FrameworkMissingError",
     "MismatchError",
     "Prep",
     "SecondOrder",
     "Tangents",
     "batched_jacobian",
+    "config",
     "derivative",
     "gradient",
     "gradient_and_hvp",
@@ -77,6 +83,8 @@ __all__ = [
     "hvp",
     "jacobian",
     "jvp",
+    "nested_ad",
+    "nested_rule_counts",
     "prepare_batched_jacobian",
     "prepare_derivative",
     "prepare_gradient",

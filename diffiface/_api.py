@@ -6,7 +6,9 @@ from collections.abc import Callable
 from typing import Any
 
 from . import _checks, _convert
+from ._contexts import unfix
 from ._fallbacks import SLOW, _size
+from ._nested import route
 from ._prep import Prep
 from ._problem import Problem
 from ._registry import implementation
@@ -22,7 +24,9 @@ def _enter(op, f, backend, x, contexts, scalar=False, prep=None, t=None):
 
 
 def _enter_impl(op, f, backend, impl, x, contexts, scalar):
-    """Convert x and the contexts for ``impl`` and build the Problem."""
+    """Convert x and the contexts for ``impl`` and build the Problem; a FixedParams
+    becomes its function with the parameters as the first context."""
+    f, contexts, fixed = unfix(f, contexts)
     if impl.is_native(x) and impl.is_float(x):  # fast path: one array of the framework
         xs, kinds, single, tree = (x,), _ONE_NATIVE, True, _LEAF
     else:
@@ -31,6 +35,8 @@ def _enter_impl(op, f, backend, impl, x, contexts, scalar):
         single = len(leaves) == 1 and leaves[0] is x
     prob = Problem(op, backend, impl, f, tree, single, scalar)
     ctx = _convert.contexts(op, impl, contexts) if contexts else ()
+    if fixed is not None:
+        impl = route(impl, fixed, op, xs, ctx)
     return impl, prob, xs, kinds, ctx
 
 

@@ -75,6 +75,10 @@ class BackendImpl:
     def reshape(self, a: Any, shape: tuple) -> Any:
         return a.reshape(shape)
 
+    def can_run_rule(self, xs: tuple, ctx: tuple) -> bool:
+        """False where the outer transform cannot run a custom nested-AD rule."""
+        return True
+
     def direct(self, prob):
         """A callable ``x -> result`` for a prepared single-array call without
         contexts, or None; it may return SLOW to hand over to the general path."""

@@ -16,7 +16,8 @@ from collections.abc import Callable
 from typing import Any
 
 from . import _checks, _convert
-from ._contexts import Constant
+from ._contexts import Constant, FixedParams, unfix
+from ._nested import route
 from ._problem import Problem
 from ._tangents import Tangents
 from ._tree import flatten, paths
@@ -115,6 +116,7 @@ class Prep:
 
     def __init__(self, family, f, backend, impl, combo, prob, x, kinds, contexts, t):
         self.family, self.f, self.backend, self.impl, self.combo = family, f, backend, impl, combo
+        f, contexts, _ = unfix(f, contexts)  # FixedParams: its parameters are a context
         self._kinds = kinds
         self._x_sig = _tree_sig(x)
         self._ctx_sig = _ctx_sig(contexts)
@@ -167,14 +169,17 @@ class Prep:
             if (tree, tuple(_leaf_sig(v) for v in leaves)) != self._x_sig:
                 raise self._mismatch(op, f, backend, x, contexts, t)
             xs, kinds = _convert.point(op, self.impl, leaves, tree)
+        given = contexts
+        _, contexts, fixed = unfix(f, contexts)
         if (contexts or self._ctx_sig) and _ctx_sig(contexts) != self._ctx_sig:
-            raise self._mismatch(op, f, backend, x, contexts, t)
+            raise self._mismatch(op, f, backend, x, given, t)
         if self._t_sig is not None and isinstance(t, Tangents) != (self._t_sig[0] == "Tangents"):
             raise self._mismatch(op, f, backend, x, contexts, t)
         if isinstance(t, Tangents) and len(t) != len(self._t_sig[1]):
             raise self._mismatch(op, f, backend, x, contexts, t)
         ctx = _convert.contexts(op, self.impl, contexts) if contexts else ()
-        return self.impl, self._probs[op], xs, kinds, ctx
+        impl = route(self.impl, fixed, op, xs, ctx) if fixed is not None else self.impl
+        return impl, self._probs[op], xs, kinds, ctx
 
     def _mismatch(self, op, f, backend, x, contexts, t) -> MismatchError:
         rows = []
@@ -192,7 +197,7 @@ class Prep:
         row("backend", backend == self.backend, repr(backend), repr(self.backend))
         got_x, want_x = _tree_sig(x), self._x_sig
         row("x", got_x == want_x, _describe_tree(got_x), _describe_tree(want_x))
-        got_c = _ctx_sig(contexts)
+        got_c = _ctx_sig(unfix(f, contexts)[1])
         row("contexts", got_c == self._ctx_sig, _describe_ctx(got_c), _describe_ctx(self._ctx_sig))
         if self._t_sig is not None:
             got_t = _tangent_sig(t)
@@ -211,9 +216,12 @@ class Prep:
 
 def _same_f(f: Any, g: Any) -> bool:
     """The same function; a bound method is the same when its function and instance are
-    (each attribute access makes a new method object)."""
+    (each attribute access makes a new method object); a FixedParams when its function
+    and strategy are (its parameters are compared as a context)."""
     if f is g:
         return True
+    if type(f) is FixedParams and type(g) is FixedParams:
+        return f.strategy == g.strategy and _same_f(f.f, g.f)
     return (
         isinstance(f, types.MethodType)
         and isinstance(g, types.MethodType)

@@ -20,6 +20,7 @@ _LAZY = {
     AutoFiniteDifferences: ("diffiface.backends._finite_differences", None),
 }
 _IMPLS: dict[type, type] = {}
+_RULES: dict[tuple[str, str], Any] = {}  # (outer framework, inner operator method) -> rule
 _INSTANCES: dict[Any, Any] = {}
 _LOCK = threading.Lock()
 
@@ -32,6 +33,26 @@ def register(backend_type: type):
         return impl_cls
 
     return deco
+
+
+def register_rule(framework: str, method: str):
+    """Decorator: ``@register_rule("jax", "gradient")`` makes the function the
+    forward-over-reverse nested-AD rule of that inner operator under that framework.
+    A rule takes ``(impl, *args)``, the arguments of the implementation method."""
+
+    def deco(fn):
+        _RULES[(framework, method)] = fn
+        return fn
+
+    return deco
+
+
+def rule(framework: str, method: str) -> Any:
+    return _RULES.get((framework, method))
+
+
+def rule_methods(framework: str) -> list[str]:
+    return [m for fw, m in _RULES if fw == framework]
 
 
 def implementation(backend: Any) -> Any:

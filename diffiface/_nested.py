@@ -1,0 +1,167 @@
+"""Nested AD: an inner operator on a FixedParams inside an outer differentiation.
+
+When ``f`` is a :class:`~diffiface.FixedParams` and the outer framework of the
+backend differentiates ``x`` or the parameters, the call is routed to the rule
+registered for (framework, operator) in ``_registry``. ``"reverse_over_reverse"``
+is the framework's own nesting (it differentiates the inner call's graph);
+``"forward_over_reverse"`` swaps in a registered rule. The switch
+``nested_ad(False)`` (or ``config.nested_ad = False``) turns routing off: the
+results are the same, only the path changes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import dataclasses
+import os
+import threading
+from collections import Counter
+from collections.abc import Iterator
+from typing import Any
+
+from . import _checks, _registry
+from ._tree import flatten
+
+# Measured on CPU (benchmarks/nested.py, docs/nested.md): the framework's own
+# reverse-over-reverse is the fastest on every framework at every size measured.
+AUTO = {"jax": "reverse_over_reverse", "torch": "reverse_over_reverse"}
+AUTO_DEFAULT = "reverse_over_reverse"
+
+# operator -> the implementation method a rule replaces
+METHOD = {
+    "gradient": "gradient",
+    "value_and_gradient": "value_and_gradient",
+    "vjp": "value_and_vjp",
+    "value_and_vjp": "value_and_vjp",
+    "jvp": "value_and_jvp",
+    "value_and_jvp": "value_and_jvp",
+    "hvp": "hvp",
+    "gradient_and_hvp": "gradient_and_hvp",
+    "jacobian": "jacobian",
+    "value_and_jacobian": "value_and_jacobian",
+    "value_and_batched_jacobian": "value_and_batched_jacobian",
+}
+
+
+@dataclasses.dataclass
+class Config:
+    """diffiface's settings, read at call time.
+
+    Attributes:
+        nested_ad: route inner calls on a FixedParams through the nested-AD
+            rules (default True; the environment variable
+            ``DIFFIFACE_NESTED_AD=0`` starts it off). ``di.nested_ad(False)``
+            overrides it inside a ``with`` block.
+
+    Examples:
+        >>> import diffiface as di
+        >>> di.config.nested_ad
+        True
+    """
+
+    nested_ad: bool = os.environ.get("DIFFIFACE_NESTED_AD", "1").lower() not in (
+        "0",
+        "false",
+        "off",
+    )
+
+
+config = Config()
+_OVERRIDE: contextvars.ContextVar[bool | None] = contextvars.ContextVar(
+    "diffiface_nested_ad", default=None
+)
+_COUNTS: Counter = Counter()
+_LOCK = threading.Lock()
+
+
+@contextlib.contextmanager
+def nested_ad(enabled: bool = True) -> Iterator[None]:
+    """Turn the nested-AD rules on or off inside a ``with`` block (this thread or task).
+
+    Off, an inner call on a FixedParams runs like the same call on a closure:
+    the outer framework differentiates its graph. Results are the same either
+    way; only the path changes (see :func:`nested_rule_counts`).
+
+    Examples:
+        >>> import numpy as np
+        >>> import diffiface as di
+        >>> with di.nested_ad(False):
+        ...     g = di.gradient(di.FixedParams(lambda x, p: p * (x**2).sum(), 2.0),
+        ...                     di.AutoFiniteDifferences(), np.array([1.0]))
+        >>> g.round(6)
+        array([4.])
+    """
+    token = _OVERRIDE.set(bool(enabled))
+    try:
+        yield
+    finally:
+        _OVERRIDE.reset(token)
+
+
+def enabled() -> bool:
+    value = _OVERRIDE.get()
+    return config.nested_ad if value is None else value
+
+
+def nested_rule_counts(reset: bool = False) -> dict:
+    """How often the nested-AD rules ran, by ``(framework, operator, strategy)``.
+
+    A rule runs when an inner call on a FixedParams sees an outer
+    differentiation (for JAX: once per trace). ``reset=True`` clears the counts
+    after reading them.
+
+    Examples:
+        >>> import diffiface as di
+        >>> isinstance(di.nested_rule_counts(), dict)
+        True
+    """
+    with _LOCK:
+        out = dict(_COUNTS)
+        if reset:
+            _COUNTS.clear()
+    return out
+
+
+def route(impl: Any, fixed: Any, op: str, xs: tuple, ctx: tuple) -> Any:
+    """``impl`` itself, or a view of it whose operator runs the registered rule."""
+    if fixed is None or not enabled():
+        return impl
+    leaves = [*xs, *flatten(ctx[0])[0]]
+    if not any(impl.is_native(a) and impl.is_traced(a) for a in leaves):
+        return impl  # no outer differentiation sees this call
+    strategy = fixed.strategy
+    if strategy == "auto":
+        strategy = AUTO.get(impl.framework, AUTO_DEFAULT)
+    method = METHOD.get(op)
+    rule = _registry.rule(impl.framework, method) if method else None
+    if strategy == "forward_over_reverse":
+        if rule is None:
+            have = _registry.rule_methods(impl.framework)
+            raise _checks.DiffifaceValueError(
+                f"{_checks.call_form(op, impl.backend)}: FixedParams(strategy="
+                f"'forward_over_reverse') has no rule for {op} on {impl.framework}; rules "
+                f"exist for {', '.join(sorted(have)) or 'no operator'}. Use strategy='auto'."
+            )
+        if not impl.can_run_rule(xs, ctx):  # e.g. inside torch.func transforms
+            strategy = "reverse_over_reverse"
+    with _LOCK:
+        _COUNTS[(impl.framework, op, strategy)] += 1
+    if strategy == "reverse_over_reverse":
+        return impl
+    return _RuleView(impl, method, rule)
+
+
+class _RuleView:
+    """``impl`` with one method replaced by its rule (every other name delegates)."""
+
+    __slots__ = ("_impl", "_method", "_rule")
+
+    def __init__(self, impl: Any, method: str, rule: Any) -> None:
+        self._impl, self._method, self._rule = impl, method, rule
+
+    def __getattr__(self, name: str) -> Any:
+        if name == self._method:
+            impl, rule = self._impl, self._rule
+            return lambda *args: rule(impl, *args)
+        return getattr(self._impl, name)

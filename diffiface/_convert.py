@@ -15,6 +15,7 @@ import numpy as np
 from . import _checks
 from ._contexts import Constant
 from ._tree import flatten, paths, unflatten
+from ._within import check_not_foreign
 
 NATIVE, NUMPY, PYTHON = 0, 1, 2
 
@@ -49,6 +50,7 @@ def point(op: str, impl: Any, leaves: list, tree: Any) -> tuple[tuple, tuple]:
 
 def _raise_leaf(op: str, impl: Any, tree: Any, i: int, leaf: Any):
     path = paths(tree)[i]
+    check_not_foreign(_checks.call_form(op, impl.backend), impl.framework, path, leaf)
     if isinstance(leaf, bool | numbers.Integral) or (
         hasattr(leaf, "dtype") and not _is_floating(leaf)
     ):
@@ -117,19 +119,29 @@ def match(op: str, impl: Any, name: str, leaf: Any, ref: Any, path: str = "") ->
 def contexts(op: str, impl: Any, contexts: tuple) -> tuple:
     """Unwrap Constant contexts; NumPy leaves become native arrays."""
     out = []
-    for c in contexts:
+    for i, c in enumerate(contexts):
         if not isinstance(c, Constant):
             raise _checks.DiffifaceTypeError(
                 f"{_checks.call_form(op, impl.backend)}: contexts must be di.Constant(...), "
                 f"got {type(c).__name__}. Wrap extra arguments of f as di.Constant(value)."
             )
         leaves, tree = flatten(c.value)
+        for v in leaves:
+            if not (impl.is_native(v) or isinstance(v, _PLAIN)):
+                check_not_foreign(_checks.call_form(op, impl.backend), impl.framework, _what(i), v)
         if any(isinstance(v, np.ndarray) for v in leaves):
             leaves = [_context_leaf(op, impl, v) for v in leaves]
             out.append(unflatten(tree, leaves))
         else:
             out.append(c.value)
     return tuple(out)
+
+
+_PLAIN = (np.ndarray, np.generic, numbers.Number, str, bytes, type(None))
+
+
+def _what(i: int) -> str:
+    return "a leaf of the FixedParams parameters or Constant" if i == 0 else "a Constant leaf"
 
 
 def _context_leaf(op: str, impl: Any, v: Any) -> Any:

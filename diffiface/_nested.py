@@ -34,14 +34,13 @@ METHOD = {
     "value_and_gradient": "value_and_gradient",
     "vjp": "value_and_vjp",
     "value_and_vjp": "value_and_vjp",
-    "jvp": "value_and_jvp",
-    "value_and_jvp": "value_and_jvp",
     "hvp": "hvp",
     "gradient_and_hvp": "gradient_and_hvp",
     "jacobian": "jacobian",
     "value_and_jacobian": "value_and_jacobian",
     "value_and_batched_jacobian": "value_and_batched_jacobian",
 }
+_FORWARD = ("jvp", "value_and_jvp", "derivative", "value_and_derivative")
 
 
 @dataclasses.dataclass
@@ -135,7 +134,9 @@ def route(impl: Any, fixed: Any, op: str, xs: tuple, ctx: tuple) -> Any:
         strategy = AUTO.get(impl.framework, AUTO_DEFAULT)
     method = METHOD.get(op)
     rule = _registry.rule(impl.framework, method) if method else None
-    if strategy == "forward_over_reverse":
+    if op in _FORWARD:  # already forward mode inside: the outer pass is reverse over forward
+        strategy = "native"
+    elif strategy == "forward_over_reverse":
         if rule is None:
             have = _registry.rule_methods(impl.framework)
             raise _checks.DiffifaceValueError(
@@ -147,7 +148,7 @@ def route(impl: Any, fixed: Any, op: str, xs: tuple, ctx: tuple) -> Any:
             strategy = "reverse_over_reverse"
     with _LOCK:
         _COUNTS[(impl.framework, op, strategy)] += 1
-    if strategy == "reverse_over_reverse":
+    if strategy != "forward_over_reverse":
         return impl
     return _RuleView(impl, method, rule)
 

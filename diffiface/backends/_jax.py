@@ -434,3 +434,5 @@ def _join_contexts(static, dyn_leaves) -> tuple:
         next(it) if m is _DYNAMIC else (m.value if isinstance(m, _Static) else m) for m in marks
     ]
     return unflatten(tree, leaves)
+
+from . import _jax_nested  # noqa: E402, F401  (registers the nested-AD rules)

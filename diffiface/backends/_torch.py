@@ -85,6 +85,9 @@ class TorchImpl(BackendImpl):
             return y, pb(None)
         return _plain_value_and_grad(prob, prob.flat(), xs, ctx)
 
+    def can_run_rule(self, xs, ctx):
+        return not _functorch(xs, ctx) and fwAD._current_level < 0
+
     def direct(self, prob):
         """For a prepared plain call: the plain gradient path, without the checks."""
         if prob.op not in ("gradient", "value_and_gradient") or not prob.single:
@@ -422,3 +425,6 @@ def _call(prob, thunk):
         if "numpy()" in str(exc) or "NumPy" in str(exc):
             raise _checks.left_framework(prob.op, prob.backend, exc) from exc
         raise
+
+
+from . import _torch_nested  # noqa: E402, F401  (registers the nested-AD rules)

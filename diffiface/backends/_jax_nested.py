@@ -1,0 +1,135 @@
+"""JAX forward-over-reverse nested-AD rules for inner calls on a FixedParams.
+
+Each rule wraps the inner result ``y = ∇ₓ h(x, q)`` (``q``: the float leaves
+of the parameters and dynamic contexts, plus the inner cotangent or tangent)
+in a ``jax.custom_jvp`` whose tangent is written as the pullback of the full
+gradient ``∇_(x,q) h``. An outer reverse pass transposes that pullback into one
+JVP of ``∇_(x,q) h`` along ``(w, 0)``: ``(H_xx w, H_qx w)`` in one pass. An
+outer forward pass (``jax.jvp``, ``jacfwd``, ``hessian``) evaluates it as
+written; ``vmap`` and ``jit`` compose as with any ``custom_jvp``.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from .._registry import register_rule
+from ._jax import _join_contexts, _split_contexts
+
+
+def _grad_form(h, xs, q):
+    """``(h(xs, q), ∇_xs h(xs, q))``, differentiated forward over reverse."""
+
+    @jax.custom_jvp
+    def run(xs, q):
+        return jax.value_and_grad(h)(xs, q)
+
+    @run.defjvp
+    def run_jvp(primals, tangents):
+        dxs, dq = tangents
+        (val, (gx, gq)), pb = jax.vjp(jax.value_and_grad(h, argnums=(0, 1)), *primals)
+        dgx = pb((jnp.zeros_like(val), (dxs, dq)))[0]
+        dval = _vdot(gx, dxs) + _vdot(gq, dq)
+        return (val, gx), (dval, dgx)
+
+    return run(xs, q)
+
+
+def _vdot(a, b):
+    pairs = zip(jax.tree.leaves(a), jax.tree.leaves(b), strict=True)
+    return sum((jnp.vdot(u, v) for u, v in pairs), jnp.zeros(()))
+
+
+def _split(prob, ctx: tuple):
+    """``(q, g)``: the float leaves of the contexts, and ``g(xs, q)`` = f(xs, *ctx)."""
+    dyn, static = _split_contexts(prob, ctx)
+    floats = [i for i, a in enumerate(dyn) if jnp.issubdtype(jnp.result_type(a), jnp.inexact)]
+    q = tuple(dyn[i] for i in floats)
+    fn = prob.flat()
+
+    def g(xs, q):
+        leaves = list(dyn)
+        for i, a in zip(floats, q, strict=True):
+            leaves[i] = a
+        return fn(xs, *_join_contexts(static, leaves))
+
+    return q, g
+
+
+@register_rule("jax", "value_and_gradient")
+def value_and_gradient(impl, prob, xs, ctx):
+    q, g = _split(prob, ctx)
+    return _grad_form(g, tuple(xs), q)
+
+
+@register_rule("jax", "gradient")
+def gradient(impl, prob, xs, ctx):
+    return value_and_gradient(impl, prob, xs, ctx)[1]
+
+
+@register_rule("jax", "value_and_vjp")
+def value_and_vjp(impl, prob, xs, w, ctx, check_w):
+    q, g = _split(prob, ctx)
+    y = g(tuple(xs), q)
+    w = check_w(y, w.astype(y.dtype) if isinstance(w, float) else w)
+
+    def h(xs, qw):
+        return jnp.vdot(g(xs, qw[0]), qw[1]).real
+
+    return y, _grad_form(h, tuple(xs), (q, w))[1]
+
+
+@register_rule("jax", "gradient_and_hvp")
+def gradient_and_hvp(impl, prob, xs, vs, ctx, combo):
+    q, g = _split(prob, ctx)
+
+    def h(xs, qv):  # the directional derivative along v: its gradient is H v
+        return jax.jvp(lambda xs: g(xs, qv[0]), (xs,), (qv[1],))[1]
+
+    grad = _grad_form(g, tuple(xs), q)[1]
+    return grad, _grad_form(h, tuple(xs), (q, tuple(vs)))[1]
+
+
+@register_rule("jax", "hvp")
+def hvp(impl, prob, xs, vs, ctx, combo):
+    return gradient_and_hvp(impl, prob, xs, vs, ctx, combo)[1]
+
+
+def _rows(g, xs, q, basis):
+    """The vjps of the basis cotangents (stacked on axis 0), each one a _grad_form."""
+
+    def row(e):
+        return _grad_form(lambda xs, qe: jnp.vdot(g(xs, qe[0]), qe[1]).real, xs, (q, e))[1][0]
+
+    return jax.vmap(row)(basis)
+
+
+@register_rule("jax", "value_and_jacobian")
+def value_and_jacobian(impl, prob, xs, ctx):
+    q, g = _split(prob, ctx)
+    xs = tuple(xs)
+    y = g(xs, q)
+    eye = jnp.eye(y.size, dtype=y.dtype).reshape((y.size, *y.shape))
+    return y, _rows(g, xs, q, eye).reshape((*y.shape, *xs[0].shape))
+
+
+@register_rule("jax", "jacobian")
+def jacobian(impl, prob, xs, ctx):
+    return value_and_jacobian(impl, prob, xs, ctx)[1]
+
+
+@register_rule("jax", "value_and_batched_jacobian")
+def value_and_batched_jacobian(impl, prob, xs, ctx):
+    from .._batched import check_batch
+
+    q, g = _split(prob, ctx)
+    xs = tuple(xs)
+    (x,) = xs
+    y = g(xs, q)
+    check_batch(prob, tuple(x.shape), tuple(y.shape))
+    b, n_out = y.shape[0], y.size // max(y.shape[0], 1)
+    eye = jnp.broadcast_to(jnp.eye(n_out, dtype=y.dtype)[:, None], (n_out, b, n_out))
+    rows = _rows(g, xs, q, eye.reshape((n_out, *y.shape)))  # (n_out, B, *in)
+    jac = jnp.moveaxis(rows.reshape((n_out, b, -1)), 0, 1)
+    return y, jac.reshape((*y.shape, *x.shape[1:]))

@@ -1,0 +1,120 @@
+"""torch forward-over-reverse nested-AD rules for inner calls on a FixedParams.
+
+The inner result ``(h, ∇ₓ h)`` of ``h(x, q)`` (``q``: the float tensors of the
+parameters and contexts, plus the inner cotangent or tangent) is one
+``torch.autograd.Function``. Its backward turns the outer cotangent ``w`` into
+``(H_xx w, H_qx w)`` by one ``torch.func.jvp`` of the full gradient along
+``(w, 0)``; under ``create_graph=True`` that backward is itself differentiable.
+Inside torch.func transforms or forward-mode AD, where an autograd.Function
+with this backward cannot run, the framework's own nesting is used instead.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .._registry import register_rule
+from .._tree import flatten, unflatten
+
+
+class _Spec:
+    """What the Function differentiates: h, and how many leading leaves are x."""
+
+    __slots__ = ("h", "nx")
+
+    def __init__(self, h, nx: int) -> None:
+        self.h, self.nx = h, nx
+
+
+class _GradForm(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, spec, *leaves):
+        ctx.spec = spec
+        ctx.save_for_backward(*leaves)
+        nx = spec.nx
+        with torch.enable_grad():
+            xs = tuple(a.detach().requires_grad_() for a in leaves[:nx])
+            val = spec.h(xs, tuple(a.detach() for a in leaves[nx:]))
+            if val.requires_grad:
+                gx = torch.autograd.grad(val, xs, allow_unused=True)
+            else:
+                gx = (None,) * nx
+        gx = tuple(torch.zeros_like(x) if g is None else g for g, x in zip(gx, xs, strict=True))
+        return (val.detach(), *gx)
+
+    @staticmethod
+    def backward(ctx, dval, *ws):
+        spec = ctx.spec
+        leaves = ctx.saved_tensors
+        xs, q = leaves[: spec.nx], leaves[spec.nx :]
+        full = torch.func.grad(spec.h, argnums=(0, 1))
+        # one jvp of the full gradient along (w, 0): q is closed over, so it has no tangent
+        (gx, gq), (hx, hq) = torch.func.jvp(lambda xs: full(xs, q), (tuple(xs),), (tuple(ws),))
+        cx = [h + dval * g for h, g in zip(hx, gx, strict=True)]
+        cq = [h + dval * g for h, g in zip(hq, gq, strict=True)]
+        return (None, *cx, *cq)
+
+
+def _grad_form(h, xs: tuple, q: tuple):
+    out = _GradForm.apply(_Spec(h, len(xs)), *xs, *q)
+    return out[0], tuple(out[1:])
+
+
+def _split(prob, ctx: tuple):
+    """``(q, g)``: the float tensors of the contexts, and ``g(xs, q)`` = f(xs, *ctx)."""
+    leaves, tree = flatten(ctx)
+    idx = [
+        i for i, a in enumerate(leaves) if isinstance(a, torch.Tensor) and a.is_floating_point()
+    ]
+    q = tuple(leaves[i] for i in idx)
+    fn = prob.flat()
+
+    def g(xs, q):
+        new = list(leaves)
+        for i, a in zip(idx, q, strict=True):
+            new[i] = a
+        return fn(xs, *unflatten(tree, new))
+
+    return q, g
+
+
+@register_rule("torch", "value_and_gradient")
+def value_and_gradient(impl, prob, xs, ctx):
+    q, g = _split(prob, ctx)
+    return _grad_form(g, tuple(xs), q)
+
+
+@register_rule("torch", "gradient")
+def gradient(impl, prob, xs, ctx):
+    return value_and_gradient(impl, prob, xs, ctx)[1]
+
+
+@register_rule("torch", "value_and_vjp")
+def value_and_vjp(impl, prob, xs, w, ctx, check_w):
+    q, g = _split(prob, ctx)
+    y = g(tuple(xs), q)
+    if isinstance(w, float):
+        w = torch.full_like(y, w)
+    w = check_w(y, w)
+
+    def h(xs, qw):
+        return (g(xs, qw[:-1]) * qw[-1]).sum()
+
+    return y, _grad_form(h, tuple(xs), (*q, w))[1]
+
+
+@register_rule("torch", "gradient_and_hvp")
+def gradient_and_hvp(impl, prob, xs, vs, ctx, combo):
+    q, g = _split(prob, ctx)
+    n = len(q)
+
+    def h(xs, qv):  # the directional derivative along v: its gradient is H v
+        return torch.func.jvp(lambda xs: g(xs, qv[:n]), (tuple(xs),), (tuple(qv[n:]),))[1]
+
+    grad = _grad_form(g, tuple(xs), q)[1]
+    return grad, _grad_form(h, tuple(xs), (*q, *vs))[1]
+
+
+@register_rule("torch", "hvp")
+def hvp(impl, prob, xs, vs, ctx, combo):
+    return gradient_and_hvp(impl, prob, xs, vs, ctx, combo)[1]

@@ -6,13 +6,14 @@ from typing import Any
 
 import autograd.numpy as anp
 import numpy as np
-from autograd.core import make_jvp, make_vjp
+from autograd.core import JVPNode, make_jvp, make_vjp
 from autograd.tracer import Box
 
 from .. import _checks
 from .._backend_types import AutoAutograd
 from .._fallbacks import BackendImpl
 from .._registry import register
+from .._tree import flatten
 
 
 @register(AutoAutograd)
@@ -34,6 +35,11 @@ class AutogradImpl(BackendImpl):
 
     def is_traced(self, a: Any) -> bool:
         return isinstance(a, Box)
+
+    def can_run_rule(self, xs, ctx):
+        """Not under an outer forward-mode trace (the rules define vjps only)."""
+        leaves = [*xs, *flatten(ctx)[0]]
+        return not any(isinstance(getattr(a, "_node", None), JVPNode) for a in leaves)
 
     def ones_like(self, a: Any) -> Any:
         return np.ones(np.shape(a), dtype=a.dtype)
@@ -155,3 +161,6 @@ def _call(prob, thunk):
         if "Box" in str(exc):
             raise _checks.left_framework(prob.op, prob.backend, exc) from exc
         raise
+
+
+from . import _autograd_nested  # noqa: E402, F401  (registers the nested-AD rules)

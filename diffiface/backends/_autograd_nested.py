@@ -1,0 +1,164 @@
+"""autograd forward-over-reverse nested-AD rules for inner calls on a FixedParams.
+
+The inner result ``(h, ∇ₓ h)`` of ``h(x, q)`` (``q``: the float arrays of the
+parameters and contexts, plus the inner cotangent or tangent) is one autograd
+primitive. Its vjp turns the outer cotangent ``w`` into ``(H_xx w, H_qx w)``
+by one ``make_jvp`` of the full gradient along ``(w, 0)``, written with
+autograd's own operations so that an outer ``autograd.hessian`` can
+differentiate it again. Under an outer forward-mode trace (``make_jvp``) the
+framework's own nesting is used instead.
+"""
+
+from __future__ import annotations
+
+import autograd.numpy as anp
+import numpy as np
+from autograd.core import make_jvp, make_vjp
+from autograd.extend import defvjp_argnums, primitive
+from autograd.tracer import Box
+
+from .._registry import register_rule
+from .._tree import flatten, unflatten
+
+
+class _Spec:
+    __slots__ = ("h", "nx")
+
+    def __init__(self, h, nx: int) -> None:
+        self.h, self.nx = h, nx
+
+
+def _value_and_grads(h, leaves: tuple, nx: int):
+    """h and its gradient with respect to every leaf (one reverse pass)."""
+    pb, val = make_vjp(lambda a: h(tuple(a[:nx]), tuple(a[nx:])), tuple(leaves))
+    return val, pb(anp.ones_like(val))
+
+
+@primitive
+def _grad_form(spec, *leaves):
+    pb, val = make_vjp(lambda xs: spec.h(tuple(xs), leaves[spec.nx :]), tuple(leaves[: spec.nx]))
+    return (val, *pb(np.ones_like(val)))
+
+
+def _grad_form_vjp(argnums, ans, args, kwargs):
+    spec, leaves = args[0], args[1:]
+    nx = spec.nx
+    shapes = [np.shape(a) for a in leaves]
+    sizes = [int(np.prod(s)) for s in shapes]
+
+    def full(x_flat):  # the full gradient as one flat array (forward mode wants one output)
+        xs, start = [], 0
+        for s, n in zip(shapes[:nx], sizes[:nx], strict=True):
+            xs.append(anp.reshape(x_flat[start : start + n], s))
+            start += n
+        _, grads = _value_and_grads(spec.h, (*xs, *leaves[nx:]), nx)
+        return anp.concatenate([anp.ravel(g) for g in grads])
+
+    def vjp(g):
+        dval, ws = g[0], g[1:]
+        x_flat = anp.concatenate([anp.ravel(a) for a in leaves[:nx]])
+        w_flat = anp.concatenate([anp.ravel(w) for w in ws])
+        grad, hw = make_jvp(full, x_flat)(w_flat)  # one jvp of the full gradient along (w, 0)
+        cot = hw + dval * grad
+        out, start = [], 0
+        for s, n in zip(shapes, sizes, strict=True):
+            out.append(anp.reshape(cot[start : start + n], s))
+            start += n
+        return tuple(out[i - 1] for i in argnums)
+
+    return vjp
+
+
+defvjp_argnums(_grad_form, _grad_form_vjp)
+
+
+def _call(h, xs: tuple, q: tuple):
+    out = _grad_form(_Spec(h, len(xs)), *xs, *q)
+    return out[0], tuple(out[1:])
+
+
+def _split(prob, ctx: tuple):
+    """``(q, g)``: the float arrays of the contexts, and ``g(xs, q)`` = f(xs, *ctx)."""
+    leaves, tree = flatten(_open(ctx))
+    idx = [i for i, a in enumerate(leaves) if _is_float(a)]
+    q = tuple(leaves[i] for i in idx)
+    fn = prob.flat()
+
+    def g(xs, q):
+        new = list(leaves)
+        for i, a in zip(idx, q, strict=True):
+            new[i] = a
+        return fn(xs, *unflatten(tree, new))
+
+    return q, g
+
+
+def _open(v):
+    """Containers boxed by an outer autograd pass (a dict or tuple of parameters passed
+    to ``autograd.grad``) opened into containers of boxed leaves."""
+    if isinstance(v, Box):
+        inner = v._value
+        if isinstance(inner, dict):
+            return {k: _open(v[k]) for k in inner}
+        if isinstance(inner, list | tuple):
+            return type(inner)(_open(v[i]) for i in range(len(inner)))
+        return v
+    if isinstance(v, dict):
+        return {k: _open(a) for k, a in v.items()}
+    if isinstance(v, list | tuple) and not hasattr(v, "_fields"):
+        return type(v)(_open(a) for a in v)
+    return v
+
+
+def _is_float(a) -> bool:
+    if isinstance(a, float):
+        return True
+    dtype = getattr(a, "dtype", None)
+    return dtype is not None and np.issubdtype(dtype, np.floating)
+
+
+def _like(gs: tuple, xs: tuple) -> tuple:
+    return tuple(g if g.dtype == x.dtype else g.astype(x.dtype) for g, x in zip(gs, xs, strict=True))
+
+
+@register_rule("autograd", "value_and_gradient")
+def value_and_gradient(impl, prob, xs, ctx):
+    q, g = _split(prob, ctx)
+    val, gx = _call(g, tuple(xs), q)
+    return val, _like(gx, xs)
+
+
+@register_rule("autograd", "gradient")
+def gradient(impl, prob, xs, ctx):
+    return value_and_gradient(impl, prob, xs, ctx)[1]
+
+
+@register_rule("autograd", "value_and_vjp")
+def value_and_vjp(impl, prob, xs, w, ctx, check_w):
+    q, g = _split(prob, ctx)
+    y = g(tuple(xs), q)
+    if isinstance(w, float):
+        w = np.full(np.shape(y), w, dtype=y.dtype)
+    w = check_w(y, w)
+
+    def h(xs, qw):
+        return anp.sum(g(xs, qw[:-1]) * qw[-1])
+
+    return y, _like(_call(h, tuple(xs), (*q, w))[1], xs)
+
+
+@register_rule("autograd", "gradient_and_hvp")
+def gradient_and_hvp(impl, prob, xs, vs, ctx, combo):
+    q, g = _split(prob, ctx)
+    n = len(q)
+
+    def h(xs, qv):  # the directional derivative along v: its gradient is H v
+        return make_jvp(lambda xs: g(xs, qv[:n]), tuple(xs))(tuple(qv[n:]))[1]
+
+    grad = _call(g, tuple(xs), q)[1]
+    return _like(grad, xs), _like(_call(h, tuple(xs), (*q, *vs))[1], xs)
+
+
+@register_rule("autograd", "hvp")
+def hvp(impl, prob, xs, vs, ctx, combo):
+    return gradient_and_hvp(impl, prob, xs, vs, ctx, combo)[1]

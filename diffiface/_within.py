@@ -94,7 +94,9 @@ def check_not_foreign(call: str, framework: str, what: str, x: Any) -> None:
     if outer is not None and outer != framework:
         from ._checks import DiffifaceTypeError
 
-        inner = "finite differences" if framework == "finite_differences" else f"the {framework} backend"
+        inner = f"the {framework} backend"
+        if framework == "finite_differences":
+            inner = "finite differences"
         raise DiffifaceTypeError(
             f"{call}: {what} is being differentiated by {outer}, which cannot see through "
             f"{inner}: its derivative would be lost. Use di.{_AUTO[outer]}() for this inner "

@@ -118,7 +118,8 @@ def _is_float(a) -> bool:
 
 
 def _like(gs: tuple, xs: tuple) -> tuple:
-    return tuple(g if g.dtype == x.dtype else g.astype(x.dtype) for g, x in zip(gs, xs, strict=True))
+    pairs = zip(gs, xs, strict=True)
+    return tuple(g if g.dtype == x.dtype else g.astype(x.dtype) for g, x in pairs)
 
 
 @register_rule("autograd", "value_and_gradient")

@@ -435,4 +435,5 @@ def _join_contexts(static, dyn_leaves) -> tuple:
     ]
     return unflatten(tree, leaves)
 
+
 from . import _jax_nested  # noqa: E402, F401  (registers the nested-AD rules)

@@ -134,3 +134,14 @@ def test_mismatch_with_no_tangent_is_reported():
     prep = di.prepare_jvp(f, b, x, di.Tangents(x, x))
     with pytest.raises(di.MismatchError, match="tangent    MISMATCH: got none"):
         di.jvp(lambda x: x * 3, b, x, None, prep=prep)
+
+
+def test_torch_x_passed_again_as_a_constant_is_not_counted_twice():
+    """An outer tensor used both as x and as a Constant: the inner gradient is with
+    respect to x only (was d/dx sum(x * x**2) = 3x**2 instead of 2 c x)."""
+    torch = pytest.importorskip("torch")
+    x = torch.tensor([4.0, -1.5], dtype=torch.float64, requires_grad=True)
+    g = di.gradient(lambda y, c: (c * y**2).sum(), di.AutoTorch(), x, di.Constant(x))
+    torch.testing.assert_close(g.detach(), 2 * x.detach() ** 2)
+    (gx,) = torch.autograd.grad(g.sum(), x)  # d/dx sum(2 x x) = 4x
+    torch.testing.assert_close(gx, 4 * x.detach())

@@ -402,10 +402,12 @@ def _forward(prob, fn, xs, ctx, outer):
 
 
 def _own(x, outer: bool):
-    """The leaf to differentiate: x itself inside an outer pass (clone keeps a
-    forward-mode tangent), a detached copy of the reference otherwise."""
+    """The tensor to differentiate: inside an outer pass an alias of x (a view, or a
+    clone that keeps a forward-mode tangent), so that uses of the same tensor elsewhere
+    (as a Constant or a FixedParams parameter) are not counted as uses of x; a detached
+    copy of the reference otherwise."""
     if outer:
-        return x if x.requires_grad else x.clone().requires_grad_()
+        return x.view_as(x) if x.requires_grad else x.clone().requires_grad_()
     return x.detach().requires_grad_()
 
 

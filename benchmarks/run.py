@@ -15,6 +15,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
 import mlp  # noqa: E402
+import nested  # noqa: E402
 import overhead  # noqa: E402
 
 
@@ -46,6 +47,7 @@ def main() -> None:
     rows += overhead.jacobians()
     rows += overhead.second_order()
     rows += mlp.main()
+    rows += nested.main()
     with open(os.path.join(HERE, "results.json"), "w") as fh:
         json.dump(rows, fh, indent=1)
     png = os.path.join(os.path.dirname(HERE), "docs", "ratios.png")

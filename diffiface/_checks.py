@@ -134,3 +134,12 @@ def not_scalar_input(op: str, backend: Any, shape: tuple) -> DiffifaceValueError
         f"{call_form(op, backend)}: x must be a scalar (a float or a 0-d array), got shape "
         f"{tuple(shape)}. Use gradient, jacobian or jvp for arrays."
     )
+
+
+def closed_over(framework: str) -> DiffifaceTypeError:
+    return DiffifaceTypeError(
+        f"FixedParams(f, params, strategy='forward_over_reverse'): f closes over values that "
+        f"the outer {framework} differentiation tracks but that are not in params; the rule "
+        "only differentiates x and params, so their gradient would be lost. Pass them in "
+        "params, or use strategy='auto'."
+    )

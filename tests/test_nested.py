@@ -540,3 +540,21 @@ def test_an_inner_call_the_outer_framework_cannot_see_through_is_an_error(outer,
 
     with pytest.raises(di.DiffifaceTypeError, match=rf"cannot see through.*di\.{want}"):
         outer_grad(outer, loss, X0, {"a": np.array([1.0, 2.0])})
+
+
+@pytest.mark.parametrize("fw", FRAMEWORKS)
+def test_forward_over_reverse_never_drops_what_f_closes_over(fw):
+    """f reads an outer differentiated value s that is not in params: JAX's custom_jvp
+    differentiates the closure correctly; torch and autograd rules raise instead."""
+
+    def loss(s, p):
+        f = di.FixedParams(lambda y, p: (s * p * y**2).sum(), p, "forward_over_reverse")
+        return di.gradient(f, BACKEND[fw](), arr(fw, X0[0])).sum()
+
+    s, p = np.array(2.0), np.array(3.0)
+    if fw == "jax":
+        _, gs, gp = outer_grad(fw, loss, s, p)
+        np.testing.assert_allclose([gs, gp], [6 * X0[0].sum(), 4 * X0[0].sum()], rtol=1e-12)
+        return
+    with pytest.raises(di.DiffifaceTypeError, match="not in params"):
+        outer_grad(fw, loss, s, p)

@@ -17,6 +17,7 @@ from autograd.core import make_jvp, make_vjp
 from autograd.extend import defvjp_argnums, primitive
 from autograd.tracer import Box
 
+from .. import _checks
 from .._registry import register_rule
 from .._tree import flatten, unflatten
 
@@ -37,6 +38,8 @@ def _value_and_grads(h, leaves: tuple, nx: int):
 @primitive
 def _grad_form(spec, *leaves):
     pb, val = make_vjp(lambda xs: spec.h(tuple(xs), leaves[spec.nx :]), tuple(leaves[: spec.nx]))
+    if isinstance(val, Box):  # f holds a value of the outer trace that is not in params
+        raise _checks.closed_over("autograd")
     return (val, *pb(np.ones_like(val)))
 
 

@@ -19,8 +19,28 @@ from ._jax import _join_contexts, _split_contexts
 
 
 def _grad_form(h, xs, q):
-    """``(h(xs, q), ∇_xs h(xs, q))``, differentiated forward over reverse."""
+    """``(h(xs, q), ∇_xs h(xs, q))``, differentiated forward over reverse. Values that
+    ``h`` closes over (an outer tracer read by f) become explicit arguments, so that
+    they are differentiated too."""
+    hc, consts = jax.closure_convert(h, xs, q)
+    idx = [
+        i
+        for i, c in enumerate(consts)
+        if isinstance(c, jax.core.Tracer) and jnp.issubdtype(c.dtype, jnp.inexact)
+    ]
+    if not idx:
+        return _custom(hc, xs, q)
 
+    def h2(xs, qc):
+        cs = list(consts)
+        for i, c in zip(idx, qc[1], strict=True):
+            cs[i] = c
+        return hc(xs, qc[0], *cs)
+
+    return _custom(h2, xs, (q, tuple(consts[i] for i in idx)))
+
+
+def _custom(h, xs, q):
     @jax.custom_jvp
     def run(xs, q):
         return jax.value_and_grad(h)(xs, q)

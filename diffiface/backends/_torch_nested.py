@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import torch
 
+from .. import _checks
 from .._registry import register_rule
 from .._tree import flatten, unflatten
+from ._torch import _reaches_outside
 
 
 class _Spec:
@@ -35,6 +37,8 @@ class _GradForm(torch.autograd.Function):
         with torch.enable_grad():
             xs = tuple(a.detach().requires_grad_() for a in leaves[:nx])
             val = spec.h(xs, tuple(a.detach() for a in leaves[nx:]))
+            if _reaches_outside(val, xs):
+                raise _checks.closed_over("torch")
             if val.requires_grad:
                 gx = torch.autograd.grad(val, xs, allow_unused=True)
             else:

@@ -116,9 +116,17 @@ def match(op: str, impl: Any, name: str, leaf: Any, ref: Any, path: str = "") ->
     return leaf
 
 
-def contexts(op: str, impl: Any, contexts: tuple) -> tuple:
+class Contexts(tuple):
+    """Converted contexts, with their leaves flattened once per call: ``leaves`` (all)
+    and ``first`` (those of the first context, a FixedParams' parameters)."""
+
+    leaves: list
+    first: list
+
+
+def contexts(op: str, impl: Any, contexts: tuple) -> Contexts:
     """Unwrap Constant contexts; NumPy leaves become native arrays."""
-    out = []
+    out, every, first = [], [], []
     for i, c in enumerate(contexts):
         if not isinstance(c, Constant):
             raise _checks.DiffifaceTypeError(
@@ -126,15 +134,25 @@ def contexts(op: str, impl: Any, contexts: tuple) -> tuple:
                 f"got {type(c).__name__}. Wrap extra arguments of f as di.Constant(value)."
             )
         leaves, tree = flatten(c.value)
+        numpy = False
         for v in leaves:
-            if not (impl.is_native(v) or isinstance(v, _PLAIN)):
+            if impl.is_native(v):
+                continue
+            if isinstance(v, np.ndarray):
+                numpy = True
+            elif not isinstance(v, _PLAIN):
                 check_not_foreign(_checks.call_form(op, impl.backend), impl.framework, _what(i), v)
-        if any(isinstance(v, np.ndarray) for v in leaves):
+        if numpy:
             leaves = [_context_leaf(op, impl, v) for v in leaves]
             out.append(unflatten(tree, leaves))
         else:
             out.append(c.value)
-    return tuple(out)
+        every += leaves
+        if i == 0:
+            first = leaves
+    ctx = Contexts(out)
+    ctx.leaves, ctx.first = every, first
+    return ctx
 
 
 _PLAIN = (np.ndarray, np.generic, numbers.Number, str, bytes, type(None))

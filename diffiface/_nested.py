@@ -126,8 +126,9 @@ def route(impl: Any, fixed: Any, op: str, xs: tuple, ctx: tuple) -> Any:
     """``impl`` itself, or a view of it whose operator runs the registered rule."""
     if fixed is None or not enabled():
         return impl
-    leaves = [*xs, *flatten(ctx[0])[0]]
-    if not any(impl.is_native(a) and impl.is_traced(a) for a in leaves):
+    first = ctx.first if hasattr(ctx, "first") else flatten(ctx[0])[0]
+    is_native, is_traced = impl.is_native, impl.is_traced
+    if not any(is_native(a) and is_traced(a) for a in (*xs, *first)):
         return impl  # no outer differentiation sees this call
     strategy = fixed.strategy
     if strategy == "auto":

@@ -65,12 +65,13 @@ class TorchImpl(BackendImpl):
         return torch.stack(arrays, dim=axis)
 
     # ---- primitives -----------------------------------------------------------
-    def value_and_pullback(self, prob, xs, ctx):
+    def value_and_pullback(self, prob, xs, ctx, cts=None):
         fn = prob.flat()
-        if _functorch(xs, ctx):
+        cts = _tensors(ctx) if cts is None else cts
+        if _functorch(xs, cts):
             y, pb = torch.func.vjp(lambda xs: fn(xs, *ctx), xs)
             return y, lambda w: pb(w)[0]
-        outer = _outer(xs, ctx)
+        outer = _outer(xs, cts)
         xg, y = _forward(prob, fn, xs, ctx, outer)
         outer = outer or _reaches_outside(y, xg)
 
@@ -80,13 +81,14 @@ class TorchImpl(BackendImpl):
         return (y if outer else y.detach()), pb
 
     def value_and_gradient(self, prob, xs, ctx):
-        if _functorch(xs, ctx) or _outer(xs, ctx):
-            y, pb = self.value_and_pullback(prob, xs, ctx)
+        cts = _tensors(ctx)
+        if _functorch(xs, cts) or _outer(xs, cts):
+            y, pb = self.value_and_pullback(prob, xs, ctx, cts)
             return y, pb(None)
         return _plain_value_and_grad(prob, prob.flat(), xs, ctx)
 
     def can_run_rule(self, xs, ctx):
-        return not _functorch(xs, ctx) and fwAD._current_level < 0
+        return not _functorch(xs, _tensors(ctx)) and fwAD._current_level < 0
 
     def direct(self, prob):
         """For a prepared plain call: the plain gradient path, without the checks."""
@@ -121,10 +123,10 @@ class TorchImpl(BackendImpl):
         return y, list(ts.unbind(0))
 
     def value_and_vjps(self, prob, xs, ws, ctx, check_w):
-        if _functorch(xs, ctx):
+        if _functorch(xs, _tensors(ctx)):
             return super().value_and_vjps(prob, xs, ws, ctx, check_w)
         fn = prob.flat()
-        outer = _outer(xs, ctx)
+        outer = _outer(xs, _tensors(ctx))
         xg, y = _forward(prob, fn, xs, ctx, outer)
         outer = outer or _reaches_outside(y, xg)
         w = torch.stack([check_w(y, w) for w in ws])
@@ -147,14 +149,14 @@ class TorchImpl(BackendImpl):
         if x.numel() == 0:  # an empty basis: torch.func cannot batch over it
             y = _call(prob, lambda: fn(xs, *ctx))
             return y, torch.zeros((*y.shape, *x.shape), dtype=x.dtype, device=x.device)
-        if _functorch(xs, ctx) or self.mode == "forward":
+        if _functorch(xs, _tensors(ctx)) or self.mode == "forward":
             reverse = self.mode == "reverse" or (
                 self.mode is None and self.output_size(prob, xs, ctx) < x.numel()
             )
             jac = torch.func.jacrev if reverse else torch.func.jacfwd
             j, y = _call(prob, lambda: jac(lambda x: _twice(fn((x,), *ctx)), has_aux=True)(x))
             return y, j
-        outer = _outer(xs, ctx)
+        outer = _outer(xs, _tensors(ctx))
         xg, y = _forward(prob, fn, xs, ctx, outer)
         outer = outer or _reaches_outside(y, xg)
         if self.mode is None and y.numel() >= x.numel():
@@ -195,14 +197,14 @@ class TorchImpl(BackendImpl):
             check_batch(prob, tuple(x.shape), tuple(y.shape))
             jac = cols.reshape(n_in, b, math.prod(y.shape[1:])).movedim(0, 2)
             return y, jac.reshape((*y.shape, *rest))
-        if _functorch(xs, ctx):
+        if _functorch(xs, _tensors(ctx)):
             y, pb = torch.func.vjp(f1, x)
             check_batch(prob, tuple(x.shape), tuple(y.shape))
             n_out = math.prod(y.shape[1:])
             w = torch.eye(n_out, dtype=y.dtype, device=y.device)[:, None].expand(n_out, b, n_out)
             rows = torch.func.vmap(lambda w: pb(w.reshape(y.shape))[0])(w)
         else:
-            outer = _outer(xs, ctx)
+            outer = _outer(xs, _tensors(ctx))
             xg, y = _forward(prob, fn, xs, ctx, outer)
             outer = outer or _reaches_outside(y, xg)
             check_batch(prob, tuple(x.shape), tuple(y.shape))
@@ -223,7 +225,7 @@ class TorchImpl(BackendImpl):
 
     # ---- second order ------------------------------------------------------------
     def _plain(self, xs, ctx, combo) -> bool:
-        return combo is None and not _functorch(xs, ctx) and not _outer(xs, ctx)
+        return combo is None and not _functorch(xs, _tensors(ctx)) and not _outer(xs, _tensors(ctx))
 
     def gradient_and_hvp(self, prob, xs, vs, ctx, combo):
         fn = prob.flat()
@@ -352,25 +354,27 @@ def _twice(y):
     return y, y
 
 
-def _functorch(xs: tuple, ctx: tuple) -> bool:
-    if any(is_functorch_wrapped_tensor(x) for x in xs):
-        return True
-    return bool(ctx) and any(
-        isinstance(c, torch.Tensor) and is_functorch_wrapped_tensor(c) for c in flatten(ctx)[0]
+def _tensors(ctx: tuple) -> list:
+    """The tensor leaves of the contexts."""
+    if not ctx:
+        return []
+    leaves = ctx.leaves if hasattr(ctx, "leaves") else flatten(ctx)[0]
+    return [c for c in leaves if isinstance(c, torch.Tensor)]
+
+
+def _functorch(xs: tuple, cts: list) -> bool:
+    return any(is_functorch_wrapped_tensor(x) for x in xs) or any(
+        is_functorch_wrapped_tensor(c) for c in cts
     )
 
 
-def _outer(xs: tuple, ctx: tuple) -> bool:
+def _outer(xs: tuple, cts: list) -> bool:
     """True when an outer differentiation can see this call through x or a Constant."""
     if fwAD._current_level >= 0:  # inside forward-mode AD: keep every tangent
         return True
     if not torch.is_grad_enabled():
         return False
-    if any(x.requires_grad for x in xs):
-        return True
-    return bool(ctx) and any(
-        isinstance(c, torch.Tensor) and c.requires_grad for c in flatten(ctx)[0]
-    )
+    return any(x.requires_grad for x in xs) or any(c.requires_grad for c in cts)
 
 
 def _reaches_outside(y, xg: tuple) -> bool:
@@ -396,18 +400,21 @@ def _reaches_outside(y, xg: tuple) -> bool:
 
 def _forward(prob, fn, xs, ctx, outer):
     with torch.enable_grad():
-        xg = tuple(_own(x, outer) for x in xs)
+        shared = {id(c) for c in _tensors(ctx)} if outer else ()
+        xg = tuple(_own(x, outer, id(x) in shared) for x in xs)
         y = _call(prob, lambda: fn(xg, *ctx))
     return xg, y
 
 
-def _own(x, outer: bool):
-    """The tensor to differentiate: inside an outer pass an alias of x (a view, or a
-    clone that keeps a forward-mode tangent), so that uses of the same tensor elsewhere
-    (as a Constant or a FixedParams parameter) are not counted as uses of x; a detached
-    copy of the reference otherwise."""
+def _own(x, outer: bool, shared: bool = False):
+    """The tensor to differentiate. Inside an outer pass: x itself, or an alias of x (a
+    view when x is also a context, so that its uses there do not count as uses of x; a
+    clone that keeps a forward-mode tangent when x does not require grad). Otherwise a
+    detached copy of the reference."""
     if outer:
-        return x.view_as(x) if x.requires_grad else x.clone().requires_grad_()
+        if x.requires_grad:
+            return x.view_as(x) if shared else x
+        return x.clone().requires_grad_()
     return x.detach().requires_grad_()
 
 

@@ -82,7 +82,7 @@ def _call(h, xs: tuple, q: tuple):
 
 def _split(prob, ctx: tuple):
     """``(q, g)``: the float arrays of the contexts, and ``g(xs, q)`` = f(xs, *ctx)."""
-    leaves, tree = flatten(_open(ctx))
+    leaves, tree = flatten(_open(tuple(ctx)))
     idx = [i for i, a in enumerate(leaves) if _is_float(a)]
     q = tuple(leaves[i] for i in idx)
     fn = prob.flat()

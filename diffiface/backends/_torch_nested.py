@@ -66,7 +66,7 @@ def _grad_form(h, xs: tuple, q: tuple):
 
 def _split(prob, ctx: tuple):
     """``(q, g)``: the float tensors of the contexts, and ``g(xs, q)`` = f(xs, *ctx)."""
-    leaves, tree = flatten(ctx)
+    leaves, tree = flatten(tuple(ctx))
     idx = [i for i, a in enumerate(leaves) if isinstance(a, torch.Tensor) and a.is_floating_point()]
     q = tuple(leaves[i] for i in idx)
     fn = prob.flat()

@@ -41,8 +41,9 @@ Peak extra memory of one call, in MiB:
 * autograd: the ``tracemalloc`` peak during one call, over what was traced
   before it (NumPy reports its array buffers to tracemalloc).
 
-Run: ``taskset -c 1 python benchmarks/nested.py [--quick] [--md PATH]``
-(``--quick``: fewer repeats; ``--md``: also write the table as markdown).
+Run: ``taskset -c 1 python benchmarks/nested.py [--quick] [--md PATH] [--only torch,jax]``
+(``--quick``: fewer repeats; ``--md``: also write the table as markdown;
+``--only``: these frameworks).
 """
 
 from __future__ import annotations
@@ -362,7 +363,7 @@ def show(cells):
     )
 
 
-def main(quick=False, md=None):
+def main(quick=False, md=None, only=None):
     """Print the table; return the diffiface rows for results.json."""
     import torch
 
@@ -370,7 +371,7 @@ def main(quick=False, md=None):
     start = time.perf_counter()
     show(HEADER)
     table, rows = [], []
-    for framework in FRAMEWORKS:
+    for framework in only or FRAMEWORKS:
         for size in SIZES:
             res = measure(framework, size, quick)
             best = min(NATIVE, key=lambda label: res[label][0])
@@ -420,4 +421,5 @@ def write_markdown(path, table, wall, quick):
 if __name__ == "__main__":
     args = sys.argv[1:]
     md_path = args[args.index("--md") + 1] if "--md" in args else None
-    main(quick="--quick" in args, md=md_path)
+    only = args[args.index("--only") + 1].split(",") if "--only" in args else None
+    main(quick="--quick" in args, md=md_path, only=only)

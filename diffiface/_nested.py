@@ -25,7 +25,11 @@ from ._tree import flatten
 
 # Measured on CPU (benchmarks/nested.py, docs/nested.md): the framework's own
 # reverse-over-reverse is the fastest on every framework at every size measured.
-AUTO = {"jax": "reverse_over_reverse", "torch": "reverse_over_reverse"}
+AUTO = {
+    "jax": "reverse_over_reverse",
+    "torch": "reverse_over_reverse",
+    "autograd": "reverse_over_reverse",
+}
 AUTO_DEFAULT = "reverse_over_reverse"
 
 # operator -> the implementation method a rule replaces
@@ -133,11 +137,12 @@ def route(impl: Any, fixed: Any, op: str, xs: tuple, ctx: tuple) -> Any:
     strategy = fixed.strategy
     if strategy == "auto":
         strategy = AUTO.get(impl.framework, AUTO_DEFAULT)
-    method = METHOD.get(op)
-    rule = _registry.rule(impl.framework, method) if method else None
+    rule = None
     if op in _FORWARD:  # already forward mode inside: the outer pass is reverse over forward
         strategy = "native"
     elif strategy == "forward_over_reverse":
+        method = METHOD.get(op)
+        rule = _registry.rule(impl.framework, method) if method else None
         if rule is None:
             have = _registry.rule_methods(impl.framework)
             raise _checks.DiffifaceValueError(
@@ -151,7 +156,7 @@ def route(impl: Any, fixed: Any, op: str, xs: tuple, ctx: tuple) -> Any:
         _COUNTS[(impl.framework, op, strategy)] += 1
     if strategy != "forward_over_reverse":
         return impl
-    return _RuleView(impl, method, rule)
+    return _RuleView(impl, METHOD[op], rule)
 
 
 class _RuleView:

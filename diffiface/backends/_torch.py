@@ -72,7 +72,7 @@ class TorchImpl(BackendImpl):
             y, pb = torch.func.vjp(lambda xs: fn(xs, *ctx), xs)
             return y, lambda w: pb(w)[0]
         outer = _outer(xs, cts)
-        xg, y = _forward(prob, fn, xs, ctx, outer)
+        xg, y = _forward(prob, fn, xs, ctx, outer, cts)
         outer = outer or _reaches_outside(y, xg)
 
         def pb(w, retain=outer):
@@ -398,9 +398,9 @@ def _reaches_outside(y, xg: tuple) -> bool:
     return False
 
 
-def _forward(prob, fn, xs, ctx, outer):
+def _forward(prob, fn, xs, ctx, outer, cts=None):
     with torch.enable_grad():
-        shared = {id(c) for c in _tensors(ctx)} if outer else ()
+        shared = {id(c) for c in (_tensors(ctx) if cts is None else cts)} if outer else ()
         xg = tuple(_own(x, outer, id(x) in shared) for x in xs)
         y = _call(prob, lambda: fn(xg, *ctx))
     return xg, y

@@ -82,9 +82,12 @@ class TorchImpl(BackendImpl):
 
     def value_and_gradient(self, prob, xs, ctx):
         cts = _tensors(ctx)
-        if _functorch(xs, cts) or _outer(xs, cts):
+        if _functorch(xs, cts):
             y, pb = self.value_and_pullback(prob, xs, ctx, cts)
             return y, pb(None)
+        if _outer(xs, cts):  # attached results, as value_and_pullback builds them
+            xg, y = _forward(prob, prob.flat(), xs, ctx, True, cts)
+            return y, _grads(y, xg, None, True, True)
         return _plain_value_and_grad(prob, prob.flat(), xs, ctx)
 
     def can_run_rule(self, xs, ctx):

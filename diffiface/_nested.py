@@ -21,7 +21,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from . import _checks, _registry
-from ._tree import flatten
+from ._tree import flatten, unflatten
 
 # Measured on CPU (benchmarks/nested.py, docs/nested.md): the framework's own
 # reverse-over-reverse is the fastest on every framework at every size measured.
@@ -172,3 +172,19 @@ class _RuleView:
             impl, rule = self._impl, self._rule
             return lambda *args: rule(impl, *args)
         return getattr(self._impl, name)
+
+
+def split_floats(prob: Any, ctx: tuple, is_float: Any) -> tuple[tuple, Any]:
+    """``(q, g)`` for a rule: the float leaves ``q`` of the contexts (what the rule
+    differentiates), and ``g(xs, q)``, which calls f with those leaves put back."""
+    leaves, tree = flatten(tuple(ctx))
+    idx = [i for i, a in enumerate(leaves) if is_float(a)]
+    fn = prob.flat()
+
+    def g(xs, q):
+        new = list(leaves)
+        for i, a in zip(idx, q, strict=True):
+            new[i] = a
+        return fn(xs, *unflatten(tree, new))
+
+    return tuple(leaves[i] for i in idx), g

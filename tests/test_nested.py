@@ -10,7 +10,7 @@ import functools
 
 import numpy as np
 import pytest
-from helpers import HAVE, to_numpy
+from helpers import HAVE, to_numpy, xp
 
 import diffiface as di
 from diffiface import _registry
@@ -37,17 +37,7 @@ SHAPES = {k: a.shape for k, a in P0.items()}
 
 # ---- one model, written once for every framework ---------------------------------------------
 def ns(fw):
-    if fw == "jax":
-        import jax.numpy as jnp
-
-        return jnp
-    if fw == "torch":
-        import torch
-
-        return torch
-    import autograd.numpy as anp
-
-    return anp
+    return xp(BACKEND[fw]())
 
 
 def arr(fw, a):

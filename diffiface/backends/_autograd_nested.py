@@ -18,8 +18,8 @@ from autograd.extend import defvjp_argnums, primitive
 from autograd.tracer import Box
 
 from .. import _checks
+from .._nested import split_floats
 from .._registry import register_rule
-from .._tree import flatten, unflatten
 
 
 class _Spec:
@@ -82,18 +82,7 @@ def _call(h, xs: tuple, q: tuple):
 
 def _split(prob, ctx: tuple):
     """``(q, g)``: the float arrays of the contexts, and ``g(xs, q)`` = f(xs, *ctx)."""
-    leaves, tree = flatten(_open(tuple(ctx)))
-    idx = [i for i, a in enumerate(leaves) if _is_float(a)]
-    q = tuple(leaves[i] for i in idx)
-    fn = prob.flat()
-
-    def g(xs, q):
-        new = list(leaves)
-        for i, a in zip(idx, q, strict=True):
-            new[i] = a
-        return fn(xs, *unflatten(tree, new))
-
-    return q, g
+    return split_floats(prob, _open(tuple(ctx)), _is_float)
 
 
 def _open(v):

@@ -14,8 +14,8 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
+from .._nested import split_floats
 from .._registry import register_rule
-from ._jax import _join_contexts, _split_contexts
 
 
 def _grad_form(h, xs, q):
@@ -63,18 +63,14 @@ def _vdot(a, b):
 
 def _split(prob, ctx: tuple):
     """``(q, g)``: the float leaves of the contexts, and ``g(xs, q)`` = f(xs, *ctx)."""
-    dyn, static = _split_contexts(prob, ctx)
-    floats = [i for i, a in enumerate(dyn) if jnp.issubdtype(jnp.result_type(a), jnp.inexact)]
-    q = tuple(dyn[i] for i in floats)
-    fn = prob.flat()
+    return split_floats(prob, ctx, _is_float)
 
-    def g(xs, q):
-        leaves = list(dyn)
-        for i, a in zip(floats, q, strict=True):
-            leaves[i] = a
-        return fn(xs, *_join_contexts(static, leaves))
 
-    return q, g
+def _is_float(a) -> bool:
+    if isinstance(a, float):
+        return True
+    dtype = getattr(a, "dtype", None)
+    return dtype is not None and jnp.issubdtype(dtype, jnp.inexact)
 
 
 @register_rule("jax", "value_and_gradient")

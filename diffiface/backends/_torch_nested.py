@@ -14,8 +14,8 @@ from __future__ import annotations
 import torch
 
 from .. import _checks
+from .._nested import split_floats
 from .._registry import register_rule
-from .._tree import flatten, unflatten
 from ._torch import _reaches_outside
 
 
@@ -66,18 +66,11 @@ def _grad_form(h, xs: tuple, q: tuple):
 
 def _split(prob, ctx: tuple):
     """``(q, g)``: the float tensors of the contexts, and ``g(xs, q)`` = f(xs, *ctx)."""
-    leaves, tree = flatten(tuple(ctx))
-    idx = [i for i, a in enumerate(leaves) if isinstance(a, torch.Tensor) and a.is_floating_point()]
-    q = tuple(leaves[i] for i in idx)
-    fn = prob.flat()
+    return split_floats(prob, ctx, _is_float)
 
-    def g(xs, q):
-        new = list(leaves)
-        for i, a in zip(idx, q, strict=True):
-            new[i] = a
-        return fn(xs, *unflatten(tree, new))
 
-    return q, g
+def _is_float(a) -> bool:
+    return isinstance(a, torch.Tensor) and a.is_floating_point()
 
 
 @register_rule("torch", "value_and_gradient")

@@ -1,0 +1,113 @@
+"""The result of check(): one row per (backend, scenario, operator), printed as a table."""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import io
+import json
+
+# columns of the table: an operator and its value_and_ variants share one
+COLUMNS = {
+    "derivative": ("derivative", "value_and_derivative"),
+    "gradient": ("gradient", "value_and_gradient"),
+    "jacobian": ("jacobian", "value_and_jacobian"),
+    "jvp": ("jvp", "value_and_jvp"),
+    "vjp": ("vjp", "value_and_vjp"),
+    "batched_jacobian": ("batched_jacobian", "value_and_batched_jacobian"),
+    "hvp": ("hvp", "gradient_and_hvp"),
+    "hessian": ("hessian", "value_gradient_and_hessian"),
+    "second_derivative": ("second_derivative", "value_derivative_and_second_derivative"),
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class Result:
+    """One run: status is "pass", "fail", "error" (it raised) or "skip" (with a reason)."""
+
+    backend: str
+    scenario: str
+    family: str
+    operator: str
+    status: str
+    error: float | None = None
+    tolerance: float | None = None
+    reason: str = ""
+    seconds: float | None = None
+    f_calls: int | None = None
+
+
+class Report:
+    """The results of :func:`~diffiface.testing.check`.
+
+    ``str(report)`` is a table: a row per (backend, scenario family), a column per
+    operator (its value_and_ variants included), each cell "ok" with the largest
+    error, "FAIL" with it, "ERROR", "skip", or "-" where the operator does not apply.
+
+    Examples:
+        >>> r = Report([Result("FD", "s", "array->scalar", "gradient", "pass", 1e-9)],
+        ...            ("gradient",))
+        >>> r.ok, len(r.rows())
+        (True, 1)
+    """
+
+    def __init__(self, results: list, operators: tuple = ()) -> None:
+        self.results = list(results)
+        self.operators = tuple(operators) or tuple({r.operator: None for r in results})
+
+    @property
+    def ok(self) -> bool:
+        """No run failed or raised."""
+        return not self.failures()
+
+    def failures(self) -> list:
+        return [r for r in self.results if r.status in ("fail", "error")]
+
+    def rows(self) -> list:
+        """One dict per run."""
+        return [dataclasses.asdict(r) for r in self.results]
+
+    def to_json(self) -> str:
+        return json.dumps(self.rows(), indent=1)
+
+    def to_csv(self) -> str:
+        out = io.StringIO()
+        fields = [f.name for f in dataclasses.fields(Result)]
+        writer = csv.DictWriter(out, fieldnames=fields, lineterminator="\n")
+        writer.writeheader()
+        writer.writerows(self.rows())
+        return out.getvalue()
+
+    def raise_on_failure(self) -> None:
+        """Raise AssertionError naming every failing cell (a pytest failure)."""
+        bad = self.failures()
+        if bad:
+            lines = [f"{r.backend} {r.scenario} {r.operator}: {r.status} ({r.reason})" for r in bad]
+            raise AssertionError(f"{len(bad)} failing runs:\n" + "\n".join(lines))
+
+    def __str__(self) -> str:
+        columns = [c for c, ops in COLUMNS.items() if any(op in self.operators for op in ops)]
+        cells: dict = {}
+        for r in self.results:
+            column = next(c for c, ops in COLUMNS.items() if r.operator in ops)
+            cells.setdefault((r.backend, r.family), {}).setdefault(column, []).append(r)
+        header = ["backend", "family", *columns]
+        table = [header]
+        for (backend, family), row in cells.items():
+            table.append([backend, family, *(_cell(row.get(c, [])) for c in columns)])
+        widths = [max(len(line[i]) for line in table) for i in range(len(header))]
+        lines = ["  ".join(v.ljust(w) for v, w in zip(line, widths, strict=True)) for line in table]
+        done = [r for r in self.results if r.status != "skip"]
+        summary = f"{len(done)} runs, {len(self.failures())} failing"
+        return "\n".join([*lines, summary])
+
+
+def _cell(runs: list) -> str:
+    ran = [r for r in runs if r.status != "skip"]
+    if not ran:
+        applies = [r for r in runs if r.reason != "does not apply to these shapes"]
+        return "skip" if applies else "-"
+    if any(r.status == "error" for r in ran):
+        return "ERROR"
+    worst = max(r.error or 0.0 for r in ran)
+    return ("FAIL " if any(r.status == "fail" for r in ran) else "ok ") + f"{worst:.0e}"

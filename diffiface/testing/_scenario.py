@@ -1,0 +1,268 @@
+"""Scenarios: a function, a point, tangents and closed-form references.
+
+A scenario's function is written once and runs on every backend's arrays: it
+takes the array namespace of its input from :func:`namespace` (NumPy,
+jax.numpy, torch or autograd.numpy). References are dense and flat (``f`` of
+the flattened point): the value ``y``, the Jacobian ``jac`` (m, n), for a
+scalar output the Hessian ``hess`` (n, n), and for a scalar point the second
+derivative ``second`` (m,); every operator's expected result is derived
+from them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from .._tree import flatten, unflatten
+
+FIRST = (
+    "derivative",
+    "value_and_derivative",
+    "gradient",
+    "value_and_gradient",
+    "jacobian",
+    "value_and_jacobian",
+    "jvp",
+    "value_and_jvp",
+    "vjp",
+    "value_and_vjp",
+    "batched_jacobian",
+    "value_and_batched_jacobian",
+)
+SECOND = (
+    "hvp",
+    "gradient_and_hvp",
+    "hessian",
+    "value_gradient_and_hessian",
+    "second_derivative",
+    "value_derivative_and_second_derivative",
+)
+OPERATORS = FIRST + SECOND
+
+
+def namespace(a: Any) -> Any:
+    """The array module for ``a``: jax.numpy, torch, autograd.numpy or NumPy.
+
+    Scenario functions call it on their input so that one function runs on
+    every backend. It imports no framework: only those already imported are
+    asked.
+
+    Examples:
+        >>> import numpy as np
+        >>> namespace(np.ones(2)).__name__
+        'numpy'
+    """
+    leaf = flatten(a)[0][0] if not hasattr(a, "shape") else a
+    jax = sys.modules.get("jax")
+    if jax is not None and isinstance(leaf, jax.Array):
+        return sys.modules["jax.numpy"]
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(leaf, torch.Tensor):
+        return torch
+    tracer = sys.modules.get("autograd.tracer")
+    if tracer is not None and isinstance(leaf, tracer.Box):
+        return sys.modules["autograd.numpy"]
+    return np
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Scenario:
+    """One function at one point, with references for the operators it applies to.
+
+    Args:
+        name: a short unique name.
+        family: the group shown in the report (e.g. "array->scalar").
+        f: ``f(x, *contexts)`` (or ``f(x, params, *contexts)`` with ``params``),
+            written with :func:`namespace` so that it runs on every backend.
+        x: the point: a NumPy array, a Python float, or a pytree of arrays.
+        contexts: ``di.Constant`` values (NumPy leaves) passed after ``x``.
+        params: when not None, the function is ``di.FixedParams(f, params)``.
+        v: a tangent like ``x`` (jvp, hvp); w: a cotangent like ``f(x)`` (vjp).
+        y, jac, hess, second: flat references (see the module docstring);
+            None where unknown (see :func:`compute_references`).
+        operators: the operators that apply; by default all that fit the shapes
+            (found by calling ``f`` once on NumPy, as is a default ``w``).
+
+    Examples:
+        >>> import numpy as np
+        >>> s = Scenario("square", "array->scalar", lambda x: (x**2).sum(), np.ones(2))
+        >>> s.operators[:3]
+        ('gradient', 'value_and_gradient', 'jacobian')
+    """
+
+    name: str
+    family: str
+    f: Callable
+    x: Any
+    contexts: tuple = ()
+    params: Any = None
+    v: Any = None
+    w: Any = None
+    y: Any = None
+    jac: Any = None
+    hess: Any = None
+    second: Any = None
+    operators: tuple = ()
+
+    def __post_init__(self) -> None:
+        leaves = flatten(self.x)[0]
+        if self.v is None:
+            rng = np.random.default_rng(len(self.name))
+            v = [np.asarray(rng.uniform(-1, 1, np.shape(a)), dtype=_dtype(a)) for a in leaves]
+            object.__setattr__(self, "v", unflatten(flatten(self.x)[1], v))
+        if self.w is None:
+            y = np.asarray(self.call(self.x))
+            w = np.random.default_rng(len(self.name) + 1).uniform(-1, 1, y.shape)
+            object.__setattr__(self, "w", w.astype(y.dtype))
+        if not self.operators:
+            object.__setattr__(self, "operators", applicable(self))
+
+    def function(self, params: Any = None) -> Callable:
+        """The function an operator is given: ``f``, or ``di.FixedParams(f, params)``."""
+        if self.params is None:
+            return self.f
+        from .._contexts import FixedParams
+
+        return FixedParams(self.f, self.params if params is None else params)
+
+    def call(self, x: Any) -> Any:
+        """``f(x, ...)`` on NumPy arrays."""
+        ctx = [c.value for c in self.contexts]
+        if self.params is not None:
+            return self.f(x, self.params, *ctx)
+        return self.f(x, *ctx)
+
+    @property
+    def dtype(self) -> np.dtype:
+        return _dtype(flatten(self.x)[0][0])
+
+    def expected(self, op: str) -> tuple:
+        """The flat references of each output of ``op``, in order."""
+        y, jac, hess = self.y, self.jac, self.hess
+        parts = {
+            "value": lambda: y,
+            "derivative": lambda: jac[:, 0],
+            "gradient": lambda: jac[0],
+            "jacobian": lambda: jac.reshape(-1),
+            "jvp": lambda: jac @ _flat(self.v),
+            "vjp": lambda: np.ravel(self.w) @ jac,
+            "hvp": lambda: None if hess is None else hess @ _flat(self.v),
+            "hessian": lambda: None if hess is None else hess.reshape(-1),
+            "second_derivative": lambda: self.second,
+            "batched_jacobian": lambda: self._batched(jac),
+        }
+        names = {
+            "value_and_derivative": ("value", "derivative"),
+            "value_and_gradient": ("value", "gradient"),
+            "value_and_jacobian": ("value", "jacobian"),
+            "value_and_jvp": ("value", "jvp"),
+            "value_and_vjp": ("value", "vjp"),
+            "value_and_batched_jacobian": ("value", "batched_jacobian"),
+            "gradient_and_hvp": ("gradient", "hvp"),
+            "value_gradient_and_hessian": ("value", "gradient", "hessian"),
+            "value_derivative_and_second_derivative": ("value", "derivative", "second_derivative"),
+        }.get(op, (op,))
+        needs_jac = {"value", "hvp", "hessian", "second_derivative"}
+        return tuple(None if jac is None and n not in needs_jac else parts[n]() for n in names)
+
+    def _batched(self, jac: np.ndarray) -> np.ndarray:
+        x, y = np.asarray(self.x), np.asarray(self.call(self.x))
+        b = x.shape[0]
+        j4 = jac.reshape(b, y.size // b, b, x.size // b)
+        return np.stack([j4[i, :, i, :] for i in range(b)]).reshape(-1)
+
+
+def applicable(s: Scenario) -> tuple:
+    """The operators that fit the shapes of ``s``."""
+    leaves = flatten(s.x)[0]
+    single = not isinstance(s.x, dict | list | tuple)
+    scalar_x = single and np.ndim(s.x) == 0
+    y = np.asarray(s.call(s.x))
+    scalar_y = y.ndim == 0
+    ops = []
+    for op in OPERATORS:
+        if "derivative" in op and not scalar_x:
+            continue
+        if op in ("gradient", "value_and_gradient") and not scalar_y:
+            continue
+        if op in SECOND and "derivative" not in op and not scalar_y:
+            continue
+        if ("jacobian" in op or "hessian" in op) and not single:
+            continue
+        if "batched" in op and not (single and y.ndim >= 1 and np.ndim(s.x) >= 1):
+            continue
+        if "batched" in op and y.shape[:1] != np.shape(leaves[0])[:1]:
+            continue
+        ops.append(op)
+    return tuple(ops)
+
+
+def _dtype(a: Any) -> np.dtype:
+    return np.asarray(a).dtype if not isinstance(a, float) else np.dtype(np.float64)
+
+
+def _flat(tree: Any) -> np.ndarray:
+    leaves = flatten(tree)[0]
+    return np.concatenate([np.ravel(np.asarray(a, dtype=np.float64)) for a in leaves])
+
+
+def flat_result(tree: Any) -> np.ndarray:
+    """A result (array, float or pytree of them, any framework) as one float64 vector."""
+    out = []
+    for a in flatten(tree)[0]:
+        if hasattr(a, "detach"):
+            a = a.detach().cpu().numpy()
+        out.append(np.ravel(np.asarray(a, dtype=np.float64)))
+    return np.concatenate(out) if out else np.zeros(0)
+
+
+def compute_references(scenario: Scenario, backend: Any) -> Scenario:
+    """``scenario`` with ``y``, ``jac``, ``hess`` and ``second`` computed by ``backend``
+    (for a function without closed forms; pick a trusted backend in float64).
+
+    Examples:
+        >>> import numpy as np
+        >>> import diffiface as di
+        >>> s = Scenario("cube", "array->scalar", lambda x: (x**3).sum(), np.array([1.0, 2.0]))
+        >>> compute_references(s, di.AutoFiniteDifferences()).jac.round(4)
+        array([[ 3., 12.]])
+    """
+    from .. import _api, _second_order
+
+    leaves, tree = flatten(scenario.x)
+    sizes = [int(np.size(a)) for a in leaves]
+    shapes = [np.shape(a) for a in leaves]
+    dtype = scenario.dtype
+
+    def unflat(z):
+        parts, start = [], 0
+        for n, shape in zip(sizes, shapes, strict=True):
+            parts.append(z[start : start + n].reshape(shape))
+            start += n
+        return unflatten(tree, parts)
+
+    fn = scenario.function()
+    ctx = tuple(scenario.contexts)
+
+    def flat_f(z, *c):
+        return fn(unflat(z), *c).reshape(-1)
+
+    z = _flat(scenario.x).astype(dtype)
+    y = np.asarray(scenario.call(scenario.x))
+    jac = np.asarray(_api.jacobian(flat_f, backend, z, *ctx), dtype=np.float64)
+    hess = second = None
+    if y.ndim == 0:
+        hess = _second_order.hessian(lambda z, *c: fn(unflat(z), *c), backend, z, *ctx)
+        hess = np.asarray(hess, dtype=np.float64)
+    if not isinstance(scenario.x, dict | list | tuple) and np.ndim(scenario.x) == 0:
+        x0 = np.asarray(scenario.x, dtype=dtype)
+        second = _second_order.second_derivative(fn, backend, x0, *ctx)
+        second = np.ravel(np.asarray(second, dtype=np.float64))
+    return dataclasses.replace(
+        scenario, y=np.ravel(y).astype(np.float64), jac=jac, hess=hess, second=second
+    )

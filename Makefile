@@ -14,6 +14,7 @@ $(VENV)/.installed: $(BIN)/python pyproject.toml constraints.txt
 
 demo: $(VENV)/.installed
 	$(BIN)/python examples/demo.py
+	$(BIN)/diffiface check
 
 lint: $(VENV)/.installed
 	$(BIN)/ruff check diffiface tests examples benchmarks

@@ -8,10 +8,11 @@ import inspect
 import pytest
 
 import diffiface as di
+from diffiface import testing
 
 
 def test_all_matches_the_exports():
-    public = {n for n in vars(di) if not n.startswith("_")} - {"backends"}
+    public = {n for n in vars(di) if not n.startswith("_")} - {"backends", "testing"}
     assert set(di.__all__) == public
     assert sorted(di.__all__) == list(di.__all__)
 
@@ -35,3 +36,9 @@ def test_backends_are_frozen_and_repr_like_the_call(backend):
     with pytest.raises(dataclasses.FrozenInstanceError):
         backend.mode = "reverse"  # type: ignore[misc]
     assert hash(backend) == hash(eval(repr(backend), vars(di)))
+
+
+@pytest.mark.parametrize("name", [n for n in testing.__all__ if n != "OPERATORS"])
+def test_every_testing_name_is_documented(name):
+    doc = inspect.getdoc(getattr(testing, name))
+    assert doc and len(doc) > 20, name

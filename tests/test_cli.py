@@ -1,0 +1,82 @@
+"""The diffiface command: check, bench, info (in-process, and once as a subprocess)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from diffiface import _cli, testing
+
+
+def test_python_dash_m_diffiface_info_lists_backends_and_x64():
+    out = subprocess.run(
+        [sys.executable, "-m", "diffiface", "info"], capture_output=True, text=True, check=True
+    ).stdout
+    assert out.startswith("diffiface ")
+    for name in ("jax", "torch", "autograd", "fd"):
+        assert any(line.startswith(name) for line in out.splitlines())
+    assert "x64" in out or "jax       not installed" in out
+
+
+def test_check_prints_the_table_and_writes_json(tmp_path, capsys):
+    path = tmp_path / "rows.json"
+    code = _cli.main(
+        [
+            "check",
+            "--backends",
+            "fd",
+            "--operators",
+            "gradient,hvp",
+            "--dtypes",
+            "float64",
+            "--json",
+            str(path),
+        ]
+    )
+    out = capsys.readouterr().out
+    assert code == 0
+    assert "FiniteDifferences" in out and "0 failing" in out
+    rows = json.loads(path.read_text())
+    assert {r["operator"] for r in rows} == {"gradient", "hvp"}
+    assert all(r["status"] in ("pass", "skip") for r in rows)
+
+
+def test_check_exits_non_zero_on_a_failure(monkeypatch, capsys):
+    s = testing.default_scenarios(("float64",))[2]
+    wrong = testing.Scenario(s.name, s.family, s.f, s.x, y=s.y, jac=s.jac + 1, hess=s.hess)
+    monkeypatch.setattr(testing, "default_scenarios", lambda dtypes: [wrong])
+    code = _cli.main(["check", "--backends", "fd", "--operators", "gradient"])
+    out = capsys.readouterr().out
+    assert code == 1
+    assert f"FAIL: FiniteDifferences {s.name} gradient" in out
+
+
+def test_bench_writes_json(tmp_path, capsys):
+    code = _cli.main(
+        [
+            "bench",
+            "--backends",
+            "fd",
+            "--operators",
+            "gradient",
+            "--repeat",
+            "2",
+            "--out",
+            str(tmp_path),
+        ]
+    )
+    assert code == 0
+    rows = json.loads((tmp_path / "bench.json").read_text())
+    assert rows and all(r["backend"] == "FiniteDifferences" for r in rows)
+    assert np.all([r["ratio"] == 1.0 for r in rows])
+
+
+def test_unknown_names_are_errors():
+    with pytest.raises(SystemExit, match="unknown backend"):
+        _cli.main(["check", "--backends", "tensorflow"])
+    with pytest.raises(SystemExit, match="unknown operator"):
+        _cli.main(["check", "--backends", "fd", "--operators", "grad"])

@@ -2,7 +2,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test lint format bench clean
+.PHONY: demo test lint docs format bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -24,7 +24,10 @@ format: $(VENV)/.installed
 	$(BIN)/ruff format diffiface tests examples benchmarks
 	$(BIN)/ruff check --fix diffiface tests examples benchmarks
 
-test: lint
+docs: $(VENV)/.installed
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet --site-dir build/site
+
+test: lint docs
 	$(BIN)/python -m pytest -q diffiface tests
 
 $(VENV)/.bench: $(VENV)/.installed
@@ -35,4 +38,4 @@ bench: $(VENV)/.bench
 	$(shell command -v taskset >/dev/null && echo taskset -c 0) $(BIN)/python benchmarks/run.py
 
 clean:
-	rm -rf $(VENV) build dist .pytest_cache
+	rm -rf $(VENV) build dist site .pytest_cache

@@ -40,7 +40,8 @@ def main(argv: list | None = None) -> int:
     bench.add_argument("--operators", default="gradient,jacobian,jvp,vjp,hvp,hessian")
     bench.add_argument("--repeat", type=int, default=20)
     bench.add_argument("--out", default=".", help="folder for bench.json and bench.png")
-    sub.add_parser("info", help="versions, available backends, JAX's x64 setting")
+    info = sub.add_parser("info", help="versions, available backends, JAX's x64 setting")
+    info.add_argument("--support", action="store_true", help="print the support matrix (markdown)")
     args = parser.parse_args(argv)
     return {"check": _check, "bench": _bench, "info": _info}[args.command](args)
 
@@ -132,6 +133,11 @@ def _chart(rows: list, path: str) -> bool:
 
 
 def _info(args) -> int:
+    if args.support:
+        from ._support import nested_table, support_table
+
+        print(support_table() + "\n\n" + nested_table())
+        return 0
     print(f"diffiface {_version('diffiface')}")
     print(f"python {sys.version.split()[0]}")
     for name, module in _FRAMEWORK.items():

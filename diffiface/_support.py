@@ -1,0 +1,82 @@
+"""The support matrix, generated from the backend classes and the rule registry:
+which operators each backend computes natively and which nested-AD rules exist."""
+
+from __future__ import annotations
+
+import importlib.util
+
+from ._backend_types import AutoAutograd, AutoFiniteDifferences, AutoJax, AutoTorch
+from ._fallbacks import BackendImpl
+from ._registry import _load, rule_methods
+
+# operator -> the implementation methods that compute it
+METHODS = {
+    "derivative": ("value_and_jvp",),
+    "gradient": ("gradient", "value_and_gradient"),
+    "jacobian": ("jacobian", "value_and_jacobian"),
+    "jvp": ("value_and_jvp",),
+    "vjp": ("value_and_vjp", "value_and_pullback"),
+    "several tangents (Tangents)": ("value_and_jvps", "value_and_vjps", "gradient_and_hvps"),
+    "batched_jacobian": ("value_and_batched_jacobian",),
+    "hvp": ("gradient_and_hvp", "hvp"),
+    "hessian": ("value_gradient_and_hessian", "hessian"),
+    "second_derivative": ("value_derivative_and_second_derivative",),
+}
+BACKENDS = (
+    (AutoJax, "jax"),
+    (AutoTorch, "torch"),
+    (AutoAutograd, "autograd"),
+    (AutoFiniteDifferences, None),
+)
+NESTED = ("gradient", "value_and_gradient", "value_and_vjp", "gradient_and_hvp", "hvp")
+NESTED += ("jacobian", "value_and_jacobian", "value_and_batched_jacobian")
+
+
+def support_table() -> str:
+    """Markdown: per operator and backend, "native" (the backend's own method) or
+    "generic" (derived from its jvp / vjp in ``_fallbacks``)."""
+    impls = _impls()
+    head = "| operator | " + " | ".join(b.__name__ for b, _ in BACKENDS) + " |"
+    lines = [head, "| --- |" + " --- |" * len(BACKENDS)]
+    for op, methods in METHODS.items():
+        cells = []
+        for backend, _ in BACKENDS:
+            cls = impls.get(backend)
+            if cls is None:
+                cells.append("not installed")
+                continue
+            native = any(_defines(cls, m) for m in methods)
+            cells.append("native" if native else "generic")
+        lines.append(f"| {op} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def nested_table() -> str:
+    """Markdown: per inner operator and framework, whether a forward-over-reverse rule
+    is registered (reverse over reverse, the framework's own nesting, always works)."""
+    _impls()
+    frameworks = [m for _, m in BACKENDS if m]
+    lines = ["| inner operator | " + " | ".join(frameworks) + " |"]
+    lines.append("| --- |" + " --- |" * len(frameworks))
+    for method in NESTED:
+        cells = ["rule" if method in rule_methods(fw) else "own nesting" for fw in frameworks]
+        lines.append(f"| {method} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def _impls() -> dict:
+    out = {}
+    for backend, module in BACKENDS:
+        if module is None or importlib.util.find_spec(module) is not None:
+            out[backend] = _load(backend)
+    return out
+
+
+def _defines(cls: type, method: str) -> bool:
+    """True when ``cls`` (or a base other than BackendImpl) defines ``method``."""
+    for klass in cls.__mro__:
+        if klass is BackendImpl:
+            return False
+        if method in vars(klass):
+            return True
+    return False

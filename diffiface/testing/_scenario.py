@@ -87,6 +87,8 @@ class Scenario:
             None where unknown (see :func:`compute_references`).
         operators: the operators that apply; by default all that fit the shapes
             (found by calling ``f`` once on NumPy, as is a default ``w``).
+        reference: the backend that computed the references (None: closed
+            forms); results are then held to that backend's accuracy at most.
 
     Examples:
         >>> import numpy as np
@@ -108,6 +110,7 @@ class Scenario:
     hess: Any = None
     second: Any = None
     operators: tuple = ()
+    reference: Any = None
 
     def __post_init__(self) -> None:
         leaves = flatten(self.x)[0]
@@ -264,5 +267,10 @@ def compute_references(scenario: Scenario, backend: Any) -> Scenario:
         second = _second_order.second_derivative(fn, backend, x0, *ctx)
         second = np.ravel(np.asarray(second, dtype=np.float64))
     return dataclasses.replace(
-        scenario, y=np.ravel(y).astype(np.float64), jac=jac, hess=hess, second=second
+        scenario,
+        y=np.ravel(y).astype(np.float64),
+        jac=jac,
+        hess=hess,
+        second=second,
+        reference=backend,
     )

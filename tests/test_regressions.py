@@ -145,3 +145,19 @@ def test_torch_x_passed_again_as_a_constant_is_not_counted_twice():
     torch.testing.assert_close(g.detach(), 2 * x.detach() ** 2)
     (gx,) = torch.autograd.grad(g.sum(), x)  # d/dx sum(2 x x) = 4x
     torch.testing.assert_close(gx, 4 * x.detach())
+
+
+@pytest.mark.parametrize("op", ["hvp", "hessian", "second_derivative"])
+def test_autograd_second_order_of_a_linear_function_is_zero_without_a_warning(op):
+    """autograd warned "Output seems independent of input" (an error under pytest) when
+    it differentiated a gradient that is constant: found by the fuzz test."""
+    pytest.importorskip("autograd")
+    b = di.AutoAutograd()
+    if op == "second_derivative":
+        out = di.second_derivative(lambda x: 3.0 * x, b, np.asarray(0.5))
+        np.testing.assert_array_equal(out, 0.0)
+        return
+    x = np.array([1.0, 2.0])
+    f = lambda x: (x * np.array([3.0, -1.0])).sum()  # noqa: E731
+    out = di.hvp(f, b, x, x) if op == "hvp" else di.hessian(f, b, x)
+    np.testing.assert_array_equal(out, np.zeros_like(out))

@@ -114,7 +114,7 @@ class AutogradImpl(BackendImpl):
         one = np.ones_like(x)
 
         def d(x):
-            return make_jvp(lambda x: fn((x,), *ctx), x)(one)[1]
+            return touch(make_jvp(lambda x: fn((x,), *ctx), x)(one)[1], x)
 
         y = _call(prob, lambda: fn((x,), *ctx))
         d1, d2 = _call(prob, lambda: make_jvp(d, x)(one))
@@ -128,15 +128,24 @@ def _grad_fn(fn, inner: str):
         def grad_fwd(x):
             basis = np.eye(x.size, dtype=x.dtype).reshape((x.size, *x.shape))
             cols = [make_jvp(fn, x)(e)[1] for e in basis]
-            return anp.reshape(anp.stack(cols), np.shape(x))
+            return touch(anp.reshape(anp.stack(cols), np.shape(x)), x)
 
         return grad_fwd
 
     def grad_rev(x):
         pb, y = make_vjp(fn, x)
-        return pb(np.ones(np.shape(y), dtype=y.dtype))
+        return touch(pb(np.ones(np.shape(y), dtype=y.dtype)), x)
 
     return grad_rev
+
+
+def touch(g: Any, x: Any) -> Any:
+    """``g + 0 x``: a derivative that is constant in x (f linear) still depends on x for
+    autograd, which would otherwise warn "Output seems independent of input" when it
+    differentiates it again; the next derivative is then an exact zero."""
+    if isinstance(x, tuple):
+        return tuple(a + 0 * b for a, b in zip(g, x, strict=True))
+    return g + 0 * x
 
 
 def _array(y: Any) -> Any:

@@ -75,17 +75,27 @@ def _check(args) -> int:
     unknown = [o for o in ops if o not in OPERATORS]
     if unknown:
         raise SystemExit(f"diffiface: unknown operator(s) {unknown}; known: {', '.join(OPERATORS)}")
-    scenarios = default_scenarios(tuple(d.strip() for d in args.dtypes.split(",")))
+    dtypes = tuple(d.strip() for d in args.dtypes.split(",") if d.strip())
+    if not dtypes or any(d not in ("float32", "float64") for d in dtypes):
+        raise SystemExit(f"diffiface: --dtypes takes float32 and/or float64, got {args.dtypes!r}")
     with _Progress() as progress:
-        report = check(backends, scenarios, ops, prepared=args.prepared, progress=progress)
-    print(report)
+        report = check(
+            backends, default_scenarios(dtypes), ops, prepared=args.prepared, progress=progress
+        )
+    out = sys.stderr if args.json == "-" else sys.stdout  # keep stdout for the JSON
+    print(report, file=out)
     if args.json == "-":
         print(report.to_json())
     elif args.json:
         with open(args.json, "w") as fh:
             fh.write(report.to_json())
     for r in report.failures():
-        print(f"{r.status.upper()}: {r.backend} {r.scenario} {r.operator}: {r.reason}")
+        print(f"{r.status.upper()}: {r.backend} {r.scenario} {r.operator}: {r.reason}", file=out)
+    if not any(r.status != "skip" for r in report.results):
+        print(
+            "diffiface: nothing ran: every run was skipped (see the reasons with --json)", file=out
+        )
+        return 1
     return 0 if report.ok else 1
 
 

@@ -133,7 +133,8 @@ def contexts(op: str, impl: Any, contexts: tuple) -> Contexts:
                 f"{_checks.call_form(op, impl.backend)}: contexts must be di.Constant(...), "
                 f"got {type(c).__name__}. Wrap extra arguments of f as di.Constant(value)."
             )
-        leaves, tree = flatten(c.value)
+        value = impl.open(c.value)
+        leaves, tree = flatten(value)
         numpy = False
         for v in leaves:
             if impl.is_native(v):
@@ -146,7 +147,7 @@ def contexts(op: str, impl: Any, contexts: tuple) -> Contexts:
             leaves = [_context_leaf(op, impl, v) for v in leaves]
             out.append(unflatten(tree, leaves))
         else:
-            out.append(c.value)
+            out.append(value)
         every += leaves
         if i == 0:
             first = leaves

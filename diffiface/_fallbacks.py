@@ -75,6 +75,14 @@ class BackendImpl:
     def reshape(self, a: Any, shape: tuple) -> Any:
         return a.reshape(shape)
 
+    def open(self, tree: Any) -> Any:
+        """``tree`` with containers an outer pass wrapped (autograd boxes) opened."""
+        return tree
+
+    def outer_sees(self, leaves: list) -> bool:
+        """True when an outer differentiation of this framework sees one of ``leaves``."""
+        return any(self.is_native(a) and self.is_traced(a) for a in leaves)
+
     def can_run_rule(self, xs: tuple, ctx: tuple) -> bool:
         """False where the outer transform cannot run a custom nested-AD rule."""
         return True

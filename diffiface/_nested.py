@@ -45,6 +45,7 @@ METHOD = {
     "value_and_batched_jacobian": "value_and_batched_jacobian",
 }
 _FORWARD = ("jvp", "value_and_jvp", "derivative", "value_and_derivative")
+_FORWARD += ("second_derivative", "value_derivative_and_second_derivative")
 
 
 @dataclasses.dataclass
@@ -131,8 +132,7 @@ def route(impl: Any, fixed: Any, op: str, xs: tuple, ctx: tuple) -> Any:
     if fixed is None or not enabled():
         return impl
     first = ctx.first if hasattr(ctx, "first") else flatten(ctx[0])[0]
-    is_native, is_traced = impl.is_native, impl.is_traced
-    if not any(is_native(a) and is_traced(a) for a in (*xs, *first)):
+    if not impl.outer_sees([*xs, *first]):
         return impl  # no outer differentiation sees this call
     strategy = fixed.strategy
     if strategy == "auto":
@@ -159,8 +159,13 @@ def route(impl: Any, fixed: Any, op: str, xs: tuple, ctx: tuple) -> Any:
     return _RuleView(impl, METHOD[op], rule)
 
 
+# several directions (Tangents): the method called, and the rule run once per direction
+_PLURAL = {"gradient_and_hvps": "gradient_and_hvp", "value_and_vjps": "value_and_vjp"}
+
+
 class _RuleView:
-    """``impl`` with one method replaced by its rule (every other name delegates)."""
+    """``impl`` with its operator replaced by the rule (every other name delegates);
+    a call with several directions runs the rule once per direction."""
 
     __slots__ = ("_impl", "_method", "_rule")
 
@@ -168,10 +173,21 @@ class _RuleView:
         self._impl, self._method, self._rule = impl, method, rule
 
     def __getattr__(self, name: str) -> Any:
+        impl = self._impl
         if name == self._method:
-            impl, rule = self._impl, self._rule
+            rule = self._rule
             return lambda *args: rule(impl, *args)
-        return getattr(self._impl, name)
+        single = _PLURAL.get(name)
+        rule = _registry.rule(impl.framework, single) if single else None
+        if rule is not None and self._method in (single, single.removeprefix("gradient_and_")):
+            return lambda prob, xs, many, ctx, extra: _each(rule, impl, prob, xs, many, ctx, extra)
+        return getattr(impl, name)
+
+
+def _each(rule, impl, prob, xs, many, ctx, extra):
+    """(first output, [second output per direction]) of the rule run per direction."""
+    outs = [rule(impl, prob, xs, one, ctx, extra) for one in many]
+    return outs[0][0], [second for _, second in outs]
 
 
 def split_floats(prob: Any, ctx: tuple, is_float: Any) -> tuple[tuple, Any]:

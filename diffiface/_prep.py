@@ -165,7 +165,7 @@ class Prep:
         if fast is not None and type(x) is fast[0] and x.shape == fast[1] and x.dtype == fast[2]:
             xs, kinds = (x,), self._kinds
         else:
-            leaves, tree = flatten(x)
+            leaves, tree = flatten(self.impl.open(x))
             if (tree, tuple(_leaf_sig(v) for v in leaves)) != self._x_sig:
                 raise self._mismatch(op, f, backend, x, contexts, t)
             xs, kinds = _convert.point(op, self.impl, leaves, tree)
@@ -235,6 +235,8 @@ def _is_many(t_sig: Any) -> bool:
 
 
 def _name(f: Any) -> str:
+    if type(f) is FixedParams:
+        return f"FixedParams({_name(f.f)}, strategy={f.strategy!r})"
     return getattr(f, "__qualname__", None) or type(f).__name__
 
 

@@ -55,7 +55,8 @@ def _enter2(op, f, backend, x, contexts, scalar, prep=None, t=None):
         )
     else:
         impl = implementation(backend)
-    return impl, combo, *_enter_impl(op, f, backend, impl, x, contexts, scalar)[1:]
+    impl, *entered = _enter_impl(op, f, backend, impl, x, contexts, scalar)  # maybe routed
+    return impl, combo, *entered
 
 
 def _hvp(op: str, f, backend, x, v, contexts, prep):

@@ -563,3 +563,101 @@ def test_the_nested_ad_page_runs():
     for block in blocks:
         exec(compile(block, str(page), "exec"), namespace)
     assert namespace["same"] is not None
+
+
+# ---- found in review ---------------------------------------------------------------------------
+@pytest.mark.skipif(not HAVE["torch"], reason="torch missing")
+def test_torch_inner_gradient_does_not_count_other_uses_of_x():
+    import torch
+
+    x = torch.tensor([1.0, 2.0, 3.0], dtype=torch.float64, requires_grad=True)
+    b = di.AutoTorch()
+    g1 = di.gradient(lambda y, c: (y * c).sum(), b, x, di.Constant(2 * x))
+    g2 = di.gradient(lambda y: (y * x).sum(), b, x)  # a closure over x
+    g3 = di.gradient(di.FixedParams(lambda y, p: (y * p["a"]).sum(), {"a": 2 * x}), b, x)
+    for g, want in ((g1, 2 * x), (g2, x), (g3, 2 * x)):
+        np.testing.assert_allclose(g.detach(), want.detach())
+    (d,) = torch.autograd.grad(g1.sum(), x)  # d/dx sum(2x) = 2
+    np.testing.assert_allclose(d, 2 * np.ones(3))
+
+
+@pytest.mark.skipif(not HAVE["jax"], reason="jax missing")
+def test_jax_forward_over_reverse_keeps_float32_and_takes_a_float_cotangent():
+    import jax
+    import jax.numpy as jnp
+
+    F = "forward_over_reverse"
+    x = jnp.ones(3, jnp.float32)
+
+    def loss(p):
+        return di.gradient(di.FixedParams(lambda x, p: (p * x**2).sum(), p, F), di.AutoJax(), x)
+
+    g = jax.grad(lambda p: loss(p).sum())(jnp.ones(3, jnp.float32))
+    assert g.dtype == jnp.float32
+    np.testing.assert_allclose(g, 2 * np.ones(3))
+
+    def vjp_loss(p, strategy):
+        f = di.FixedParams(lambda y, p: (p * y**2).sum(), p, strategy)
+        return (di.vjp(f, di.AutoJax(), jnp.asarray(X0[0]), 2.0) ** 2).sum()
+
+    p = jnp.array([1.0, -2.0])
+    np.testing.assert_allclose(jax.grad(vjp_loss)(p, F), jax.grad(vjp_loss)(p, "auto"))
+
+
+@pytest.mark.skipif(not HAVE["autograd"], reason="autograd missing")
+def test_autograd_inner_jacobian_and_pytree_point_under_an_outer_pass():
+    import autograd
+    import autograd.numpy as anp
+
+    def det_of_jacobian(x):
+        return anp.linalg.det(di.jacobian(lambda y: anp.sin(y) * y[0], di.AutoAutograd(), x))
+
+    x = np.array([0.3, 0.5])
+    # det J = (cos x0 x0 + sin x0)(cos x1 x0): differentiate it in closed form
+    a, b = x
+    want = [
+        (2 * np.cos(a) - a * np.sin(a)) * np.cos(b) * a + (a * np.cos(a) + np.sin(a)) * np.cos(b),
+        -(a * np.cos(a) + np.sin(a)) * a * np.sin(b),
+    ]
+    np.testing.assert_allclose(autograd.grad(det_of_jacobian)(x), want, rtol=1e-12)
+    g = autograd.grad(
+        lambda x: di.gradient(lambda y: (y["a"] ** 3).sum(), di.AutoAutograd(), x)["a"].sum()
+    )({"a": np.array([1.0, 2.0])})
+    np.testing.assert_allclose(g["a"], [6.0, 12.0])
+
+
+@pytest.mark.parametrize("fw", FRAMEWORKS)
+def test_several_directions_run_the_rule_once_each(fw, monkeypatch):
+    from diffiface import _registry
+
+    calls = []
+    original = _registry.rule(fw, "gradient_and_hvp") if has_rule(fw, "hvp") else None
+    monkeypatch.setitem(
+        _registry._RULES,
+        (fw, "gradient_and_hvp"),
+        lambda *a: calls.append(1) or original(*a),
+    )
+
+    def loss(x, p, strategy):
+        f = di.FixedParams(_sq, p, strategy)
+        hv = di.hvp(f, BACKEND[fw](), x, di.Tangents(arr(fw, V0), arr(fw, X0)))
+        return (hv[0] * hv[1]).sum()
+
+    got = outer_grad(fw, lambda x, p: loss(x, p, "forward_over_reverse"), X0, P0)
+    assert len(calls) == 2
+    with di.nested_ad(False):
+        ref = outer_grad(fw, lambda x, p: loss(x, p, "auto"), X0, P0)
+    np.testing.assert_allclose(got[1], ref[1], rtol=1e-10)
+    assert_tree_close(got[2], ref[2], rtol=1e-10)
+
+
+@pytest.mark.skipif(not HAVE["torch"], reason="torch missing")
+def test_no_rule_runs_under_torch_no_grad():
+    import torch
+
+    p = torch.tensor([1.0, 2.0], requires_grad=True)
+    di.nested_rule_counts(reset=True)
+    with torch.no_grad():
+        g = di.gradient(di.FixedParams(lambda y, p: (p * y**2).sum(), p), di.AutoTorch(), p * 1)
+    assert di.nested_rule_counts() == {}
+    np.testing.assert_allclose(g, [2.0, 8.0])

@@ -6,7 +6,9 @@ from typing import Any
 
 import autograd.numpy as anp
 import numpy as np
+from autograd.builtins import tuple as ag_tuple
 from autograd.core import JVPNode, make_jvp, make_vjp
+from autograd.numpy.numpy_boxes import ArrayBox
 from autograd.tracer import Box
 
 from .. import _checks
@@ -23,9 +25,15 @@ class AutogradImpl(BackendImpl):
     output_kind = "an array (autograd.numpy)"
 
     def is_native(self, leaf: Any) -> bool:
-        return isinstance(leaf, np.ndarray | Box) or (
+        return isinstance(leaf, np.ndarray | ArrayBox) or (
             isinstance(leaf, np.generic) and not isinstance(leaf, np.bool_)
         )
+
+    def open(self, tree: Any) -> Any:
+        return open_boxes(tree)
+
+    def stack(self, arrays: list, axis: int) -> Any:
+        return anp.stack(arrays, axis=axis)  # boxes inside an outer pass
 
     def from_numpy(self, a: np.ndarray) -> Any:
         return a
@@ -143,9 +151,26 @@ def touch(g: Any, x: Any) -> Any:
     """``g + 0 x``: a derivative that is constant in x (f linear) still depends on x for
     autograd, which would otherwise warn "Output seems independent of input" when it
     differentiates it again; the next derivative is then an exact zero."""
-    if isinstance(x, tuple):
-        return tuple(a + 0 * b for a, b in zip(g, x, strict=True))
+    if isinstance(getattr(x, "_value", x), tuple):  # a tuple of leaves, maybe boxed
+        return ag_tuple([g[i] + 0 * x[i] for i in range(len(x))])  # stays one box
     return g + 0 * x
+
+
+def open_boxes(v: Any) -> Any:
+    """Containers boxed by an outer autograd pass (a dict or tuple passed to
+    ``autograd.grad``) opened into containers of boxed arrays."""
+    if isinstance(v, Box):
+        inner = v._value
+        if isinstance(inner, dict):
+            return {k: open_boxes(v[k]) for k in inner}
+        if isinstance(inner, list | tuple):
+            return type(inner)(open_boxes(v[i]) for i in range(len(inner)))
+        return v
+    if isinstance(v, dict):
+        return {k: open_boxes(a) for k, a in v.items()}
+    if isinstance(v, list | tuple) and not hasattr(v, "_fields"):
+        return type(v)(open_boxes(a) for a in v)
+    return v
 
 
 def _array(y: Any) -> Any:

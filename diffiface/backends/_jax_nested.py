@@ -50,15 +50,16 @@ def _custom(h, xs, q):
         dxs, dq = tangents
         (val, (gx, gq)), pb = jax.vjp(jax.value_and_grad(h, argnums=(0, 1)), *primals)
         dgx = pb((jnp.zeros_like(val), (dxs, dq)))[0]
-        dval = _vdot(gx, dxs) + _vdot(gq, dq)
+        dval = _vdot(gx, dxs, val) + _vdot(gq, dq, val)
         return (val, gx), (dval, dgx)
 
     return run(xs, q)
 
 
-def _vdot(a, b):
+def _vdot(a, b, like):
+    """The inner product of two pytrees, in the dtype of ``like``."""
     pairs = zip(jax.tree.leaves(a), jax.tree.leaves(b), strict=True)
-    return sum((jnp.vdot(u, v) for u, v in pairs), jnp.zeros(()))
+    return sum((jnp.vdot(u, v).astype(like.dtype) for u, v in pairs), jnp.zeros((), like.dtype))
 
 
 def _split(prob, ctx: tuple):
@@ -88,7 +89,7 @@ def gradient(impl, prob, xs, ctx):
 def value_and_vjp(impl, prob, xs, w, ctx, check_w):
     q, g = _split(prob, ctx)
     y = g(tuple(xs), q)
-    w = check_w(y, w.astype(y.dtype) if isinstance(w, float) else w)
+    w = check_w(y, jnp.full_like(y, w) if isinstance(w, float) else w)
 
     def h(xs, qw):
         return jnp.vdot(g(xs, qw[0]), qw[1]).real

@@ -90,6 +90,16 @@ class TorchImpl(BackendImpl):
             return y, _grads(y, xg, None, True, True)
         return _plain_value_and_grad(prob, prob.flat(), xs, ctx)
 
+    def outer_sees(self, leaves):
+        if fwAD._current_level >= 0:
+            return True
+        grad = torch.is_grad_enabled()
+        return any(
+            isinstance(a, torch.Tensor)
+            and ((grad and a.requires_grad) or is_functorch_wrapped_tensor(a))
+            for a in leaves
+        )
+
     def can_run_rule(self, xs, ctx):
         return not _functorch(xs, _tensors(ctx)) and fwAD._current_level < 0
 
@@ -403,21 +413,18 @@ def _reaches_outside(y, xg: tuple) -> bool:
 
 def _forward(prob, fn, xs, ctx, outer, cts=None):
     with torch.enable_grad():
-        shared = {id(c) for c in (_tensors(ctx) if cts is None else cts)} if outer else ()
-        xg = tuple(_own(x, outer, id(x) in shared) for x in xs)
+        xg = tuple(_own(x, outer) for x in xs)
         y = _call(prob, lambda: fn(xg, *ctx))
     return xg, y
 
 
-def _own(x, outer: bool, shared: bool = False):
-    """The tensor to differentiate. Inside an outer pass: x itself, or an alias of x (a
-    view when x is also a context, so that its uses there do not count as uses of x; a
-    clone that keeps a forward-mode tangent when x does not require grad). Otherwise a
-    detached copy of the reference."""
+def _own(x, outer: bool):
+    """The tensor to differentiate. Inside an outer pass an alias of x (a view, or a
+    clone that keeps a forward-mode tangent), so that other uses of x (in a Constant,
+    a FixedParams parameter, a closure) are not counted as uses of the argument; a
+    detached copy of the reference otherwise."""
     if outer:
-        if x.requires_grad:
-            return x.view_as(x) if shared else x
-        return x.clone().requires_grad_()
+        return x.view_as(x) if x.requires_grad else x.clone().requires_grad_()
     return x.detach().requires_grad_()
 
 

@@ -1,9 +1,10 @@
 """diffiface.testing: check a function's derivatives across every backend.
 
 ``check(backends, scenarios)`` runs every operator of every scenario on every
-backend, compares with closed-form references (or references from a trusted
-backend) and with the other backends, and returns a :class:`Report`; library
-authors build :class:`Scenario` objects for their own functions.
+backend, compares each result with the scenario's references (closed forms, or
+computed by a trusted backend), so that the backends agree with each other up
+to their tolerances, and returns a :class:`Report`; library authors build
+:class:`Scenario` objects for their own functions.
 
 Examples:
     >>> import numpy as np

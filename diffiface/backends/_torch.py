@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import torch
 import torch.autograd.forward_ad as fwAD
-from torch._C._functorch import is_functorch_wrapped_tensor
+from torch._C._functorch import is_functorch_wrapped_tensor, peek_interpreter_stack
 
 from .. import _checks
 from .._backend_types import AutoTorch
@@ -376,6 +376,8 @@ def _tensors(ctx: tuple) -> list:
 
 
 def _functorch(xs: tuple, cts: list) -> bool:
+    if peek_interpreter_stack() is None:  # no torch.func transform is running
+        return False
     return any(is_functorch_wrapped_tensor(x) for x in xs) or any(
         is_functorch_wrapped_tensor(c) for c in cts
     )

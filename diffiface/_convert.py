@@ -127,6 +127,7 @@ class Contexts(tuple):
 def contexts(op: str, impl: Any, contexts: tuple) -> Contexts:
     """Unwrap Constant contexts; NumPy leaves become native arrays."""
     out, every, first = [], [], []
+    native = impl.native_types
     for i, c in enumerate(contexts):
         if not isinstance(c, Constant):
             raise _checks.DiffifaceTypeError(
@@ -137,7 +138,7 @@ def contexts(op: str, impl: Any, contexts: tuple) -> Contexts:
         leaves, tree = flatten(value)
         numpy = False
         for v in leaves:
-            if impl.is_native(v):
+            if isinstance(v, native) or impl.is_native(v):
                 continue
             if isinstance(v, np.ndarray):
                 numpy = True

@@ -30,6 +30,8 @@ class TorchImpl(BackendImpl):
     native_kind = "torch tensors"
     output_kind = "a torch.Tensor"
 
+    native_types = (torch.Tensor,)
+
     def is_native(self, leaf: Any) -> bool:
         return isinstance(leaf, torch.Tensor)
 
@@ -81,12 +83,12 @@ class TorchImpl(BackendImpl):
         return (y if outer else y.detach()), pb
 
     def value_and_gradient(self, prob, xs, ctx):
-        cts = _tensors(ctx)
-        if _functorch(xs, cts):
-            y, pb = self.value_and_pullback(prob, xs, ctx, cts)
+        functorch = peek_interpreter_stack() is not None and _functorch(xs, _tensors(ctx))
+        if functorch:
+            y, pb = self.value_and_pullback(prob, xs, ctx)
             return y, pb(None)
-        if _outer(xs, cts):  # attached results, as value_and_pullback builds them
-            xg, y = _forward(prob, prob.flat(), xs, ctx, True, cts)
+        if _outer_x(xs) or _outer(xs, _tensors(ctx)):  # attached, as value_and_pullback does
+            xg, y = _forward(prob, prob.flat(), xs, ctx, True)
             return y, _grads(y, xg, None, True, True)
         return _plain_value_and_grad(prob, prob.flat(), xs, ctx)
 
@@ -381,6 +383,11 @@ def _functorch(xs: tuple, cts: list) -> bool:
     return any(is_functorch_wrapped_tensor(x) for x in xs) or any(
         is_functorch_wrapped_tensor(c) for c in cts
     )
+
+
+def _outer_x(xs: tuple) -> bool:
+    """The common case of :func:`_outer`: x itself requires grad under grad mode."""
+    return torch.is_grad_enabled() and any(x.requires_grad for x in xs)
 
 
 def _outer(xs: tuple, cts: list) -> bool:

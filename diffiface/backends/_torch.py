@@ -8,7 +8,9 @@ outer framework can differentiate through them.
 
 from __future__ import annotations
 
+import functools
 import math
+import threading
 from typing import Any
 
 import numpy as np
@@ -24,7 +26,43 @@ from .._registry import register
 from .._tree import flatten
 
 
+def _outside_inference(method):
+    """Run an operator with autograd available: under ``torch.inference_mode()`` torch
+    records no graph at all, and every gradient would silently be zero."""
+
+    @functools.wraps(method)
+    def run(self, *args):
+        if torch.is_inference_mode_enabled():
+            with torch.inference_mode(False):
+                return method(self, *args)
+        return method(self, *args)
+
+    return run
+
+
+_OPERATORS = (
+    "value_and_pullback",
+    "value_and_gradient",
+    "value_and_jvp",
+    "value_and_jvps",
+    "value_and_vjps",
+    "value_and_jacobian",
+    "value_and_batched_jacobian",
+    "gradient_and_hvp",
+    "gradient_and_hvps",
+    "value_gradient_and_hessian",
+    "value_derivative_and_second_derivative",
+)
+
+
+def _guard_inference(cls):
+    for name in _OPERATORS:
+        setattr(cls, name, _outside_inference(getattr(cls, name)))
+    return cls
+
+
 @register(AutoTorch)
+@_guard_inference
 class TorchImpl(BackendImpl):
     framework = "torch"
     native_kind = "torch tensors"
@@ -50,7 +88,7 @@ class TorchImpl(BackendImpl):
         return a.detach().cpu().numpy()
 
     def is_traced(self, a: Any) -> bool:
-        return a.requires_grad or is_functorch_wrapped_tensor(a) or fwAD._current_level >= 0
+        return a.requires_grad or is_functorch_wrapped_tensor(a) or _dual(a)
 
     def cast(self, a: Any, like: Any) -> Any:
         return a.to(dtype=like.dtype, device=like.device)
@@ -93,17 +131,16 @@ class TorchImpl(BackendImpl):
         return _plain_value_and_grad(prob, prob.flat(), xs, ctx)
 
     def outer_sees(self, leaves):
-        if fwAD._current_level >= 0:
-            return True
         grad = torch.is_grad_enabled()
         return any(
             isinstance(a, torch.Tensor)
-            and ((grad and a.requires_grad) or is_functorch_wrapped_tensor(a))
+            and ((grad and a.requires_grad) or is_functorch_wrapped_tensor(a) or _dual(a))
             for a in leaves
         )
 
     def can_run_rule(self, xs, ctx):
-        return not _functorch(xs, _tensors(ctx)) and fwAD._current_level < 0
+        cts = _tensors(ctx)
+        return not _functorch(xs, cts) and not any(_dual(a) for a in (*xs, *cts))
 
     def direct(self, prob):
         """For a prepared plain call: the plain gradient path, without the checks."""
@@ -112,7 +149,12 @@ class TorchImpl(BackendImpl):
         fn, value = prob.flat(), prob.op == "value_and_gradient"
 
         def run(x):
-            if x.requires_grad or is_functorch_wrapped_tensor(x) or fwAD._current_level >= 0:
+            if (
+                x.requires_grad
+                or is_functorch_wrapped_tensor(x)
+                or _dual(x)
+                or torch.is_inference_mode_enabled()
+            ):
                 return SLOW
             y, (g,) = _plain_value_and_grad(prob, fn, (x,), ())
             return (y, g) if value else g
@@ -123,7 +165,7 @@ class TorchImpl(BackendImpl):
         # torch.func.jvp rather than a raw forward_ad level: torch cannot nest
         # forward_ad levels, and a jvp inside f (perturbation confusion) must work.
         fn = prob.flat()
-        y, t = _call(prob, lambda: torch.func.jvp(lambda xs: fn(xs, *ctx), (xs,), (vs,)))
+        y, t = _fwd(prob, lambda: torch.func.jvp(lambda xs: fn(xs, *ctx), (xs,), (vs,)))
         return y, t
 
     # several directions: one vmapped (or batched-backward) pass
@@ -134,7 +176,7 @@ class TorchImpl(BackendImpl):
         def one(vs):
             return torch.func.jvp(lambda xs: fn(xs, *ctx), (xs,), (vs,))
 
-        y, ts = _call(prob, lambda: torch.func.vmap(one, out_dims=(None, 0))(stacked))
+        y, ts = _fwd(prob, lambda: torch.func.vmap(one, out_dims=(None, 0))(stacked))
         return y, list(ts.unbind(0))
 
     def value_and_vjps(self, prob, xs, ws, ctx, check_w):
@@ -169,13 +211,13 @@ class TorchImpl(BackendImpl):
                 self.mode is None and self.output_size(prob, xs, ctx) < x.numel()
             )
             jac = torch.func.jacrev if reverse else torch.func.jacfwd
-            j, y = _call(prob, lambda: jac(lambda x: _twice(fn((x,), *ctx)), has_aux=True)(x))
+            j, y = _fwd(prob, lambda: jac(lambda x: _twice(fn((x,), *ctx)), has_aux=True)(x))
             return y, j
         outer = _outer(xs, _tensors(ctx))
         xg, y = _forward(prob, fn, xs, ctx, outer)
         outer = outer or _reaches_outside(y, xg)
         if self.mode is None and y.numel() >= x.numel():
-            j, y = _call(
+            j, y = _fwd(
                 prob, lambda: torch.func.jacfwd(lambda x: _twice(fn((x,), *ctx)), has_aux=True)(x)
             )
             return y, j
@@ -203,7 +245,7 @@ class TorchImpl(BackendImpl):
         if not reverse:  # n_in jvps, one vmapped pass
             eye = torch.eye(n_in, dtype=x.dtype, device=x.device)[:, None]
             v = eye.expand(n_in, b, n_in).reshape((n_in, *x.shape))
-            y, cols = _call(
+            y, cols = _fwd(
                 prob,
                 lambda: torch.func.vmap(
                     lambda v: torch.func.jvp(f1, (x,), (v,)), out_dims=(None, 0)
@@ -245,7 +287,7 @@ class TorchImpl(BackendImpl):
     def gradient_and_hvp(self, prob, xs, vs, ctx, combo):
         fn = prob.flat()
         if self._plain(xs, ctx, combo):  # double backward: the fastest plain torch hvp
-            xg = tuple(x.detach().requires_grad_() for x in xs)
+            xg = tuple(_leaf(x) for x in xs)
             with torch.enable_grad():
                 y = _call(prob, lambda: fn(xg, *ctx))
                 keep = _reaches_outside(y, xg)  # f closes over tensors of an outer pass
@@ -265,16 +307,16 @@ class TorchImpl(BackendImpl):
         outer, inner = combo or ("forward", "reverse")
         gf = _func_grad(lambda xs: fn(xs, *ctx), inner)
         if outer == "reverse":
-            g, pb = _call(prob, lambda: torch.func.vjp(gf, xs))
+            g, pb = _fwd(prob, lambda: torch.func.vjp(gf, xs))
             return g, pb(vs)[0]
-        return _call(prob, lambda: torch.func.jvp(gf, (xs,), (vs,)))
+        return _fwd(prob, lambda: torch.func.jvp(gf, (xs,), (vs,)))
 
     def gradient_and_hvps(self, prob, xs, vss, ctx, combo):
         if not self._plain(xs, ctx, combo):
             return super().gradient_and_hvps(prob, xs, vss, ctx, combo)
         fn = prob.flat()
         n = len(vss)
-        xg = tuple(x.detach().requires_grad_() for x in xs)
+        xg = tuple(_leaf(x) for x in xs)
         with torch.enable_grad():
             y = _call(prob, lambda: fn(xg, *ctx))
             keep = _reaches_outside(y, xg)
@@ -303,7 +345,7 @@ class TorchImpl(BackendImpl):
         (x,) = xs
         n = x.numel()
         if self._plain(xs, ctx, combo):  # one double backward, batched over the basis
-            xg = x.detach().requires_grad_()
+            xg = _leaf(x)
             with torch.enable_grad():
                 y = _call(prob, lambda: fn((xg,), *ctx))
                 keep = _reaches_outside(y, (xg,))
@@ -332,7 +374,7 @@ class TorchImpl(BackendImpl):
             return g, (y, g)
 
         jac = torch.func.jacrev if outer == "reverse" else torch.func.jacfwd
-        h, (y, g) = _call(prob, lambda: jac(vg, has_aux=True)(x))
+        h, (y, g) = _fwd(prob, lambda: jac(vg, has_aux=True)(x))
         return y, (g,), h
 
     def value_derivative_and_second_derivative(self, prob, xs, ctx):
@@ -343,7 +385,7 @@ class TorchImpl(BackendImpl):
         def d(x):
             return torch.func.jvp(lambda x: fn((x,), *ctx), (x,), (one,))
 
-        (y, d1), (_, d2) = _call(prob, lambda: torch.func.jvp(d, (x,), (one,)))
+        (y, d1), (_, d2) = _fwd(prob, lambda: torch.func.jvp(d, (x,), (one,)))
         return y, d1, d2
 
 
@@ -354,15 +396,21 @@ def _func_grad(fn, inner: str):
 def _plain_value_and_grad(prob, fn, xs: tuple, ctx: tuple):
     """One graph and torch.autograd.grad; detached results unless f closes over
     tensors that an outer pass differentiates."""
-    xg = tuple(x.detach().requires_grad_() for x in xs)
+    xg = tuple(_leaf(x) for x in xs)
     if torch.is_grad_enabled():
         y = _call(prob, lambda: fn(xg, *ctx))
     else:
         with torch.enable_grad():
             y = _call(prob, lambda: fn(xg, *ctx))
-    if _reaches_outside(y, xg):
+    if _reaches_outside(y, xg) or _dual(y):  # f closes over tensors of an outer pass
         return y, _grads(y, xg, None, True, False)
     return y.detach(), _grads(y, xg, None, False, False)
+
+
+def _dual(a) -> bool:
+    """``a`` carries a forward-mode tangent. Checked per tensor: torch's current
+    forward-AD level is a process-wide global that another thread's jvp may have set."""
+    return fwAD._current_level >= 0 and fwAD.unpack_dual(a).tangent is not None
 
 
 def _twice(y):
@@ -392,8 +440,8 @@ def _outer_x(xs: tuple) -> bool:
 
 def _outer(xs: tuple, cts: list) -> bool:
     """True when an outer differentiation can see this call through x or a Constant."""
-    if fwAD._current_level >= 0:  # inside forward-mode AD: keep every tangent
-        return True
+    if fwAD._current_level >= 0 and any(_dual(a) for a in (*xs, *cts)):
+        return True  # forward-mode AD sees this call: keep every tangent
     if not torch.is_grad_enabled():
         return False
     return any(x.requires_grad for x in xs) or any(c.requires_grad for c in cts)
@@ -434,7 +482,16 @@ def _own(x, outer: bool):
     detached copy of the reference otherwise."""
     if outer:
         return x.view_as(x) if x.requires_grad else x.clone().requires_grad_()
-    return x.detach().requires_grad_()
+    return _leaf(x)
+
+
+def _leaf(x):
+    """A detached leaf that requires grad (a copy for an inference tensor used outside
+    inference mode, which torch would not let require grad)."""
+    d = x.detach()
+    if d.is_inference() and not torch.is_inference_mode_enabled():
+        d = d.clone()
+    return d.requires_grad_()
 
 
 def _grads(y, xg, w, outer, retain):
@@ -444,6 +501,17 @@ def _grads(y, xg, w, outer, retain):
     if any(g is None for g in gs):
         return tuple(torch.zeros_like(x) if g is None else g for g, x in zip(gs, xg, strict=True))
     return gs
+
+
+_FORWARD_LOCK = threading.RLock()
+
+
+def _fwd(prob, thunk):
+    """``_call`` for torch.func forward mode (jvp, jacfwd), one thread at a time: torch
+    keeps its forward-AD level in a process-wide global that concurrent jvps corrupt
+    ("no level exists")."""
+    with _FORWARD_LOCK:
+        return _call(prob, thunk)
 
 
 def _call(prob, thunk):

@@ -1,0 +1,99 @@
+"""Faults answered the same way on every backend (issue 8, in part): threads, torch's
+grad modes, inference tensors, repeatability."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+from helpers import HAVE
+
+import diffiface as di
+
+X = np.linspace(-1.0, 1.0, 5)
+
+
+def _f(x):
+    return (x**3).sum()
+
+
+def _square(x):
+    return x**2
+
+
+OPS = {  # module-level functions: a new lambda per call would recompile on JAX
+    "gradient": lambda b, x: di.gradient(_f, b, x),
+    "jacobian": lambda b, x: di.jacobian(_square, b, x),  # forward mode (5 -> 5)
+    "jvp": lambda b, x: di.jvp(_square, b, x, x),
+    "hvp": lambda b, x: di.hvp(_f, b, x, x),
+    "hessian": lambda b, x: di.hessian(_f, b, x),
+}
+
+
+def test_sixteen_threads_give_identical_results(backend):
+    """16 threads x 100 rounds of five operators share the backend and its caches; the
+    results equal the single-threaded ones bit for bit (torch's forward mode keeps a
+    process-wide level, so diffiface runs its jvps one thread at a time)."""
+    ref = {op: np.asarray(fn(backend, X)) for op, fn in OPS.items()}
+    errors = []
+
+    def work():
+        try:
+            for _ in range(100):
+                for op, fn in OPS.items():
+                    if not np.array_equal(np.asarray(fn(backend, X)), ref[op]):
+                        errors.append(f"{op} differs")
+        except Exception as exc:  # collected, then reported
+            errors.append(repr(exc))
+
+    threads = [threading.Thread(target=work) for _ in range(16)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+
+
+def test_repeated_calls_are_bitwise_identical(backend):
+    for fn in OPS.values():
+        a, b = np.asarray(fn(backend, X)), np.asarray(fn(backend, X))
+        np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.skipif(not HAVE["torch"], reason="torch missing")
+@pytest.mark.parametrize("mode", ["no_grad", "inference_mode"])
+def test_torch_under_no_grad_and_inference_mode(mode):
+    import torch
+
+    ref = {op: np.asarray(fn(di.AutoTorch(), X)) for op, fn in OPS.items()}
+    with getattr(torch, mode)():
+        x = torch.tensor(X)
+        for op, fn in OPS.items():
+            out = fn(di.AutoTorch(), x)
+            assert not out.requires_grad, op
+            np.testing.assert_allclose(out, ref[op], rtol=1e-12, err_msg=op)
+    assert torch.is_grad_enabled()  # the caller's mode is untouched
+
+
+@pytest.mark.skipif(not HAVE["torch"], reason="torch missing")
+def test_torch_inference_tensor_used_outside_inference_mode():
+    import torch
+
+    with torch.inference_mode():
+        x = torch.tensor(X)
+    for op, fn in OPS.items():
+        np.testing.assert_allclose(
+            fn(di.AutoTorch(), x), np.asarray(fn(di.AutoTorch(), X)), rtol=1e-12, err_msg=op
+        )
+
+
+@pytest.mark.skipif(not HAVE["torch"], reason="torch missing")
+def test_torch_prepared_gradient_under_inference_mode_is_not_zero():
+    """torch records no graph under inference_mode: gradients were silently zero."""
+    import torch
+
+    prep = di.prepare_gradient(_f, di.AutoTorch(), torch.tensor(X))
+    with torch.inference_mode():
+        g = di.gradient(_f, di.AutoTorch(), torch.tensor(X), prep=prep)
+    np.testing.assert_allclose(g, 3 * X**2, rtol=1e-12)

@@ -12,30 +12,12 @@ import numpy as np
 
 from .._backend_types import AutoAutograd, AutoFiniteDifferences, AutoJax, AutoTorch, SecondOrder
 from .._contexts import Constant
+from .._prep import FAMILY
 from .._tree import flatten, unflatten
 from ._report import Report, Result
 from ._scenario import OPERATORS, SECOND, Scenario, flat_result
 
-PREPARE = {
-    "derivative": "derivative",
-    "value_and_derivative": "derivative",
-    "gradient": "gradient",
-    "value_and_gradient": "gradient",
-    "jacobian": "jacobian",
-    "value_and_jacobian": "jacobian",
-    "jvp": "jvp",
-    "value_and_jvp": "jvp",
-    "vjp": "vjp",
-    "value_and_vjp": "vjp",
-    "batched_jacobian": "batched_jacobian",
-    "value_and_batched_jacobian": "batched_jacobian",
-    "hvp": "hvp",
-    "gradient_and_hvp": "hvp",
-    "hessian": "hessian",
-    "value_gradient_and_hessian": "hessian",
-    "second_derivative": "second_derivative",
-    "value_derivative_and_second_derivative": "second_derivative",
-}
+PREPARE = FAMILY  # operator -> the prepare_<family> that serves it
 _TANGENT = {"jvp": "v", "value_and_jvp": "v", "hvp": "v", "gradient_and_hvp": "v"}
 _TANGENT |= {"vjp": "w", "value_and_vjp": "w"}
 _MODULE = {AutoJax: "jax", AutoTorch: "torch", AutoAutograd: "autograd"}

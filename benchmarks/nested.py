@@ -61,6 +61,7 @@ os.environ.setdefault("XLA_FLAGS", "--xla_cpu_multi_thread_eigen=false")
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import numpy as np
+import optree
 from overhead import median_us
 
 import diffiface as di
@@ -112,9 +113,7 @@ def make_g(ns):
 
 def leaves(tree):
     """The arrays of nested tuples and lists, in order."""
-    if isinstance(tree, list | tuple):
-        return [a for sub in tree for a in leaves(sub)]
-    return [tree]
+    return optree.tree_leaves(tree)
 
 
 def to_numpy(out):

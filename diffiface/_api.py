@@ -27,10 +27,10 @@ def _enter_impl(op, f, backend, impl, x, contexts, scalar):
     """Convert x and the contexts for ``impl`` and build the Problem; a FixedParams
     becomes its function with the parameters as the first context."""
     f, contexts, fixed = unfix(f, contexts)
-    x = impl.open(x)
     if impl.is_native(x) and impl.is_float(x):  # fast path: one array of the framework
         xs, kinds, single, tree = (x,), _ONE_NATIVE, True, _LEAF
     else:
+        x = impl.open(x)
         leaves, tree = flatten(x)
         xs, kinds = _convert.point(op, impl, leaves, tree)
         single = len(leaves) == 1 and leaves[0] is x

@@ -9,15 +9,11 @@ import json
 import os
 import sys
 
-from ._backend_types import AutoAutograd, AutoFiniteDifferences, AutoJax, AutoTorch
+from ._backend_types import AutoJax
+from ._registry import FRAMEWORKS
 
-BACKENDS = {
-    "jax": AutoJax,
-    "torch": AutoTorch,
-    "autograd": AutoAutograd,
-    "fd": AutoFiniteDifferences,
-}
-_FRAMEWORK = {"jax": "jax", "torch": "torch", "autograd": "autograd", "fd": None}
+# command-line name -> (backend type, framework or None)
+BACKENDS = {(module or "fd"): (backend, module) for backend, module in FRAMEWORKS.items()}
 
 
 def main(argv: list | None = None) -> int:
@@ -56,10 +52,10 @@ def _backends(spec: str | None) -> list:
         name = name.strip()
         if name not in BACKENDS:
             raise SystemExit(f"diffiface: unknown backend {name!r}; use {', '.join(BACKENDS)}.")
-        module = _FRAMEWORK[name]
+        backend, module = BACKENDS[name]
         if module and importlib.util.find_spec(module) is None:
             raise SystemExit(f'diffiface: {name} is not installed: pip install "diffiface[{name}]"')
-        out.append(BACKENDS[name]())
+        out.append(backend())
     return out
 
 
@@ -150,7 +146,7 @@ def _info(args) -> int:
         return 0
     print(f"diffiface {_version('diffiface')}")
     print(f"python {sys.version.split()[0]}")
-    for name, module in _FRAMEWORK.items():
+    for name, (_, module) in BACKENDS.items():
         if module is None:
             print(f"{name:<9} available (NumPy {_version('numpy')})")
             continue

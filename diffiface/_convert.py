@@ -116,18 +116,9 @@ def match(op: str, impl: Any, name: str, leaf: Any, ref: Any, path: str = "") ->
     return leaf
 
 
-class Contexts(tuple):
-    """Converted contexts, with their leaves flattened once per call: ``leaves`` (all)
-    and ``first`` (those of the first context, a FixedParams' parameters)."""
-
-    leaves: list
-    first: list
-
-
-def contexts(op: str, impl: Any, contexts: tuple) -> Contexts:
+def contexts(op: str, impl: Any, contexts: tuple) -> tuple:
     """Unwrap Constant contexts; NumPy leaves become native arrays."""
-    out, every, first = [], [], []
-    native = impl.native_types
+    out = []
     for i, c in enumerate(contexts):
         if not isinstance(c, Constant):
             raise _checks.DiffifaceTypeError(
@@ -138,7 +129,7 @@ def contexts(op: str, impl: Any, contexts: tuple) -> Contexts:
         leaves, tree = flatten(value)
         numpy = False
         for v in leaves:
-            if isinstance(v, native) or impl.is_native(v):
+            if impl.is_native(v):
                 continue
             if isinstance(v, np.ndarray):
                 numpy = True
@@ -149,12 +140,7 @@ def contexts(op: str, impl: Any, contexts: tuple) -> Contexts:
             out.append(unflatten(tree, leaves))
         else:
             out.append(value)
-        every += leaves
-        if i == 0:
-            first = leaves
-    ctx = Contexts(out)
-    ctx.leaves, ctx.first = every, first
-    return ctx
+    return tuple(out)
 
 
 _PLAIN = (np.ndarray, np.generic, numbers.Number, str, bytes, type(None))

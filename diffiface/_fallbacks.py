@@ -22,7 +22,6 @@ class BackendImpl:
     """Generic operators written once in terms of jvp and vjp."""
 
     framework = ""
-    native_types: tuple = ()  # isinstance check for leaves that are surely native
     native_kind = ""  # for messages: "jax arrays"
     output_kind = ""  # for messages: "a jax array"
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import dataclasses
+import functools
 import os
 import threading
 from collections import Counter
@@ -21,16 +22,12 @@ from collections.abc import Iterator
 from typing import Any
 
 from . import _checks, _registry
-from ._tree import flatten, unflatten
+from ._tree import flatten
 
 # Measured on CPU (benchmarks/nested.py, docs/nested.md): the framework's own
 # reverse-over-reverse is the fastest on every framework at every size measured.
-AUTO = {
-    "jax": "reverse_over_reverse",
-    "torch": "reverse_over_reverse",
-    "autograd": "reverse_over_reverse",
-}
-AUTO_DEFAULT = "reverse_over_reverse"
+AUTO = {"jax": "reverse_over_reverse", "torch": "reverse_over_reverse"}
+AUTO["autograd"] = "reverse_over_reverse"
 
 # operator -> the implementation method a rule replaces
 METHOD = {
@@ -128,15 +125,15 @@ def nested_rule_counts(reset: bool = False) -> dict:
 
 
 def route(impl: Any, fixed: Any, op: str, xs: tuple, ctx: tuple) -> Any:
-    """``impl`` itself, or a view of it whose operator runs the registered rule."""
-    if fixed is None or not enabled():
+    """``impl`` itself, or a view of it whose operator runs the registered rule
+    (``fixed``: the call's FixedParams, whose parameters are ``ctx[0]``)."""
+    if not enabled():
         return impl
-    first = ctx.first if hasattr(ctx, "first") else flatten(ctx[0])[0]
-    if not impl.outer_sees([*xs, *first]):
+    if not impl.outer_sees([*xs, *flatten(ctx[0])[0]]):
         return impl  # no outer differentiation sees this call
     strategy = fixed.strategy
     if strategy == "auto":
-        strategy = AUTO.get(impl.framework, AUTO_DEFAULT)
+        strategy = AUTO[impl.framework]
     rule = None
     if op in _FORWARD:  # already forward mode inside: the outer pass is reverse over forward
         strategy = "native"
@@ -156,51 +153,37 @@ def route(impl: Any, fixed: Any, op: str, xs: tuple, ctx: tuple) -> Any:
         _COUNTS[(impl.framework, op, strategy)] += 1
     if strategy != "forward_over_reverse":
         return impl
-    return _RuleView(impl, METHOD[op], rule)
+    methods = {METHOD[op]: rule}
+    several = _SEVERAL.get(METHOD[op])
+    if several is not None and (one := _registry.rule(impl.framework, several[1])) is not None:
+        methods[several[0]] = functools.partial(_each, one)
+    return _RuleView(impl, methods)
 
 
-# several directions (Tangents): the method called, and the rule run once per direction
-_PLURAL = {"gradient_and_hvps": "gradient_and_hvp", "value_and_vjps": "value_and_vjp"}
+# a method and the one its Tangents variant calls, run once per direction by the rule
+_SEVERAL = {
+    "hvp": ("gradient_and_hvps", "gradient_and_hvp"),
+    "gradient_and_hvp": ("gradient_and_hvps", "gradient_and_hvp"),
+    "value_and_vjp": ("value_and_vjps", "value_and_vjp"),
+}
 
 
 class _RuleView:
-    """``impl`` with its operator replaced by the rule (every other name delegates);
-    a call with several directions runs the rule once per direction."""
+    """``impl`` with some methods replaced by rules (every other name delegates)."""
 
-    __slots__ = ("_impl", "_method", "_rule")
+    __slots__ = ("_impl", "_methods")
 
-    def __init__(self, impl: Any, method: str, rule: Any) -> None:
-        self._impl, self._method, self._rule = impl, method, rule
+    def __init__(self, impl: Any, methods: dict) -> None:
+        self._impl, self._methods = impl, methods
 
     def __getattr__(self, name: str) -> Any:
-        impl = self._impl
-        if name == self._method:
-            rule = self._rule
-            return lambda *args: rule(impl, *args)
-        single = _PLURAL.get(name)
-        rule = _registry.rule(impl.framework, single) if single else None
-        if rule is not None and self._method in (single, single.removeprefix("gradient_and_")):
-            return lambda prob, xs, many, ctx, extra: _each(rule, impl, prob, xs, many, ctx, extra)
-        return getattr(impl, name)
+        rule = self._methods.get(name)
+        if rule is None:
+            return getattr(self._impl, name)
+        return functools.partial(rule, self._impl)
 
 
 def _each(rule, impl, prob, xs, many, ctx, extra):
     """(first output, [second output per direction]) of the rule run per direction."""
     outs = [rule(impl, prob, xs, one, ctx, extra) for one in many]
     return outs[0][0], [second for _, second in outs]
-
-
-def split_floats(prob: Any, ctx: tuple, is_float: Any) -> tuple[tuple, Any]:
-    """``(q, g)`` for a rule: the float leaves ``q`` of the contexts (what the rule
-    differentiates), and ``g(xs, q)``, which calls f with those leaves put back."""
-    leaves, tree = flatten(tuple(ctx))
-    idx = [i for i, a in enumerate(leaves) if is_float(a)]
-    fn = prob.flat()
-
-    def g(xs, q):
-        new = list(leaves)
-        for i, a in zip(idx, q, strict=True):
-            new[i] = a
-        return fn(xs, *unflatten(tree, new))
-
-    return tuple(leaves[i] for i in idx), g

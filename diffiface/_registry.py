@@ -19,6 +19,8 @@ _LAZY = {
     AutoAutograd: ("diffiface.backends._autograd", "autograd"),
     AutoFiniteDifferences: ("diffiface.backends._finite_differences", None),
 }
+# backend type -> the framework it needs (None: NumPy only), in the order shown to users
+FRAMEWORKS = {backend: extra for backend, (_, extra) in _LAZY.items()}
 _IMPLS: dict[type, type] = {}
 _RULES: dict[tuple[str, str], Any] = {}  # (outer framework, inner operator method) -> rule
 _INSTANCES: dict[Any, Any] = {}

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import importlib.util
 
-from ._backend_types import AutoAutograd, AutoFiniteDifferences, AutoJax, AutoTorch
 from ._fallbacks import BackendImpl
-from ._registry import _load, rule_methods
+from ._nested import METHOD
+from ._registry import FRAMEWORKS, _load, rule_methods
 
 # operator -> the implementation methods that compute it
 METHODS = {
@@ -22,14 +22,8 @@ METHODS = {
     "hessian": ("value_gradient_and_hessian", "hessian"),
     "second_derivative": ("value_derivative_and_second_derivative",),
 }
-BACKENDS = (
-    (AutoJax, "jax"),
-    (AutoTorch, "torch"),
-    (AutoAutograd, "autograd"),
-    (AutoFiniteDifferences, None),
-)
-NESTED = ("gradient", "value_and_gradient", "value_and_vjp", "gradient_and_hvp", "hvp")
-NESTED += ("jacobian", "value_and_jacobian", "value_and_batched_jacobian")
+BACKENDS = tuple(FRAMEWORKS.items())  # (backend type, framework or None)
+NESTED = tuple(dict.fromkeys(METHOD.values()))  # the inner operators a rule can replace
 
 
 def support_table() -> str:

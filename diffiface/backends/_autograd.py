@@ -46,7 +46,7 @@ class AutogradImpl(BackendImpl):
 
     def can_run_rule(self, xs, ctx):
         """Not under an outer forward-mode trace (the rules define vjps only)."""
-        leaves = [*xs, *flatten(tuple(ctx))[0]]
+        leaves = [*xs, *flatten(ctx)[0]]
         return not any(isinstance(getattr(a, "_node", None), JVPNode) for a in leaves)
 
     def ones_like(self, a: Any) -> Any:

@@ -18,8 +18,7 @@ from autograd.extend import defvjp_argnums, primitive
 from autograd.tracer import Box
 
 from .. import _checks
-from .._nested import split_floats
-from .._registry import register_rule
+from .._rules import Kit, register_gradient_rules
 from ._autograd import open_boxes
 
 
@@ -81,11 +80,6 @@ def _call(h, xs: tuple, q: tuple):
     return out[0], tuple(out[1:])
 
 
-def _split(prob, ctx: tuple):
-    """``(q, g)``: the float arrays of the contexts, and ``g(xs, q)`` = f(xs, *ctx)."""
-    return split_floats(prob, open_boxes(tuple(ctx)), _is_float)
-
-
 def _is_float(a) -> bool:
     if isinstance(a, float):
         return True
@@ -98,44 +92,20 @@ def _like(gs: tuple, xs: tuple) -> tuple:
     return tuple(g if g.dtype == x.dtype else g.astype(x.dtype) for g, x in pairs)
 
 
-@register_rule("autograd", "value_and_gradient")
-def value_and_gradient(impl, prob, xs, ctx):
-    q, g = _split(prob, ctx)
-    val, gx = _call(g, tuple(xs), q)
-    return val, _like(gx, xs)
+def _directional(fn, xs, vs):
+    """The JVP of the scalar ``fn`` along ``vs``, kept dependent on ``xs`` for autograd
+    (a linear fn would make it a constant, which autograd warns about)."""
+    return make_jvp(fn, xs)(vs)[1] + 0 * xs[0].sum()
 
 
-@register_rule("autograd", "gradient")
-def gradient(impl, prob, xs, ctx):
-    return value_and_gradient(impl, prob, xs, ctx)[1]
-
-
-@register_rule("autograd", "value_and_vjp")
-def value_and_vjp(impl, prob, xs, w, ctx, check_w):
-    q, g = _split(prob, ctx)
-    y = g(tuple(xs), q)
-    if isinstance(w, float):
-        w = np.full(np.shape(y), w, dtype=y.dtype)
-    w = check_w(y, w)
-
-    def h(xs, qw):
-        return anp.sum(g(xs, qw[:-1]) * qw[-1])
-
-    return y, _like(_call(h, tuple(xs), (*q, w))[1], xs)
-
-
-@register_rule("autograd", "gradient_and_hvp")
-def gradient_and_hvp(impl, prob, xs, vs, ctx, combo):
-    q, g = _split(prob, ctx)
-    n = len(q)
-
-    def h(xs, qv):  # the directional derivative along v: its gradient is H v
-        return make_jvp(lambda xs: g(xs, qv[:n]), tuple(xs))(tuple(qv[n:]))[1] + 0 * xs[0].sum()
-
-    grad = _call(g, tuple(xs), q)[1]
-    return _like(grad, xs), _like(_call(h, tuple(xs), (*q, *vs))[1], xs)
-
-
-@register_rule("autograd", "hvp")
-def hvp(impl, prob, xs, vs, ctx, combo):
-    return gradient_and_hvp(impl, prob, xs, vs, ctx, combo)[1]
+register_gradient_rules(
+    "autograd",
+    Kit(
+        grad_form=_call,
+        is_float=_is_float,
+        directional=_directional,
+        full_like=lambda y, w: np.full(np.shape(y), w, dtype=y.dtype),
+        open=open_boxes,
+        like=_like,
+    ),
+)

@@ -381,7 +381,7 @@ def _split_contexts(prob, ctx: tuple):
     """Array leaves of the contexts are traced; other leaves are static (hashed)."""
     if not ctx:
         return (), ()
-    leaves, tree = flatten(tuple(ctx))
+    leaves, tree = flatten(ctx)
     dyn, static = [], []
     for leaf in leaves:
         if isinstance(leaf, jax.Array | np.ndarray | np.generic | float) and not isinstance(

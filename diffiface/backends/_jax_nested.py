@@ -14,8 +14,8 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from .._nested import split_floats
 from .._registry import register_rule
+from .._rules import Kit, register_gradient_rules, split_floats, vjp_potential
 
 
 def _grad_form(h, xs, q):
@@ -62,11 +62,6 @@ def _vdot(a, b, like):
     return sum((jnp.vdot(u, v).astype(like.dtype) for u, v in pairs), jnp.zeros((), like.dtype))
 
 
-def _split(prob, ctx: tuple):
-    """``(q, g)``: the float leaves of the contexts, and ``g(xs, q)`` = f(xs, *ctx)."""
-    return split_floats(prob, ctx, _is_float)
-
-
 def _is_float(a) -> bool:
     if isinstance(a, float):
         return True
@@ -74,57 +69,24 @@ def _is_float(a) -> bool:
     return dtype is not None and jnp.issubdtype(dtype, jnp.inexact)
 
 
-@register_rule("jax", "value_and_gradient")
-def value_and_gradient(impl, prob, xs, ctx):
-    q, g = _split(prob, ctx)
-    return _grad_form(g, tuple(xs), q)
-
-
-@register_rule("jax", "gradient")
-def gradient(impl, prob, xs, ctx):
-    return value_and_gradient(impl, prob, xs, ctx)[1]
-
-
-@register_rule("jax", "value_and_vjp")
-def value_and_vjp(impl, prob, xs, w, ctx, check_w):
-    q, g = _split(prob, ctx)
-    y = g(tuple(xs), q)
-    w = check_w(y, jnp.full_like(y, w) if isinstance(w, float) else w)
-
-    def h(xs, qw):
-        return jnp.vdot(g(xs, qw[0]), qw[1]).real
-
-    return y, _grad_form(h, tuple(xs), (q, w))[1]
-
-
-@register_rule("jax", "gradient_and_hvp")
-def gradient_and_hvp(impl, prob, xs, vs, ctx, combo):
-    q, g = _split(prob, ctx)
-
-    def h(xs, qv):  # the directional derivative along v: its gradient is H v
-        return jax.jvp(lambda xs: g(xs, qv[0]), (xs,), (qv[1],))[1]
-
-    grad = _grad_form(g, tuple(xs), q)[1]
-    return grad, _grad_form(h, tuple(xs), (q, tuple(vs)))[1]
-
-
-@register_rule("jax", "hvp")
-def hvp(impl, prob, xs, vs, ctx, combo):
-    return gradient_and_hvp(impl, prob, xs, vs, ctx, combo)[1]
+KIT = Kit(
+    grad_form=_grad_form,
+    is_float=_is_float,
+    directional=lambda fn, xs, vs: jax.jvp(fn, (xs,), (vs,))[1],
+    full_like=jnp.full_like,
+)
+register_gradient_rules("jax", KIT)
 
 
 def _rows(g, xs, q, basis):
     """The vjps of the basis cotangents (stacked on axis 0), each one a _grad_form."""
-
-    def row(e):
-        return _grad_form(lambda xs, qe: jnp.vdot(g(xs, qe[0]), qe[1]).real, xs, (q, e))[1][0]
-
-    return jax.vmap(row)(basis)
+    h = vjp_potential(g, len(q))
+    return jax.vmap(lambda e: _grad_form(h, xs, (*q, e))[1][0])(basis)
 
 
 @register_rule("jax", "value_and_jacobian")
 def value_and_jacobian(impl, prob, xs, ctx):
-    q, g = _split(prob, ctx)
+    q, g = split_floats(prob, ctx, _is_float)
     xs = tuple(xs)
     y = g(xs, q)
     eye = jnp.eye(y.size, dtype=y.dtype).reshape((y.size, *y.shape))
@@ -140,7 +102,7 @@ def jacobian(impl, prob, xs, ctx):
 def value_and_batched_jacobian(impl, prob, xs, ctx):
     from .._batched import check_batch
 
-    q, g = _split(prob, ctx)
+    q, g = split_floats(prob, ctx, _is_float)
     xs = tuple(xs)
     (x,) = xs
     y = g(xs, q)

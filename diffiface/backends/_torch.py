@@ -68,8 +68,6 @@ class TorchImpl(BackendImpl):
     native_kind = "torch tensors"
     output_kind = "a torch.Tensor"
 
-    native_types = (torch.Tensor,)
-
     def is_native(self, leaf: Any) -> bool:
         return isinstance(leaf, torch.Tensor)
 
@@ -105,14 +103,13 @@ class TorchImpl(BackendImpl):
         return torch.stack(arrays, dim=axis)
 
     # ---- primitives -----------------------------------------------------------
-    def value_and_pullback(self, prob, xs, ctx, cts=None):
+    def value_and_pullback(self, prob, xs, ctx):
         fn = prob.flat()
-        cts = _tensors(ctx) if cts is None else cts
-        if _functorch(xs, cts):
+        if _functorch(xs, ctx):
             y, pb = torch.func.vjp(lambda xs: fn(xs, *ctx), xs)
             return y, lambda w: pb(w)[0]
-        outer = _outer(xs, cts)
-        xg, y = _forward(prob, fn, xs, ctx, outer, cts)
+        outer = _outer(xs, ctx)
+        xg, y = _forward(prob, fn, xs, ctx, outer)
         outer = outer or _reaches_outside(y, xg)
 
         def pb(w, retain=outer):
@@ -121,11 +118,10 @@ class TorchImpl(BackendImpl):
         return (y if outer else y.detach()), pb
 
     def value_and_gradient(self, prob, xs, ctx):
-        functorch = peek_interpreter_stack() is not None and _functorch(xs, _tensors(ctx))
-        if functorch:
+        if _functorch(xs, ctx):
             y, pb = self.value_and_pullback(prob, xs, ctx)
             return y, pb(None)
-        if _outer_x(xs) or _outer(xs, _tensors(ctx)):  # attached, as value_and_pullback does
+        if _outer(xs, ctx):  # attached results, as value_and_pullback builds them
             xg, y = _forward(prob, prob.flat(), xs, ctx, True)
             return y, _grads(y, xg, None, True, True)
         return _plain_value_and_grad(prob, prob.flat(), xs, ctx)
@@ -139,8 +135,7 @@ class TorchImpl(BackendImpl):
         )
 
     def can_run_rule(self, xs, ctx):
-        cts = _tensors(ctx)
-        return not _functorch(xs, cts) and not any(_dual(a) for a in (*xs, *cts))
+        return not _functorch(xs, ctx) and not any(_dual(a) for a in (*xs, *_tensors(ctx)))
 
     def direct(self, prob):
         """For a prepared plain call: the plain gradient path, without the checks."""
@@ -180,10 +175,10 @@ class TorchImpl(BackendImpl):
         return y, list(ts.unbind(0))
 
     def value_and_vjps(self, prob, xs, ws, ctx, check_w):
-        if _functorch(xs, _tensors(ctx)):
+        if _functorch(xs, ctx):
             return super().value_and_vjps(prob, xs, ws, ctx, check_w)
         fn = prob.flat()
-        outer = _outer(xs, _tensors(ctx))
+        outer = _outer(xs, ctx)
         xg, y = _forward(prob, fn, xs, ctx, outer)
         outer = outer or _reaches_outside(y, xg)
         w = torch.stack([check_w(y, w) for w in ws])
@@ -206,14 +201,14 @@ class TorchImpl(BackendImpl):
         if x.numel() == 0:  # an empty basis: torch.func cannot batch over it
             y = _call(prob, lambda: fn(xs, *ctx))
             return y, torch.zeros((*y.shape, *x.shape), dtype=x.dtype, device=x.device)
-        if _functorch(xs, _tensors(ctx)) or self.mode == "forward":
+        if _functorch(xs, ctx) or self.mode == "forward":
             reverse = self.mode == "reverse" or (
                 self.mode is None and self.output_size(prob, xs, ctx) < x.numel()
             )
             jac = torch.func.jacrev if reverse else torch.func.jacfwd
             j, y = _fwd(prob, lambda: jac(lambda x: _twice(fn((x,), *ctx)), has_aux=True)(x))
             return y, j
-        outer = _outer(xs, _tensors(ctx))
+        outer = _outer(xs, ctx)
         xg, y = _forward(prob, fn, xs, ctx, outer)
         outer = outer or _reaches_outside(y, xg)
         if self.mode is None and y.numel() >= x.numel():
@@ -254,14 +249,14 @@ class TorchImpl(BackendImpl):
             check_batch(prob, tuple(x.shape), tuple(y.shape))
             jac = cols.reshape(n_in, b, math.prod(y.shape[1:])).movedim(0, 2)
             return y, jac.reshape((*y.shape, *rest))
-        if _functorch(xs, _tensors(ctx)):
+        if _functorch(xs, ctx):
             y, pb = torch.func.vjp(f1, x)
             check_batch(prob, tuple(x.shape), tuple(y.shape))
             n_out = math.prod(y.shape[1:])
             w = torch.eye(n_out, dtype=y.dtype, device=y.device)[:, None].expand(n_out, b, n_out)
             rows = torch.func.vmap(lambda w: pb(w.reshape(y.shape))[0])(w)
         else:
-            outer = _outer(xs, _tensors(ctx))
+            outer = _outer(xs, ctx)
             xg, y = _forward(prob, fn, xs, ctx, outer)
             outer = outer or _reaches_outside(y, xg)
             check_batch(prob, tuple(x.shape), tuple(y.shape))
@@ -282,7 +277,7 @@ class TorchImpl(BackendImpl):
 
     # ---- second order ------------------------------------------------------------
     def _plain(self, xs, ctx, combo) -> bool:
-        return combo is None and not _functorch(xs, _tensors(ctx)) and not _outer(xs, _tensors(ctx))
+        return combo is None and not _functorch(xs, ctx) and not _outer(xs, ctx)
 
     def gradient_and_hvp(self, prob, xs, vs, ctx, combo):
         fn = prob.flat()
@@ -419,32 +414,23 @@ def _twice(y):
 
 def _tensors(ctx: tuple) -> list:
     """The tensor leaves of the contexts."""
-    if not ctx:
-        return []
-    leaves = ctx.leaves if hasattr(ctx, "leaves") else flatten(ctx)[0]
-    return [c for c in leaves if isinstance(c, torch.Tensor)]
+    return [c for c in flatten(ctx)[0] if isinstance(c, torch.Tensor)] if ctx else []
 
 
-def _functorch(xs: tuple, cts: list) -> bool:
+def _functorch(xs: tuple, ctx: tuple) -> bool:
     if peek_interpreter_stack() is None:  # no torch.func transform is running
         return False
-    return any(is_functorch_wrapped_tensor(x) for x in xs) or any(
-        is_functorch_wrapped_tensor(c) for c in cts
-    )
+    return any(is_functorch_wrapped_tensor(a) for a in (*xs, *_tensors(ctx)))
 
 
-def _outer_x(xs: tuple) -> bool:
-    """The common case of :func:`_outer`: x itself requires grad under grad mode."""
-    return torch.is_grad_enabled() and any(x.requires_grad for x in xs)
-
-
-def _outer(xs: tuple, cts: list) -> bool:
-    """True when an outer differentiation can see this call through x or a Constant."""
-    if fwAD._current_level >= 0 and any(_dual(a) for a in (*xs, *cts)):
+def _outer(xs: tuple, ctx: tuple) -> bool:
+    """True when an outer differentiation can see this call through x or a Constant
+    (the contexts are flattened only when x alone does not tell)."""
+    if fwAD._current_level >= 0 and any(_dual(a) for a in (*xs, *_tensors(ctx))):
         return True  # forward-mode AD sees this call: keep every tangent
     if not torch.is_grad_enabled():
         return False
-    return any(x.requires_grad for x in xs) or any(c.requires_grad for c in cts)
+    return any(x.requires_grad for x in xs) or any(c.requires_grad for c in _tensors(ctx))
 
 
 def _reaches_outside(y, xg: tuple) -> bool:
@@ -468,7 +454,7 @@ def _reaches_outside(y, xg: tuple) -> bool:
     return False
 
 
-def _forward(prob, fn, xs, ctx, outer, cts=None):
+def _forward(prob, fn, xs, ctx, outer):
     with torch.enable_grad():
         xg = tuple(_own(x, outer) for x in xs)
         y = _call(prob, lambda: fn(xg, *ctx))

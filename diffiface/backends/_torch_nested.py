@@ -14,8 +14,7 @@ from __future__ import annotations
 import torch
 
 from .. import _checks
-from .._nested import split_floats
-from .._registry import register_rule
+from .._rules import Kit, register_gradient_rules
 from ._torch import _reaches_outside
 
 
@@ -64,52 +63,16 @@ def _grad_form(h, xs: tuple, q: tuple):
     return out[0], tuple(out[1:])
 
 
-def _split(prob, ctx: tuple):
-    """``(q, g)``: the float tensors of the contexts, and ``g(xs, q)`` = f(xs, *ctx)."""
-    return split_floats(prob, ctx, _is_float)
-
-
 def _is_float(a) -> bool:
     return isinstance(a, torch.Tensor) and a.is_floating_point()
 
 
-@register_rule("torch", "value_and_gradient")
-def value_and_gradient(impl, prob, xs, ctx):
-    q, g = _split(prob, ctx)
-    return _grad_form(g, tuple(xs), q)
-
-
-@register_rule("torch", "gradient")
-def gradient(impl, prob, xs, ctx):
-    return value_and_gradient(impl, prob, xs, ctx)[1]
-
-
-@register_rule("torch", "value_and_vjp")
-def value_and_vjp(impl, prob, xs, w, ctx, check_w):
-    q, g = _split(prob, ctx)
-    y = g(tuple(xs), q)
-    if isinstance(w, float):
-        w = torch.full_like(y, w)
-    w = check_w(y, w)
-
-    def h(xs, qw):
-        return (g(xs, qw[:-1]) * qw[-1]).sum()
-
-    return y, _grad_form(h, tuple(xs), (*q, w))[1]
-
-
-@register_rule("torch", "gradient_and_hvp")
-def gradient_and_hvp(impl, prob, xs, vs, ctx, combo):
-    q, g = _split(prob, ctx)
-    n = len(q)
-
-    def h(xs, qv):  # the directional derivative along v: its gradient is H v
-        return torch.func.jvp(lambda xs: g(xs, qv[:n]), (tuple(xs),), (tuple(qv[n:]),))[1]
-
-    grad = _grad_form(g, tuple(xs), q)[1]
-    return grad, _grad_form(h, tuple(xs), (*q, *vs))[1]
-
-
-@register_rule("torch", "hvp")
-def hvp(impl, prob, xs, vs, ctx, combo):
-    return gradient_and_hvp(impl, prob, xs, vs, ctx, combo)[1]
+register_gradient_rules(
+    "torch",
+    Kit(
+        grad_form=_grad_form,
+        is_float=_is_float,
+        directional=lambda fn, xs, vs: torch.func.jvp(fn, (xs,), (vs,))[1],
+        full_like=torch.full_like,
+    ),
+)

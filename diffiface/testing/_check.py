@@ -10,17 +10,16 @@ from typing import Any
 
 import numpy as np
 
-from .._backend_types import AutoAutograd, AutoFiniteDifferences, AutoJax, AutoTorch, SecondOrder
+from .._backend_types import AutoFiniteDifferences, AutoJax, SecondOrder
 from .._contexts import Constant
 from .._prep import FAMILY
+from .._registry import FRAMEWORKS, implementation
 from .._tree import flatten, unflatten
 from ._report import Report, Result
 from ._scenario import OPERATORS, SECOND, Scenario, flat_result
 
-PREPARE = FAMILY  # operator -> the prepare_<family> that serves it
 _TANGENT = {"jvp": "v", "value_and_jvp": "v", "hvp": "v", "gradient_and_hvp": "v"}
 _TANGENT |= {"vjp": "w", "value_and_vjp": "w"}
-_MODULE = {AutoJax: "jax", AutoTorch: "torch", AutoAutograd: "autograd"}
 
 
 def available_backends() -> list:
@@ -32,15 +31,18 @@ def available_backends() -> list:
         >>> di.AutoFiniteDifferences() in available_backends()
         True
     """
-    out = [cls() for cls, mod in _MODULE.items() if importlib.util.find_spec(mod) is not None]
-    return [*out, AutoFiniteDifferences()]
+    return [
+        cls()
+        for cls, module in FRAMEWORKS.items()
+        if module is None or importlib.util.find_spec(module) is not None
+    ]
 
 
 def tolerance(backend: Any, dtype: np.dtype, op: str) -> float:
     """The largest error accepted, relative to max(1, the largest reference entry):
     AD 1e-8 in float64 and 1e-4 in float32; finite differences 1e-5 and 2e-2 for first
     order, 1e-3 in float64 for second order."""
-    fd = _is_fd(backend, op)
+    fd = _is_fd(backend)
     f32 = np.dtype(dtype) == np.float32
     if not fd:
         return 1e-4 if f32 else 1e-8
@@ -49,7 +51,7 @@ def tolerance(backend: Any, dtype: np.dtype, op: str) -> float:
     return 2e-2 if f32 else 1e-5
 
 
-def _is_fd(backend: Any, op: str) -> bool:
+def _is_fd(backend: Any) -> bool:
     if isinstance(backend, SecondOrder):
         return isinstance(backend.outer, AutoFiniteDifferences) or isinstance(
             backend.inner, AutoFiniteDifferences
@@ -69,7 +71,7 @@ def skip_reason(backend: Any, scenario: Scenario, op: str) -> str | None:
 
         if not jax.config.jax_enable_x64:
             return "jax x64 is off (jax.config.update('jax_enable_x64', True))"
-    if _is_fd(backend, op) and op in SECOND and scenario.dtype == np.float32:
+    if _is_fd(backend) and op in SECOND and scenario.dtype == np.float32:
         return "finite differences of finite differences in float32 keep no digits"
     if all(e is None for e in scenario.expected(op)):
         return "no reference (see compute_references)"
@@ -146,8 +148,8 @@ def run_one(backend: Any, s: Scenario, op: str, prepared: bool, inputs: str) -> 
         seconds = time.perf_counter() - start
     except Exception as exc:  # reported, not raised: one failing cell must not hide the rest
         return dataclasses.replace(base, status="error", reason=f"{type(exc).__name__}: {exc}")
-    outs = second if op.startswith("value_") or op == "gradient_and_hvp" else (second,)
     expected = s.expected(op)
+    outs = second if len(expected) > 1 else (second,)
     err = max(_error(o, e) for o, e in zip(outs, expected, strict=True) if e is not None)
     tol = tolerance(backend, s.dtype, op)
     if s.reference is not None:  # references are only as accurate as their backend
@@ -175,8 +177,7 @@ class Case:
     backend's arrays, counting the calls of ``f``."""
 
     def __init__(self, backend: Any, s: Scenario, op: str, prepared: bool, inputs: str):
-        from .. import _api, _batched, _prepare, _second_order
-        from .._contexts import FixedParams
+        import diffiface as di
 
         conv = _converter(backend, inputs)
         self.x = conv(s.x)
@@ -188,14 +189,13 @@ class Case:
             self.calls += 1
             return s.f(*args)
 
-        self.fn = counted if s.params is None else FixedParams(counted, conv(s.params))
+        self.fn = counted if s.params is None else di.FixedParams(counted, conv(s.params))
         self.backend = backend
         self._before = self._inputs()
-        module = next(m for m in (_api, _batched, _second_order) if hasattr(m, op))
-        self.operator = getattr(module, op)
+        self.operator = getattr(di, op)
         self.prep = None
         if prepared:
-            prepare = getattr(_prepare, "prepare_" + PREPARE[op])
+            prepare = getattr(di, "prepare_" + FAMILY[op])
             self.prep = prepare(self.fn, backend, self.x, *self.tangent, *self.ctx)
 
     def __call__(self) -> Any:
@@ -242,22 +242,15 @@ def _np(a: Any) -> np.ndarray:
 
 
 def _converter(backend: Any, inputs: str) -> Callable:
-    """NumPy leaves -> the backend's own arrays (or unchanged for "numpy" inputs)."""
+    """NumPy leaves -> fresh arrays of the backend (copies of NumPy for "numpy" inputs)."""
     base = backend.inner if isinstance(backend, SecondOrder) else backend
-    if inputs == "numpy" or isinstance(base, AutoFiniteDifferences | AutoAutograd):
-        return lambda tree: _copy(tree, np.array)
-    if isinstance(base, AutoJax):
-        import jax.numpy as jnp
+    convert = np.array if inputs == "numpy" else implementation(base).from_numpy
 
-        return lambda tree: _copy(tree, jnp.asarray)
-    import torch
+    def conv(tree: Any) -> Any:
+        leaves, treedef = flatten(tree)
+        return unflatten(treedef, [convert(np.array(a)) for a in leaves])
 
-    return lambda tree: _copy(tree, lambda a: torch.from_numpy(np.array(a)))
-
-
-def _copy(tree: Any, convert: Callable) -> Any:
-    leaves, treedef = flatten(tree)
-    return unflatten(treedef, [convert(a) for a in leaves])
+    return conv
 
 
 def _short(backend: Any) -> str:

@@ -7,18 +7,11 @@ import dataclasses
 import io
 import json
 
-# columns of the table: an operator and its value_and_ variants share one
-COLUMNS = {
-    "derivative": ("derivative", "value_and_derivative"),
-    "gradient": ("gradient", "value_and_gradient"),
-    "jacobian": ("jacobian", "value_and_jacobian"),
-    "jvp": ("jvp", "value_and_jvp"),
-    "vjp": ("vjp", "value_and_vjp"),
-    "batched_jacobian": ("batched_jacobian", "value_and_batched_jacobian"),
-    "hvp": ("hvp", "gradient_and_hvp"),
-    "hessian": ("hessian", "value_gradient_and_hessian"),
-    "second_derivative": ("second_derivative", "value_derivative_and_second_derivative"),
-}
+from .._prep import FAMILY
+from ._scenario import OPERATORS
+
+# the table has one column per operator family (value_and_ variants included)
+COLUMNS = tuple(dict.fromkeys(FAMILY[op] for op in OPERATORS))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -86,10 +79,10 @@ class Report:
             raise AssertionError(f"{len(bad)} failing runs:\n" + "\n".join(lines))
 
     def __str__(self) -> str:
-        columns = [c for c, ops in COLUMNS.items() if any(op in self.operators for op in ops)]
+        columns = [c for c in COLUMNS if any(FAMILY[op] == c for op in self.operators)]
         cells: dict = {}
         for r in self.results:
-            column = next(c for c, ops in COLUMNS.items() if r.operator in ops)
+            column = FAMILY[r.operator]
             cells.setdefault((r.backend, r.family), {}).setdefault(column, []).append(r)
         header = ["backend", "family", *columns]
         table = [header]

@@ -152,9 +152,9 @@ class Scenario:
             "derivative": lambda: jac[:, 0],
             "gradient": lambda: jac[0],
             "jacobian": lambda: jac.reshape(-1),
-            "jvp": lambda: jac @ _flat(self.v),
+            "jvp": lambda: jac @ flat_result(self.v),
             "vjp": lambda: np.ravel(self.w) @ jac,
-            "hvp": lambda: None if hess is None else hess @ _flat(self.v),
+            "hvp": lambda: None if hess is None else hess @ flat_result(self.v),
             "hessian": lambda: None if hess is None else hess.reshape(-1),
             "second_derivative": lambda: self.second,
             "batched_jacobian": lambda: self._batched(jac),
@@ -209,11 +209,6 @@ def _dtype(a: Any) -> np.dtype:
     return np.asarray(a).dtype if not isinstance(a, float) else np.dtype(np.float64)
 
 
-def _flat(tree: Any) -> np.ndarray:
-    leaves = flatten(tree)[0]
-    return np.concatenate([np.ravel(np.asarray(a, dtype=np.float64)) for a in leaves])
-
-
 def flat_result(tree: Any) -> np.ndarray:
     """A result (array, float or pytree of them, any framework) as one float64 vector."""
     out = []
@@ -255,7 +250,7 @@ def compute_references(scenario: Scenario, backend: Any) -> Scenario:
     def flat_f(z, *c):
         return fn(unflat(z), *c).reshape(-1)
 
-    z = _flat(scenario.x).astype(dtype)
+    z = flat_result(scenario.x).astype(dtype)
     y = np.asarray(scenario.call(scenario.x))
     jac = np.asarray(_api.jacobian(flat_f, backend, z, *ctx), dtype=np.float64)
     hess = second = None

@@ -26,8 +26,7 @@ from ._tree import flatten
 
 # Measured on CPU (benchmarks/nested.py, docs/nested.md): the framework's own
 # reverse-over-reverse is the fastest on every framework at every size measured.
-AUTO = {"jax": "reverse_over_reverse", "torch": "reverse_over_reverse"}
-AUTO["autograd"] = "reverse_over_reverse"
+AUTO = dict.fromkeys(("jax", "torch", "autograd"), "reverse_over_reverse")
 
 # operator -> the implementation method a rule replaces
 METHOD = {

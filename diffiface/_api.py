@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from . import _checks, _convert
+from . import _checks, _convert, _implicit
 from ._contexts import unfix
 from ._fallbacks import SLOW, _size
 from ._nested import route
@@ -42,6 +42,7 @@ def _enter_impl(op, f, backend, impl, x, contexts, scalar):
 
 
 _ONE_NATIVE = (_convert.NATIVE,)
+NUMPY, PYTHON = _convert.NUMPY, _convert.PYTHON
 _VG = "value_and_gradient"
 _LEAF = flatten(0.0)[1]
 
@@ -58,6 +59,22 @@ def _direct(op: str, prep: Any, f, backend, x, contexts: tuple, *t: Any) -> Any:
     """A prepared call that matches exactly goes straight to the backend's runner."""
     run = _prepared(prep).direct(op, f, backend, x, contexts)
     return SLOW if run is None else run(x, *t)
+
+
+def _fast(op: str, prep: Any, f, backend, x, contexts: tuple) -> Any:
+    """``_direct``, and for an unprepared call the runner of the last plain call like
+    it (see ``_implicit``); SLOW when the general path must run."""
+    if prep is None:
+        run = None if contexts else _implicit.lookup(op, f, backend, x)
+    else:
+        run = _prepared(prep).direct(op, f, backend, x, contexts)
+    return SLOW if run is None else run(x)
+
+
+def _remember(op: str, f, backend, x, impl, prob: Problem, kinds: tuple, ctx: tuple, prep) -> None:
+    """After a plain unprepared call of one array (native or NumPy): enter its runner."""
+    if prep is None and prob.single and not ctx and impl is prob.impl and kinds[0] != PYTHON:
+        _implicit.store(op, f, backend, x, impl.implicit(prob, kinds[0] == NUMPY))
 
 
 def _out_kind(kinds: tuple) -> int:
@@ -100,10 +117,11 @@ def value_and_gradient(
         >>> float(y), g.round(6)
         (5.0, array([2., 4.]))
     """
-    if prep is not None and (out := _direct(_VG, prep, f, backend, x, contexts)) is not SLOW:
+    if (out := _fast(_VG, prep, f, backend, x, contexts)) is not SLOW:
         return out
-    impl, prob, xs, kinds, ctx = _enter("value_and_gradient", f, backend, x, contexts, True, prep)
+    impl, prob, xs, kinds, ctx = _enter(_VG, f, backend, x, contexts, True, prep)
     y, gs = impl.value_and_gradient(prob, xs, ctx)
+    _remember(_VG, f, backend, x, impl, prob, kinds, ctx, prep)
     return _convert.back(impl, y, _out_kind(kinds)), _like_x(impl, prob, gs, kinds)
 
 
@@ -119,10 +137,11 @@ def gradient(f: Callable, backend: Any, x: Any, *contexts: Any, prep: Any = None
         ...             np.array([1.0, 2.0])).round(5)
         array([ 3., 12.])
     """
-    if prep is not None and (out := _direct("gradient", prep, f, backend, x, contexts)) is not SLOW:
+    if (out := _fast("gradient", prep, f, backend, x, contexts)) is not SLOW:
         return out
     impl, prob, xs, kinds, ctx = _enter("gradient", f, backend, x, contexts, True, prep)
     gs = impl.gradient(prob, xs, ctx)
+    _remember("gradient", f, backend, x, impl, prob, kinds, ctx, prep)
     return _like_x(impl, prob, gs, kinds)
 
 
@@ -273,7 +292,7 @@ def value_and_jacobian(
     """The value ``f(x)`` and the Jacobian, of shape ``f(x).shape + x.shape``.
 
     The direction follows the backend's ``mode``; with ``mode=None`` it is
-    forward when f has at least as many outputs as inputs, else reverse.
+    forward when f has more outputs than inputs, else reverse.
 
     Args:
         f: function ``f(x, *contexts)`` returning an array.
@@ -291,15 +310,13 @@ def value_and_jacobian(
         array([[0., 2.],
                [2., 0.]])
     """
-    if (
-        prep is not None
-        and (out := _direct("value_and_jacobian", prep, f, backend, x, contexts)) is not SLOW
-    ):
+    if (out := _fast("value_and_jacobian", prep, f, backend, x, contexts)) is not SLOW:
         return out
     impl, prob, xs, kinds, ctx = _enter("value_and_jacobian", f, backend, x, contexts, prep=prep)
     if not prob.single:
         raise _checks.not_single_array(prob.op, backend, len(xs))
     y, jac = _value_and_jacobian(impl, prob, xs, ctx)
+    _remember("value_and_jacobian", f, backend, x, impl, prob, kinds, ctx, prep)
     k = _out_kind(kinds)
     return _convert.back(impl, y, k), _convert.back(impl, jac, k)
 
@@ -316,7 +333,7 @@ def jacobian(f: Callable, backend: Any, x: Any, *contexts: Any, prep: Any = None
         array([[2., 0.],
                [0., 4.]])
     """
-    if prep is not None and (out := _direct("jacobian", prep, f, backend, x, contexts)) is not SLOW:
+    if (out := _fast("jacobian", prep, f, backend, x, contexts)) is not SLOW:
         return out
     impl, prob, xs, kinds, ctx = _enter("jacobian", f, backend, x, contexts, prep=prep)
     if not prob.single:
@@ -326,6 +343,7 @@ def jacobian(f: Callable, backend: Any, x: Any, *contexts: Any, prep: Any = None
         if _size(xs[0])
         else _value_and_jacobian(impl, prob, xs, ctx)[1]
     )
+    _remember("jacobian", f, backend, x, impl, prob, kinds, ctx, prep)
     return _convert.back(impl, jac, _out_kind(kinds))
 
 

@@ -87,9 +87,15 @@ class BackendImpl:
         """False where the outer transform cannot run a custom nested-AD rule."""
         return True
 
-    def direct(self, prob):
+    def direct(self, prob, numpy=False):
         """A callable ``x -> result`` for a prepared single-array call without
-        contexts, or None; it may return SLOW to hand over to the general path."""
+        contexts (a NumPy x with ``numpy``), or None; it may return SLOW to hand
+        over to the general path."""
+        return None
+
+    def implicit(self, prob, numpy=False):
+        """Like ``direct``, for an unprepared call: a runner that holds ``f`` only
+        weakly (see ``_implicit``), or None."""
         return None
 
     # ---- primitives (each backend implements one or both) -------------------
@@ -215,7 +221,7 @@ class BackendImpl:
             return False
         if type(self).value_and_jvp is BackendImpl.value_and_jvp:
             return True
-        return self.output_size(prob, xs, ctx) < sum(_size(x) for x in xs)
+        return self.output_size(prob, xs, ctx) <= sum(_size(x) for x in xs)
 
     def output_size(self, prob, xs: tuple, ctx: tuple) -> int:
         return _size(prob.flat()(xs, *ctx))

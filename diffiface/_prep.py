@@ -100,12 +100,14 @@ class Prep:
     """The result of a ``prepare_<operator>`` call; pass it as ``prep=`` to the operator."""
 
     __slots__ = (
+        "_ctx_native",
         "_ctx_sig",
         "_direct",
         "_fast",
         "_kinds",
         "_probs",
         "_t_sig",
+        "_x_native",
         "_x_sig",
         "backend",
         "combo",
@@ -125,15 +127,24 @@ class Prep:
         self._probs = {
             op: Problem(op, backend, impl, f, prob.treedef, prob.single, prob.scalar) for op in ops
         }
-        # one native array: the per-call check is a type, shape and dtype comparison
-        self._fast = (type(x), tuple(x.shape), x.dtype) if prob.single and kinds == (0,) else None
+        # one native or NumPy array: the per-call check is a type, shape and dtype comparison
+        self._fast = (
+            (type(x), tuple(x.shape), x.dtype) if prob.single and kinds[0] in (0, 1) else None
+        )
+        # native leaves (of x, of the Constant contexts): compared as one list, no conversion
+        self._x_native = _native_sig(impl, x) if all(k == 0 for k in kinds) else None
+        self._ctx_native = (
+            _native_sig(impl, tuple(c.value for c in contexts))
+            if contexts and all(type(c) is Constant for c in contexts)
+            else None
+        )
         self._direct: dict = {}
 
     def finalize(self) -> Prep:
         """Build the direct runners (after the warm-up call compiled what they use)."""
         if self._fast is not None and not self._ctx_sig and not _is_many(self._t_sig):
             for op, prob in self._probs.items():
-                run = self.impl.direct(prob)
+                run = self.impl.direct(prob, self._kinds[0] == _convert.NUMPY)
                 if run is not None:
                     self._direct[op] = run
         return self
@@ -162,8 +173,16 @@ class Prep:
             or (backend is not self.backend and backend != self.backend)
         ):
             raise self._mismatch(op, f, backend, x, contexts, t)
-        if fast is not None and type(x) is fast[0] and x.shape == fast[1] and x.dtype == fast[2]:
+        if (
+            fast is not None
+            and self._kinds[0] == _convert.NATIVE
+            and type(x) is fast[0]
+            and x.shape == fast[1]
+            and x.dtype == fast[2]
+        ):
             xs, kinds = (x,), self._kinds
+        elif (xs := _matches_native(x, self._x_native)) is not None:
+            kinds = self._kinds
         else:
             leaves, tree = flatten(self.impl.open(x))
             if (tree, tuple(_leaf_sig(v) for v in leaves)) != self._x_sig:
@@ -171,13 +190,22 @@ class Prep:
             xs, kinds = _convert.point(op, self.impl, leaves, tree)
         given = contexts
         _, contexts, fixed = unfix(f, contexts)
-        if (contexts or self._ctx_sig) and _ctx_sig(contexts) != self._ctx_sig:
-            raise self._mismatch(op, f, backend, x, given, t)
         if self._t_sig is not None and isinstance(t, Tangents) != (self._t_sig[0] == "Tangents"):
             raise self._mismatch(op, f, backend, x, contexts, t)
         if isinstance(t, Tangents) and len(t) != len(self._t_sig[1]):
             raise self._mismatch(op, f, backend, x, contexts, t)
-        ctx = _convert.contexts(op, self.impl, contexts) if contexts else ()
+        if not contexts and not self._ctx_sig:
+            ctx = ()
+        elif (
+            self._ctx_native is not None
+            and all(type(c) is Constant for c in contexts)
+            and _matches_native(values := tuple(c.value for c in contexts), self._ctx_native)
+        ):
+            ctx = values  # native leaves with the prepared signature: nothing to convert
+        else:
+            if _ctx_sig(contexts) != self._ctx_sig:
+                raise self._mismatch(op, f, backend, x, given, t)
+            ctx = _convert.contexts(op, self.impl, contexts)
         impl = route(self.impl, fixed, op, xs, ctx) if fixed is not None else self.impl
         return impl, self._probs[op], xs, kinds, ctx
 
@@ -212,6 +240,24 @@ class Prep:
             "preparation:\n" + "\n".join(rows) + f"\nPrepare again with "
             f"prepare_{self.family}(...) for these arguments, or call {op} without prep."
         )
+
+
+def _native_sig(impl: Any, tree: Any):
+    """(treedef, [(type, shape, dtype)]) when every leaf is a native array, else None."""
+    leaves, treedef = flatten(tree)
+    if not all(impl.is_native(v) and not impl.is_traced(v) for v in leaves):
+        return None
+    return treedef, [(type(v), v.shape, v.dtype) for v in leaves]
+
+
+def _matches_native(tree: Any, sig: Any) -> tuple | None:
+    """The leaves of ``tree`` when they match ``sig`` (from ``_native_sig``), else None."""
+    if sig is None:
+        return None
+    leaves, treedef = flatten(tree)
+    if treedef != sig[0] or [(type(v), v.shape, v.dtype) for v in leaves] != sig[1]:
+        return None
+    return tuple(leaves)
 
 
 def _same_f(f: Any, g: Any) -> bool:

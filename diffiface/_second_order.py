@@ -17,9 +17,11 @@ from . import _checks, _convert
 from ._api import (
     _direct,
     _enter_impl,
+    _fast,
     _like_x,
     _out_kind,
     _prepared,
+    _remember,
     tangents_in,
     value_and_derivative,
     value_and_gradient,
@@ -137,16 +139,13 @@ def value_gradient_and_hessian(f: Callable, backend: Any, x: Any, *contexts: Any
                [2., 0.]])
     """
     op = "value_gradient_and_hessian"
-    if (
-        prep is not None
-        and (out := _direct("value_gradient_and_hessian", prep, f, backend, x, contexts))
-        is not SLOW
-    ):
+    if (out := _fast(op, prep, f, backend, x, contexts)) is not SLOW:
         return out
     impl, combo, prob, xs, kinds, ctx = _enter2(op, f, backend, x, contexts, True, prep)
     if not prob.single:
         raise _checks.not_single_array(op, backend, len(xs))
     y, g, h = impl.value_gradient_and_hessian(prob, xs, ctx, combo)
+    _remember(op, f, backend, x, impl, prob, kinds, ctx, prep)
     k = _out_kind(kinds)
     return _convert.back(impl, y, k), _like_x(impl, prob, g, kinds), _convert.back(impl, h, k)
 
@@ -164,12 +163,14 @@ def hessian(f: Callable, backend: Any, x: Any, *contexts: Any, prep: Any = None)
         array([[ 6.,  0.],
                [ 0., 12.]])
     """
-    if prep is not None and (out := _direct("hessian", prep, f, backend, x, contexts)) is not SLOW:
+    if (out := _fast("hessian", prep, f, backend, x, contexts)) is not SLOW:
         return out
     impl, combo, prob, xs, kinds, ctx = _enter2("hessian", f, backend, x, contexts, True, prep)
     if not prob.single:
         raise _checks.not_single_array("hessian", backend, len(xs))
-    return _convert.back(impl, impl.hessian(prob, xs, ctx, combo), _out_kind(kinds))
+    h = impl.hessian(prob, xs, ctx, combo)
+    _remember("hessian", f, backend, x, impl, prob, kinds, ctx, prep)
+    return _convert.back(impl, h, _out_kind(kinds))
 
 
 def value_derivative_and_second_derivative(

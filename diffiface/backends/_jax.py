@@ -19,6 +19,19 @@ from .._tree import flatten, unflatten
 CACHE = FunctionCache()
 _FLOATS = frozenset(np.dtype(t) for t in ("float16", "float32", "float64"))
 
+# operators whose compiled function returns the result as is
+_AS_IS = frozenset(
+    (
+        "gradient",
+        "value_and_gradient",
+        "jacobian",
+        "value_and_jacobian",
+        "hessian",
+        "value_gradient_and_hessian",
+        "value_derivative_and_second_derivative",
+    )
+)
+
 _CONCRETE = (
     jax.errors.ConcretizationTypeError,
     jax.errors.TracerArrayConversionError,
@@ -79,10 +92,9 @@ class JaxImpl(BackendImpl):
 
             return jax.jit(make(with_ctx))
 
-        key = prob.key(*tag, static)
-        run = prob.fns.get(key)
+        run = prob.fns.get((tag, static))  # the rest of the key is fixed for prob
         if run is None:
-            run = prob.fns[key] = CACHE.get(prob.f, key, build)
+            run = prob.fns[tag, static] = CACHE.get(prob.f, prob.key(*tag, static), build)
         return run, dyn
 
     def gradient(self, prob, xs, ctx):
@@ -94,13 +106,15 @@ class JaxImpl(BackendImpl):
         y, g = _run(prob, run, _arg(prob, xs), *dyn)
         return y, _tuple(prob, g)
 
-    def direct(self, prob):
+    def direct(self, prob, numpy=False):
         """For a prepared single-array call without contexts: the function the
         warm-up call compiled, called as is (a tangent must be like x)."""
         if not prob.single or len(prob.fns) != 1:
             return None
         run = next(iter(prob.fns.values()))
         op = prob.op
+        if numpy:
+            return _numpy_in_out(run, op) if op in _AS_IS else None
         if op in ("jvp", "value_and_jvp", "hvp", "gradient_and_hvp"):
             pick = (lambda out: out[1]) if op == "jvp" else (lambda out: out)
 
@@ -115,14 +129,15 @@ class JaxImpl(BackendImpl):
             return lambda x: pick(_run(prob, run, x, jnp.ones_like(x)))
         if op == "second_derivative":
             return lambda x: _run(prob, run, x)[2]
-        if op in ("gradient", "value_and_gradient", "jacobian", "value_and_jacobian"):
-            return lambda x: _run(prob, run, x)
-        if op in (
-            "hessian",
-            "value_gradient_and_hessian",
-            "value_derivative_and_second_derivative",
-        ):
-            return lambda x: _run(prob, run, x)
+        if op in _AS_IS:
+            return run  # compiled for exactly this signature: nothing left to catch
+        return None
+
+    def implicit(self, prob, numpy=False):
+        """For an unprepared plain call: the cached jitted function (it holds f weakly)."""
+        if prob.op in _AS_IS and prob.single and len(prob.fns) == 1:
+            run = next(iter(prob.fns.values()))
+            return _numpy_in_out(run, prob.op) if numpy else run
         return None
 
     def value_and_jvp(self, prob, xs, vs, ctx):
@@ -212,7 +227,7 @@ class JaxImpl(BackendImpl):
                 fn = with_ctx(dyn)
                 reverse = mode == "reverse"
                 if mode is None:
-                    reverse = jax.eval_shape(fn, x).size < x.size
+                    reverse = jax.eval_shape(fn, x).size <= x.size
                 jac = jax.jacrev if reverse else jax.jacfwd
                 if not value:
                     return jac(fn)(x)
@@ -237,7 +252,7 @@ class JaxImpl(BackendImpl):
                 out = jax.eval_shape(fn, x)
                 check_batch_of(op, backend, x.shape, out.shape)
                 n_in, n_out = x.size // max(b, 1), out.size // max(b, 1)
-                reverse = mode == "reverse" or (mode is None and n_out < n_in)
+                reverse = mode == "reverse" or (mode is None and n_out <= n_in)
                 if reverse:  # n_out vjps, each one basis vector repeated over the batch
                     y, pb = jax.vjp(fn, x)
                     w = jnp.broadcast_to(jnp.eye(n_out, dtype=y.dtype)[:, None], (n_out, b, n_out))
@@ -363,6 +378,26 @@ def _make_value_and_grad(with_ctx):
 
 def _twice(y):
     return y, y
+
+
+def _numpy_in_out(run, op):
+    """``run`` for a NumPy x: jit takes it as is (no separate conversion), the results
+    come back as NumPy. float64 needs x64, checked per call (it is global state)."""
+    asarray = np.asarray
+    if op.startswith("value"):
+
+        def from_numpy(x):
+            if x.dtype.itemsize == 8 and not jax.config.jax_enable_x64:
+                return SLOW  # the general path explains
+            return tuple(asarray(a) for a in run(x))
+    else:
+
+        def from_numpy(x):
+            if x.dtype.itemsize == 8 and not jax.config.jax_enable_x64:
+                return SLOW
+            return asarray(run(x))
+
+    return from_numpy
 
 
 def _run(prob, run, *args):

@@ -42,6 +42,7 @@ def _outside_inference(method):
 
 _OPERATORS = (
     "value_and_pullback",
+    "jacobian",
     "value_and_gradient",
     "value_and_jvp",
     "value_and_jvps",
@@ -137,22 +138,38 @@ class TorchImpl(BackendImpl):
     def can_run_rule(self, xs, ctx):
         return not _functorch(xs, ctx) and not any(_dual(a) for a in (*xs, *_tensors(ctx)))
 
-    def direct(self, prob):
-        """For a prepared plain call: the plain gradient path, without the checks."""
-        if prob.op not in ("gradient", "value_and_gradient") or not prob.single:
+    def direct(self, prob, numpy=False):
+        """For a prepared plain call: one graph and torch.autograd.grad. Anything
+        unusual (a transform, forward AD, grad mode off, an error or a constant f)
+        returns SLOW so that the general path handles it."""
+        if prob.op not in ("gradient", "value_and_gradient") or not prob.single or numpy:
             return None
-        fn, value = prob.flat(), prob.op == "value_and_gradient"
+        f, value = prob.f, prob.op == "value_and_gradient"
 
         def run(x):
             if (
                 x.requires_grad
-                or is_functorch_wrapped_tensor(x)
-                or _dual(x)
+                or fwAD._current_level >= 0
+                or not torch.is_grad_enabled()
                 or torch.is_inference_mode_enabled()
+                or x.is_inference()
+                or is_functorch_wrapped_tensor(x)
             ):
                 return SLOW
-            y, (g,) = _plain_value_and_grad(prob, fn, (x,), ())
-            return (y, g) if value else g
+            xg = x.detach().requires_grad_()
+            try:
+                y = f(xg)
+            except RuntimeError:  # the general path runs f again and explains
+                return SLOW
+            if type(y) is not torch.Tensor or y.ndim or y.grad_fn is None:
+                return SLOW
+            if _reaches_outside(y, (xg,)):  # f closes over tensors of an outer pass
+                (g,) = _grads(y, (xg,), None, True, False)
+                return (y, g) if value else g
+            (g,) = torch.autograd.grad(y, xg, allow_unused=True)
+            if g is None:
+                g = torch.zeros_like(xg)
+            return (y.detach(), g) if value else g
 
         return run
 
@@ -196,37 +213,37 @@ class TorchImpl(BackendImpl):
         return (y if outer else y.detach()), [tuple(g[i] for g in gs) for i in range(n)]
 
     def value_and_jacobian(self, prob, xs, ctx):
+        return self._jacobian(prob, xs, ctx, True)
+
+    def jacobian(self, prob, xs, ctx):
+        return self._jacobian(prob, xs, ctx, False)[1]
+
+    def _jacobian(self, prob, xs, ctx, value):
+        """torch.func.jacrev / jacfwd (measured faster than a batched torch.autograd.grad,
+        which falls back to a loop for many ops); f(x) from a plain call when asked for,
+        cheaper than has_aux. Differentiable by an outer pass through x or a closure."""
         fn = prob.flat()
         (x,) = xs
+        f1 = lambda x: fn((x,), *ctx)  # noqa: E731
+        y = None
         if x.numel() == 0:  # an empty basis: torch.func cannot batch over it
-            y = _call(prob, lambda: fn(xs, *ctx))
+            y = _call(prob, lambda: f1(x))
             return y, torch.zeros((*y.shape, *x.shape), dtype=x.dtype, device=x.device)
-        if _functorch(xs, ctx) or self.mode == "forward":
-            reverse = self.mode == "reverse" or (
-                self.mode is None and self.output_size(prob, xs, ctx) < x.numel()
-            )
-            jac = torch.func.jacrev if reverse else torch.func.jacfwd
-            j, y = _fwd(prob, lambda: jac(lambda x: _twice(fn((x,), *ctx)), has_aux=True)(x))
-            return y, j
-        outer = _outer(xs, ctx)
-        xg, y = _forward(prob, fn, xs, ctx, outer)
-        outer = outer or _reaches_outside(y, xg)
-        if self.mode is None and y.numel() >= x.numel():
-            j, y = _fwd(
-                prob, lambda: torch.func.jacfwd(lambda x: _twice(fn((x,), *ctx)), has_aux=True)(x)
-            )
-            return y, j
-        m = y.numel()
-        eye = torch.eye(m, dtype=y.dtype, device=y.device).reshape((m, *y.shape))
-        if m == 0 or not y.requires_grad:
-            j = torch.zeros((m, *x.shape), dtype=x.dtype, device=x.device)
+        if self.mode is None:
+            size = prob.fns.get(_OUT_SIZE)  # memoized on a prepared problem
+            if size is None:
+                y = _call(prob, lambda: f1(x))
+                size = prob.fns[_OUT_SIZE] = y.numel()
+            reverse = size <= x.numel()
         else:
-            (j,) = torch.autograd.grad(
-                y, xg, eye, is_grads_batched=True, allow_unused=True, create_graph=outer
-            )
-            if j is None:
-                j = torch.zeros((m, *x.shape), dtype=x.dtype, device=x.device)
-        return (y if outer else y.detach()), j.reshape((*y.shape, *x.shape))
+            reverse = self.mode == "reverse"
+        if reverse:
+            j = _call(prob, lambda: torch.func.jacrev(f1)(x))
+        else:
+            j = _fwd(prob, lambda: torch.func.jacfwd(f1)(x))
+        if value and y is None:
+            y = _call(prob, lambda: f1(x))
+        return y, j
 
     def value_and_batched_jacobian(self, prob, xs, ctx):
         fn = prob.flat()
@@ -236,7 +253,7 @@ class TorchImpl(BackendImpl):
         f1 = lambda x: fn((x,), *ctx)  # noqa: E731
         reverse = self.mode == "reverse"
         if self.mode is None:
-            reverse = self.output_size(prob, xs, ctx) < x.numel()
+            reverse = self.output_size(prob, xs, ctx) <= x.numel()
         if not reverse:  # n_in jvps, one vmapped pass
             eye = torch.eye(n_in, dtype=x.dtype, device=x.device)[:, None]
             v = eye.expand(n_in, b, n_in).reshape((n_in, *x.shape))
@@ -436,20 +453,21 @@ def _outer(xs: tuple, ctx: tuple) -> bool:
 def _reaches_outside(y, xg: tuple) -> bool:
     """True when y's graph reaches a leaf requiring grad other than xg: f closes over
     tensors of an outer differentiation, so the result must stay attached."""
-    if not torch.is_grad_enabled() or y.grad_fn is None:
+    node = y.grad_fn
+    if node is None or not torch.is_grad_enabled():
         return False
-    own = {id(x) for x in xg}
-    seen, stack = set(), [y.grad_fn]
+    own = [id(x) for x in xg]
+    stack, seen = [node], set()
     while stack:
-        node = stack.pop()
-        variable = getattr(node, "variable", None)
-        if variable is not None:
-            if id(variable) not in own:
-                return True
-            continue
-        for nxt, _ in node.next_functions:
-            if nxt is not None and id(nxt) not in seen:
-                seen.add(id(nxt))
+        for nxt, _ in stack.pop().next_functions:
+            if nxt is None:
+                continue
+            variable = getattr(nxt, "variable", None)
+            if variable is not None:  # an accumulating leaf
+                if id(variable) not in own:
+                    return True
+            elif nxt not in seen:
+                seen.add(nxt)
                 stack.append(nxt)
     return False
 
@@ -490,6 +508,7 @@ def _grads(y, xg, w, outer, retain):
 
 
 _FORWARD_LOCK = threading.RLock()
+_OUT_SIZE = "output size"  # the key of a problem's memoized output size
 
 
 def _fwd(prob, thunk):

@@ -40,12 +40,12 @@ def median_us(fn, repeat=2000, warmup=20):
 
 
 def row(name, native, ours, repeat, target=None):
-    """Median µs of ``native`` and ``ours``, interleaved 5 times to share the noise."""
-    repeat = max(10, repeat // 10) if QUICK else repeat
+    """Median µs of ``native`` and ``ours``, interleaved 9 times to share the noise."""
+    repeat = max(18, repeat // 10) if QUICK else repeat
     a, b = [], []
-    for _ in range(5):
-        a.append(median_us(native, max(1, repeat // 5)))
-        b.append(median_us(ours, max(1, repeat // 5)))
+    for _ in range(9):
+        a.append(median_us(native, max(2, repeat // 9)))
+        b.append(median_us(ours, max(2, repeat // 9)))
     t_nat, t_di = statistics.median(a), statistics.median(b)
     ratio = t_di / t_nat
     mark = "" if target is None else f"{target:>7.2f}" + (" " if ratio <= target else "*")
@@ -168,45 +168,48 @@ JAC_SHAPES = ((100, 100), (1000, 10), (10, 1000))  # (inputs, outputs)
 
 def jacobians() -> list:
     """tanh(A x) with the automatic direction, against the faster native direction."""
-    import jax
-    import jax.numpy as jnp
-    import torch
-
     rows = []
     rng = np.random.default_rng(0)
     for n, m in JAC_SHAPES:
         A = (rng.standard_normal((m, n)) / np.sqrt(n)).astype(np.float32)
-        x = np.linspace(-1, 1, n, dtype=np.float32)
+        rows += _jacobian_rows(A, np.linspace(-1, 1, n, dtype=np.float32))
+    return rows
 
-        Aj, xj, bj = jnp.asarray(A), jnp.asarray(x), di.AutoJax()
-        fj = lambda x, Aj=Aj: jnp.tanh(Aj @ x)  # noqa: E731
-        fwd, rev = jax.jit(jax.jacfwd(fj)), jax.jit(jax.jacrev(fj))
-        native = faster(jax_block(lambda: fwd(xj)), jax_block(lambda: rev(xj)))
-        prep = di.prepare_jacobian(fj, bj, xj)
-        rows.append(
-            row(
-                f"jax jacobian {n}->{m} (auto, prepared)",
-                native,
-                jax_block(lambda: di.jacobian(fj, bj, xj, prep=prep)),
-                300,
-                1.1,
-            )
-        )
 
-        At, xt, bt = torch.from_numpy(A), torch.from_numpy(x), di.AutoTorch()
-        ft = lambda x, At=At: torch.tanh(At @ x)  # noqa: E731
-        tf, tr = torch.func.jacfwd(ft), torch.func.jacrev(ft)
-        native = faster(lambda: tf(xt), lambda: tr(xt))
-        prep = di.prepare_jacobian(ft, bt, xt)
-        rows.append(
-            row(
-                f"torch jacobian {n}->{m} (auto, prepared)",
-                native,
-                lambda: di.jacobian(ft, bt, xt, prep=prep),
-                300,
-                1.1,
-            )
+def _jacobian_rows(A, x) -> list:
+    import jax
+    import jax.numpy as jnp
+    import torch
+
+    m, n = A.shape
+    Aj, xj, bj = jnp.asarray(A), jnp.asarray(x), di.AutoJax()
+    fj = lambda x: jnp.tanh(Aj @ x)  # noqa: E731
+    fwd, rev = jax.jit(jax.jacfwd(fj)), jax.jit(jax.jacrev(fj))
+    native = faster(jax_block(lambda: fwd(xj)), jax_block(lambda: rev(xj)))
+    prep = di.prepare_jacobian(fj, bj, xj)
+    rows = [
+        row(
+            f"jax jacobian {n}->{m} (auto, prepared)",
+            native,
+            jax_block(lambda: di.jacobian(fj, bj, xj, prep=prep)),
+            300,
+            1.1,
         )
+    ]
+    At, xt, bt = torch.from_numpy(A), torch.from_numpy(x), di.AutoTorch()
+    ft = lambda x: torch.tanh(At @ x)  # noqa: E731
+    tf, tr = torch.func.jacfwd(ft), torch.func.jacrev(ft)
+    native = faster(lambda: tf(xt), lambda: tr(xt))
+    prep_t = di.prepare_jacobian(ft, bt, xt)
+    rows.append(
+        row(
+            f"torch jacobian {n}->{m} (auto, prepared)",
+            native,
+            lambda: di.jacobian(ft, bt, xt, prep=prep_t),
+            300,
+            1.1,
+        )
+    )
     return rows
 
 

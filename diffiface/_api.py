@@ -43,7 +43,7 @@ def _enter_impl(op, f, backend, impl, x, contexts, scalar):
 
 _ONE_NATIVE = (_convert.NATIVE,)
 NUMPY, PYTHON = _convert.NUMPY, _convert.PYTHON
-_VG = "value_and_gradient"
+_VG, _VV = "value_and_gradient", "value_and_vjp"
 _LEAF = flatten(0.0)[1]
 
 
@@ -57,17 +57,15 @@ def _prepared(prep: Any) -> Prep:
 
 def _direct(op: str, prep: Any, f, backend, x, contexts: tuple, *t: Any) -> Any:
     """A prepared call that matches exactly goes straight to the backend's runner."""
-    run = _prepared(prep).direct(op, f, backend, x, contexts)
-    return SLOW if run is None else run(x, *t)
+    return _prepared(prep).run_direct(op, f, backend, x, contexts, *t)
 
 
 def _fast(op: str, prep: Any, f, backend, x, contexts: tuple) -> Any:
     """``_direct``, and for an unprepared call the runner of the last plain call like
     it (see ``_implicit``); SLOW when the general path must run."""
-    if prep is None:
-        run = None if contexts else _implicit.lookup(op, f, backend, x)
-    else:
-        run = _prepared(prep).direct(op, f, backend, x, contexts)
+    if prep is not None:
+        return _prepared(prep).run_direct(op, f, backend, x, contexts)
+    run = None if contexts else _implicit.lookup(op, f, backend, x)
     return SLOW if run is None else run(x)
 
 
@@ -267,7 +265,9 @@ def value_and_vjp(
         >>> g.round(6)
         array([3., 3.])
     """
-    impl, _, kinds, y, g = _vjp("value_and_vjp", f, backend, x, w, contexts, prep)
+    if prep is not None and (out := _direct(_VV, prep, f, backend, x, contexts, w)) is not SLOW:
+        return out
+    impl, _, kinds, y, g = _vjp(_VV, f, backend, x, w, contexts, prep)
     return _convert.back(impl, y, _out_kind(kinds)), g
 
 
@@ -283,6 +283,8 @@ def vjp(f: Callable, backend: Any, x: Any, w: Any, *contexts: Any, prep: Any = N
         ...        np.array([1.0, 2.0]), np.array([1.0, 0.0])).round(6)
         array([2., 0.])
     """
+    if prep is not None and (out := _direct("vjp", prep, f, backend, x, contexts, w)) is not SLOW:
+        return out
     return _vjp("vjp", f, backend, x, w, contexts, prep)[4]
 
 

@@ -87,10 +87,15 @@ class BackendImpl:
         """False where the outer transform cannot run a custom nested-AD rule."""
         return True
 
-    def direct(self, prob, numpy=False):
+    def direct(self, prob, numpy=False, combo=None):
         """A callable ``x -> result`` for a prepared single-array call without
         contexts (a NumPy x with ``numpy``), or None; it may return SLOW to hand
         over to the general path."""
+        return None
+
+    def direct_leaves(self, prob):
+        """A callable ``(x leaves, context leaves, context values) -> result`` for a
+        prepared call whose leaves are all native arrays, or None; it may return SLOW."""
         return None
 
     def implicit(self, prob, numpy=False):

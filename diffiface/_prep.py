@@ -17,6 +17,7 @@ from typing import Any
 
 from . import _checks, _convert
 from ._contexts import Constant, FixedParams, unfix
+from ._fallbacks import SLOW
 from ._nested import route
 from ._problem import Problem
 from ._tangents import Tangents
@@ -105,6 +106,7 @@ class Prep:
         "_direct",
         "_fast",
         "_kinds",
+        "_leaves",
         "_probs",
         "_t_sig",
         "_x_native",
@@ -127,6 +129,8 @@ class Prep:
         self._probs = {
             op: Problem(op, backend, impl, f, prob.treedef, prob.single, prob.scalar) for op in ops
         }
+        for p in self._probs.values():
+            p.prepared = True
         # one native or NumPy array: the per-call check is a type, shape and dtype comparison
         self._fast = (
             (type(x), tuple(x.shape), x.dtype) if prob.single and kinds[0] in (0, 1) else None
@@ -138,28 +142,69 @@ class Prep:
             if contexts and all(type(c) is Constant for c in contexts)
             else None
         )
-        self._direct: dict = {}
+        self._direct: dict = {}  # op -> runner(x, *t), one native or NumPy array
+        self._leaves: dict = {}  # op -> runner(x leaves, context leaves), native pytrees
 
     def finalize(self) -> Prep:
         """Build the direct runners (after the warm-up call compiled what they use)."""
+        numpy = self._kinds[0] == _convert.NUMPY
         if self._fast is not None and not self._ctx_sig and not _is_many(self._t_sig):
             for op, prob in self._probs.items():
-                run = self.impl.direct(prob, self._kinds[0] == _convert.NUMPY)
+                run = self.impl.direct(prob, numpy, self.combo)
                 if run is not None:
                     self._direct[op] = run
+        elif (
+            (self._fast is None or self._ctx_sig)
+            and self._x_native is not None
+            and (self._ctx_native is not None or not self._ctx_sig)
+            and self._t_sig is None
+            and type(self.f) is not FixedParams
+        ):  # native pytree leaves and Constant contexts: runners on the flat leaves
+            for op, prob in self._probs.items():
+                run = self.impl.direct_leaves(prob)
+                if run is not None:
+                    self._leaves[op] = run
         return self
 
-    def direct(self, op: str, f: Callable, backend: Any, x: Any, contexts: tuple):
-        """The direct runner when the call matches exactly, else None (general path)."""
+    def run_direct(self, op: str, f: Callable, backend: Any, x: Any, contexts: tuple, *t):
+        """The result of a call that matches exactly, by the direct runner, else SLOW
+        (the general path runs: it converts, routes, or raises the mismatch)."""
         run = self._direct.get(op)
-        if run is None or contexts or not _same_f(f, self.f):
-            return None
+        if run is None:
+            run = self._leaves.get(op)
+            if run is None:
+                return SLOW
+            return self._run_leaves(run, f, backend, x, contexts)
+        if contexts or not _same_f(f, self.f):
+            return SLOW
         fast = self._fast
         if type(x) is not fast[0] or x.shape != fast[1] or x.dtype != fast[2]:
-            return None
+            return SLOW
         if backend is not self.backend and backend != self.backend:
-            return None
-        return run
+            return SLOW
+        return run(x, *t)
+
+    def _run_leaves(self, run, f, backend, x, contexts):
+        if not _same_f(f, self.f) or (backend is not self.backend and backend != self.backend):
+            return SLOW
+        xs = _matches_native(x, self._x_native)
+        if xs is None:
+            return SLOW
+        if self._ctx_native is None:
+            if contexts:
+                return SLOW
+            cs = ()
+        else:
+            if len(contexts) != len(self._ctx_sig) or any(
+                type(c) is not Constant for c in contexts
+            ):
+                return SLOW
+            values = tuple(c.value for c in contexts)
+            cs = _matches_native(values, self._ctx_native)
+            if cs is None:
+                return SLOW
+            return run(xs, cs, values)
+        return run(xs, cs, ())
 
     def __repr__(self) -> str:
         return f"<diffiface prep for {self.family}(f, {self.backend!r}, x)>"

@@ -16,7 +16,7 @@ class Problem:
     checks that the output is an array (and a scalar when required).
     """
 
-    __slots__ = ("backend", "f", "fns", "impl", "op", "scalar", "single", "treedef")
+    __slots__ = ("backend", "f", "fns", "impl", "op", "prepared", "scalar", "single", "treedef")
 
     def __init__(self, op, backend, impl, f, treedef, single, scalar):
         self.op = op
@@ -26,7 +26,8 @@ class Problem:
         self.treedef = treedef
         self.single = single
         self.scalar = scalar
-        self.fns: dict = {}  # compiled functions memoized on a prepared problem
+        self.fns: dict = {}  # compiled functions (and choices) memoized on the problem
+        self.prepared = False  # a Prep's problem: worth one-time work
 
     def key(self, *extra: Any) -> tuple:
         return (self.op, self.backend, self.treedef, self.scalar, *extra)

@@ -106,7 +106,7 @@ class JaxImpl(BackendImpl):
         y, g = _run(prob, run, _arg(prob, xs), *dyn)
         return y, _tuple(prob, g)
 
-    def direct(self, prob, numpy=False):
+    def direct(self, prob, numpy=False, combo=None):
         """For a prepared single-array call without contexts: the function the
         warm-up call compiled, called as is (a tangent must be like x)."""
         if not prob.single or len(prob.fns) != 1:
@@ -132,6 +132,23 @@ class JaxImpl(BackendImpl):
         if op in _AS_IS:
             return run  # compiled for exactly this signature: nothing left to catch
         return None
+
+    def direct_leaves(self, prob):
+        """For a prepared call of native leaves (x and Constant contexts): the compiled
+        function on the leaves, its gradient put back in the structure of x."""
+        if prob.op not in ("gradient", "value_and_gradient") or len(prob.fns) != 1:
+            return None
+        run, treedef = next(iter(prob.fns.values())), prob.treedef
+        if prob.single:
+            return lambda xs, cs, _: run(xs[0], *cs)
+        if prob.op == "gradient":
+            return lambda xs, cs, _: unflatten(treedef, run(xs, *cs))
+
+        def value_and_gradient(xs, cs, _):
+            y, g = run(xs, *cs)
+            return y, unflatten(treedef, g)
+
+        return value_and_gradient
 
     def implicit(self, prob, numpy=False):
         """For an unprepared plain call: the cached jitted function (it holds f weakly)."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import math
 import threading
+import time
 from typing import Any
 
 import numpy as np
@@ -21,7 +22,7 @@ from torch._C._functorch import is_functorch_wrapped_tensor, peek_interpreter_st
 from .. import _checks
 from .._backend_types import AutoTorch
 from .._batched import check_batch
-from .._fallbacks import SLOW, BackendImpl
+from .._fallbacks import BackendImpl
 from .._registry import register
 from .._tree import flatten
 
@@ -43,6 +44,7 @@ def _outside_inference(method):
 _OPERATORS = (
     "value_and_pullback",
     "jacobian",
+    "hessian",
     "value_and_gradient",
     "value_and_jvp",
     "value_and_jvps",
@@ -138,40 +140,18 @@ class TorchImpl(BackendImpl):
     def can_run_rule(self, xs, ctx):
         return not _functorch(xs, ctx) and not any(_dual(a) for a in (*xs, *_tensors(ctx)))
 
-    def direct(self, prob, numpy=False):
-        """For a prepared plain call: one graph and torch.autograd.grad. Anything
-        unusual (a transform, forward AD, grad mode off, an error or a constant f)
-        returns SLOW so that the general path handles it."""
-        if prob.op not in ("gradient", "value_and_gradient") or not prob.single or numpy:
+    def direct(self, prob, numpy=False, combo=None):
+        """For a prepared plain call: see ``_torch_direct``."""
+        if numpy or not prob.single:
             return None
-        f, value = prob.f, prob.op == "value_and_gradient"
+        from ._torch_direct import runner
 
-        def run(x):
-            if (
-                x.requires_grad
-                or fwAD._current_level >= 0
-                or not torch.is_grad_enabled()
-                or torch.is_inference_mode_enabled()
-                or x.is_inference()
-                or is_functorch_wrapped_tensor(x)
-            ):
-                return SLOW
-            xg = x.detach().requires_grad_()
-            try:
-                y = f(xg)
-            except RuntimeError:  # the general path runs f again and explains
-                return SLOW
-            if type(y) is not torch.Tensor or y.ndim or y.grad_fn is None:
-                return SLOW
-            if _reaches_outside(y, (xg,)):  # f closes over tensors of an outer pass
-                (g,) = _grads(y, (xg,), None, True, False)
-                return (y, g) if value else g
-            (g,) = torch.autograd.grad(y, xg, allow_unused=True)
-            if g is None:
-                g = torch.zeros_like(xg)
-            return (y.detach(), g) if value else g
+        return runner(prob, combo)
 
-        return run
+    def direct_leaves(self, prob):
+        from ._torch_direct import leaves_runner
+
+        return leaves_runner(prob)
 
     def value_and_jvp(self, prob, xs, vs, ctx):
         # torch.func.jvp rather than a raw forward_ad level: torch cannot nest
@@ -352,6 +332,29 @@ class TorchImpl(BackendImpl):
         gs = gs if keep else tuple(g.detach() for g in gs)
         return gs, [tuple(h[i] for h in hv) for i in range(n)]
 
+    def hessian(self, prob, xs, ctx, combo):
+        if self._plain(xs, ctx, combo) and xs[0].numel() and self._by_func(prob, xs, ctx):
+            f1 = _one(prob.flat(), ctx)
+            return _fwd(prob, lambda: torch.func.hessian(f1)(xs[0]))
+        return self.value_gradient_and_hessian(prob, xs, ctx, combo)[2]
+
+    def _by_func(self, prob, xs, ctx) -> bool:
+        """True when torch.func.hessian beats one batched double backward for this
+        problem. Which does depends on f (a batched backward falls back to a loop for
+        some ops): a prepared problem times both once; unprepared calls take the
+        batched double backward."""
+        way = prob.fns.get(_HESSIAN_WAY)
+        if way is None:
+            if not prob.prepared:
+                return False
+            f1, x = _one(prob.flat(), ctx), xs[0]
+            by_func = _faster(
+                lambda: _fwd(prob, lambda: torch.func.hessian(f1)(x)),
+                lambda: self.value_gradient_and_hessian(prob, xs, ctx, None),
+            )
+            way = prob.fns[_HESSIAN_WAY] = "func" if by_func else "batched"
+        return way == "func"
+
     def value_gradient_and_hessian(self, prob, xs, ctx, combo):
         fn = prob.flat()
         (x,) = xs
@@ -399,6 +402,25 @@ class TorchImpl(BackendImpl):
 
         (y, d1), (_, d2) = _fwd(prob, lambda: torch.func.jvp(d, (x,), (one,)))
         return y, d1, d2
+
+
+def _one(fn, ctx):
+    return lambda x: fn((x,), *ctx)
+
+
+def _faster(first, second) -> bool:
+    """True when ``first`` runs faster than ``second`` (best of two timed runs each,
+    after one untimed run)."""
+    times = []
+    for fn in (first, second):
+        fn()
+        best = math.inf
+        for _ in range(2):
+            start = time.perf_counter()
+            fn()
+            best = min(best, time.perf_counter() - start)
+        times.append(best)
+    return times[0] < times[1]
 
 
 def _func_grad(fn, inner: str):
@@ -509,6 +531,7 @@ def _grads(y, xg, w, outer, retain):
 
 _FORWARD_LOCK = threading.RLock()
 _OUT_SIZE = "output size"  # the key of a problem's memoized output size
+_HESSIAN_WAY = "hessian way"  # and of its Hessian formulation
 
 
 def _fwd(prob, thunk):

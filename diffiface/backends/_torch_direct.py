@@ -1,0 +1,164 @@
+"""Prepared torch calls without the general path: one graph and torch.autograd.grad
+(torch.func.jvp for forward mode), as a hand-written native call would do.
+
+A runner handles the plain case only: tensors outside any transform, forward-AD
+level or inference mode, grad mode on, f closing over nothing an outer pass
+differentiates, tangents like the prepared ones. Anything else (including an
+error inside f) returns SLOW, and the general path runs and explains.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.autograd.forward_ad as fwAD
+from torch._C._functorch import is_functorch_wrapped_tensor
+
+from .._fallbacks import SLOW
+from .._tree import unflatten
+from ._torch import _FORWARD_LOCK, _grads, _reaches_outside
+
+
+def runner(prob, combo):
+    """The direct runner of ``prob.op``, or None where there is none."""
+    op = prob.op
+    value = op.startswith("value") or op == "gradient_and_hvp"
+    if op in ("gradient", "value_and_gradient"):
+        return _gradient(prob.f, value)
+    if op in ("vjp", "value_and_vjp"):
+        return _vjp(prob.f, value)
+    if op in ("jvp", "value_and_jvp"):
+        return _jvp(prob.f, value)
+    if op in ("hvp", "gradient_and_hvp") and combo is None:
+        return _hvp(prob.f, value)
+    return None
+
+
+def _plain(x) -> bool:
+    return not (
+        x.requires_grad
+        or fwAD._current_level >= 0
+        or not torch.is_grad_enabled()
+        or torch.is_inference_mode_enabled()
+        or x.is_inference()
+        or is_functorch_wrapped_tensor(x)
+    )
+
+
+def _all_plain(xs) -> bool:
+    if fwAD._current_level >= 0 or not torch.is_grad_enabled():
+        return False
+    if torch.is_inference_mode_enabled():
+        return False
+    return not any(
+        x.requires_grad or x.is_inference() or is_functorch_wrapped_tensor(x) for x in xs
+    )
+
+
+def _like(t, x) -> bool:
+    """t is a plain tensor with x's shape, dtype and device."""
+    return (
+        type(t) is torch.Tensor
+        and not t.requires_grad
+        and t.shape == x.shape
+        and t.dtype == x.dtype
+        and t.device == x.device
+    )
+
+
+def _forward(f, x):
+    """(leaf, f(leaf), attached) when f(leaf) is a tensor on a graph through leaf, else
+    None; ``attached`` when the graph also reaches tensors an outer pass differentiates
+    (a closure over a model's parameters): the results must then stay on the graph."""
+    xg = x.detach().requires_grad_()
+    try:
+        y = f(xg)
+    except RuntimeError:
+        return None
+    if type(y) is not torch.Tensor or y.grad_fn is None:
+        return None
+    return xg, y, _reaches_outside(y, (xg,))
+
+
+def _gradient(f, value):
+    def run(x):
+        if not _plain(x) or (got := _forward(f, x)) is None:
+            return SLOW
+        xg, y, attached = got
+        if y.ndim:
+            return SLOW
+        (g,) = _grads(y, (xg,), None, attached, False)
+        return (y if attached else y.detach(), g) if value else g
+
+    return run
+
+
+def _vjp(f, value):
+    def run(x, w):
+        if type(w) is not torch.Tensor or w.requires_grad or not _plain(x):
+            return SLOW
+        if (got := _forward(f, x)) is None:
+            return SLOW
+        xg, y, attached = got
+        if w.shape != y.shape or w.dtype != y.dtype or w.device != y.device:
+            return SLOW
+        (g,) = _grads(y, (xg,), w, attached, False)
+        return (y if attached else y.detach(), g) if value else g
+
+    return run
+
+
+def _jvp(f, value):
+    def run(x, v):
+        if not _plain(x) or not _like(v, x):
+            return SLOW
+        try:
+            with _FORWARD_LOCK:  # torch's forward-AD level is process-wide
+                y, t = torch.func.jvp(f, (x,), (v,))
+        except RuntimeError:
+            return SLOW
+        if type(y) is not torch.Tensor:
+            return SLOW
+        return (y, t) if value else t
+
+    return run
+
+
+def _hvp(f, value):
+    def run(x, v):
+        if not _plain(x) or not _like(v, x) or (got := _forward(f, x)) is None:
+            return SLOW
+        xg, y, attached = got
+        if y.ndim:
+            return SLOW
+        (g,) = torch.autograd.grad(y, xg, create_graph=True)
+        if not g.requires_grad:  # f is linear in x: the general path gives the zeros
+            return SLOW
+        (hv,) = _grads(g, (xg,), v, attached, False)
+        return (g if attached else g.detach(), hv) if value else hv
+
+    return run
+
+
+def leaves_runner(prob):
+    """For a prepared gradient of native leaves (x and Constant contexts)."""
+    op = prob.op
+    if op not in ("gradient", "value_and_gradient"):
+        return None
+    f, treedef, single, value = prob.f, prob.treedef, prob.single, op == "value_and_gradient"
+
+    def run(xs, _, contexts):
+        if not _all_plain(xs):
+            return SLOW
+        xg = [x.detach().requires_grad_() for x in xs]
+        try:
+            y = f(xg[0] if single else unflatten(treedef, xg), *contexts)
+        except RuntimeError:
+            return SLOW
+        if type(y) is not torch.Tensor or y.ndim or y.grad_fn is None:
+            return SLOW
+        attached = _reaches_outside(y, xg)  # a closure or a Constant differentiated outside
+        gs = _grads(y, xg, None, attached, False)
+        g = gs[0] if single else unflatten(treedef, list(gs))
+        return (y if attached else y.detach(), g) if value else g
+
+    return run

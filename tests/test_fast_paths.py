@@ -1,0 +1,263 @@
+"""The fast paths of the preparation issue: implicit runners for unprepared calls,
+direct runners for prepared ones (single arrays, NumPy, pytrees with Constant
+contexts), torch's Hessian choice and the square-Jacobian direction. Each test
+proves the path it claims was taken (cache counters, or the general path made to
+fail) and checks the result against closed forms."""
+
+from __future__ import annotations
+
+import gc
+
+import numpy as np
+import pytest
+
+import diffiface as di
+from diffiface import _implicit
+
+X = np.array([0.3, -0.7, 1.1, 0.2])
+V = np.array([1.0, 0.5, -2.0, 0.25])
+
+
+def _sin_grad(x):
+    return np.cos(x)
+
+
+# ----------------------------------------------------------------- implicit
+def test_unprepared_jax_calls_skip_the_general_path():
+    jax = pytest.importorskip("jax")
+    from diffiface.backends._jax import CACHE
+
+    def f(x):
+        return jax.numpy.sin(x).sum()
+
+    x, b = jax.numpy.asarray(X), di.AutoJax()
+    di.gradient(f, b, x)
+    hits = CACHE.hits
+    for _ in range(20):
+        g = di.gradient(f, b, x)
+    assert CACHE.hits == hits  # the general path would look the cache up each time
+    assert _implicit.entries(f) == 1
+    np.testing.assert_allclose(g, _sin_grad(X), rtol=1e-12)
+    # another shape takes the general path (correct), then becomes the entry
+    np.testing.assert_allclose(di.gradient(f, b, x[:2]), _sin_grad(X[:2]), rtol=1e-12)
+    np.testing.assert_allclose(di.gradient(f, b, x), _sin_grad(X), rtol=1e-12)
+    # other backends' settings are other entries' business
+    J = di.jacobian(jax.numpy.sin, di.AutoJax(mode="forward"), x)
+    np.testing.assert_allclose(J, np.diag(np.cos(X)), rtol=1e-12)
+    J = di.jacobian(jax.numpy.sin, di.AutoJax(mode="reverse"), x)
+    np.testing.assert_allclose(J, np.diag(np.cos(X)), rtol=1e-12)
+
+
+def test_implicit_entries_die_with_their_function():
+    jax = pytest.importorskip("jax")
+
+    def f(x):
+        return (x**3).sum()
+
+    di.value_and_gradient(f, di.AutoJax(), jax.numpy.asarray(X))
+    di.hessian(f, di.AutoJax(), jax.numpy.asarray(X))
+    assert _implicit.entries(f) == 2
+    gc.collect()
+    before = len(_implicit._data)
+    del f
+    gc.collect()
+    assert len(_implicit._data) == before - 1
+
+
+def test_implicit_numpy_in_numpy_out():
+    jax = pytest.importorskip("jax")
+    from diffiface.backends._jax import CACHE
+
+    def f(x):
+        return jax.numpy.sin(x).sum()
+
+    b = di.AutoJax()
+    di.gradient(f, b, X)
+    di.value_and_gradient(f, b, X)
+    hits = CACHE.hits
+    y, _ = di.value_and_gradient(f, b, X)
+    g = di.gradient(f, b, X)
+    np.testing.assert_allclose(y, np.sin(X).sum(), rtol=1e-12)
+    assert CACHE.hits == hits
+    assert type(g) is np.ndarray and g.dtype == np.float64
+    np.testing.assert_allclose(g, _sin_grad(X), rtol=1e-12)
+    with jax.enable_x64(False):  # the entry must not truncate float64 silently
+        with pytest.raises(ValueError, match="jax_enable_x64"):
+            di.gradient(f, b, X)
+    x32 = X.astype(np.float32)
+    assert di.gradient(f, b, x32).dtype == np.float32
+
+
+def test_implicit_path_under_an_outer_transform():
+    jax = pytest.importorskip("jax")
+
+    def f(x):
+        return (jax.numpy.sin(x) * x).sum()
+
+    x = jax.numpy.asarray(X)
+    di.gradient(f, di.AutoJax(), x)  # an entry for concrete arrays
+    outer = jax.jit(jax.grad(lambda x: di.gradient(f, di.AutoJax(), x).sum()))
+    want = -np.sin(X) * X + 2 * np.cos(X)
+    np.testing.assert_allclose(outer(x), want, rtol=1e-12)
+
+
+# ------------------------------------------------------------ torch direct
+def _fail(*args, **kwargs):
+    raise AssertionError("the general path ran")
+
+
+def _torch_general_path_fails(monkeypatch):
+    """From here on only direct runners can answer a prepared torch call."""
+    from diffiface.backends._torch import TorchImpl
+
+    for name in ("value_and_pullback", "value_and_gradient", "value_and_jvp", "gradient_and_hvp"):
+        monkeypatch.setattr(TorchImpl, name, _fail)
+
+
+def test_torch_prepared_runners(monkeypatch):
+    torch = pytest.importorskip("torch")
+    b = di.AutoTorch()
+    x, v = torch.tensor(X), torch.tensor(V)
+    loss = lambda x: (torch.sin(x) * x**2).sum()  # noqa: E731
+    field = lambda x: torch.sin(x) * x[0]  # noqa: E731
+    g_want = np.cos(X) * X**2 + 2 * X * np.sin(X)
+    h_diag = -np.sin(X) * X**2 + 4 * X * np.cos(X) + 2 * np.sin(X)
+    J = np.diag(np.cos(X) * X[0])
+    J[:, 0] += np.sin(X)
+
+    p_g, p_vjp = di.prepare_gradient(loss, b, x), di.prepare_vjp(field, b, x, v)
+    p_jvp, p_hvp = di.prepare_jvp(field, b, x, v), di.prepare_hvp(loss, b, x, v)
+    _torch_general_path_fails(monkeypatch)
+    np.testing.assert_allclose(di.gradient(loss, b, x, prep=p_g), g_want, rtol=1e-12)
+    y, g = di.value_and_gradient(loss, b, x, prep=p_g)
+    assert not y.requires_grad and not g.requires_grad
+    np.testing.assert_allclose(y.item(), (np.sin(X) * X**2).sum(), rtol=1e-12)
+    np.testing.assert_allclose(di.vjp(field, b, x, v, prep=p_vjp), V @ J, rtol=1e-12)
+    np.testing.assert_allclose(di.jvp(field, b, x, v, prep=p_jvp), J @ V, rtol=1e-12)
+    np.testing.assert_allclose(di.hvp(loss, b, x, v, prep=p_hvp), h_diag * V, rtol=1e-12)
+    g, hv = di.gradient_and_hvp(loss, b, x, v, prep=p_hvp)
+    np.testing.assert_allclose(g, g_want, rtol=1e-12)
+    np.testing.assert_allclose(hv, h_diag * V, rtol=1e-12)
+
+
+def test_torch_prepared_runners_hand_over():
+    """What a direct runner does not handle, the general path does, correctly."""
+    torch = pytest.importorskip("torch")
+    b = di.AutoTorch()
+    x = torch.tensor(X)
+    w = torch.tensor(2.0, dtype=torch.float64, requires_grad=True)
+    f = lambda x: (w * torch.sin(x)).sum()  # noqa: E731
+    prep = di.prepare_gradient(f, b, x)
+    g = di.gradient(f, b, x, prep=prep)  # a closure an outer pass differentiates
+    (dw,) = torch.autograd.grad(g.sum(), w)
+    np.testing.assert_allclose(dw.item(), np.cos(X).sum(), rtol=1e-12)
+    with torch.no_grad():
+        np.testing.assert_allclose(di.gradient(f, b, x, prep=prep), 2 * np.cos(X), rtol=1e-12)
+    const = lambda x: torch.tensor(3.0, dtype=torch.float64)  # noqa: E731
+    prep = di.prepare_gradient(const, b, x)
+    assert torch.equal(di.gradient(const, b, x, prep=prep), torch.zeros(4, dtype=torch.float64))
+    square = lambda x: (x**2).sum()  # noqa: E731
+    prep = di.prepare_gradient(square, b, x)
+    with pytest.raises(di.MismatchError):  # another function
+        di.gradient(lambda x: (x**2).sum(), b, x, prep=prep)
+    scalar = [True]
+    g = lambda x: (x**2).sum() if scalar[0] else x**2  # noqa: E731
+    prep = di.prepare_gradient(g, b, x)
+    scalar[0] = False
+    with pytest.raises(ValueError, match="scalar"):  # the general path explains
+        di.gradient(g, b, x, prep=prep)
+
+
+# ----------------------------------------------------- pytrees with contexts
+def _mlp_case(ns, asarray):
+    p = {"w": asarray(np.array([[0.5, -1.0], [0.3, 0.8]])), "b": asarray(np.array([0.1, -0.2]))}
+    batch = (asarray(np.array([[1.0, 2.0], [-1.0, 0.5]])), asarray(np.array([0.3, -0.4])))
+
+    def loss(p, batch):
+        x, y = batch
+        return ((ns.tanh(x @ p["w"] + p["b"]).sum(1) - y) ** 2).sum()
+
+    return p, batch, loss
+
+
+def _mlp_reference(p, batch):
+    w, b = np.asarray(p["w"]), np.asarray(p["b"])
+    x, y = (np.asarray(a) for a in batch)
+    h = np.tanh(x @ w + b)
+    r = h.sum(1) - y
+    dz = (2 * r)[:, None] * (1 - h**2)
+    return {"w": x.T @ dz, "b": dz.sum(0)}
+
+
+def test_prepared_pytree_with_constant_jax(monkeypatch):
+    jax = pytest.importorskip("jax")
+    from diffiface.backends._jax import JaxImpl
+
+    p, batch, loss = _mlp_case(jax.numpy, jax.numpy.asarray)
+    b = di.AutoJax()
+    prep = di.prepare_gradient(loss, b, p, di.Constant(batch))
+    monkeypatch.setattr(JaxImpl, "gradient", _fail)
+    monkeypatch.setattr(JaxImpl, "value_and_gradient", _fail)
+    batch2 = tuple(a * 0.5 for a in batch)
+    g = di.gradient(loss, b, p, di.Constant(batch2), prep=prep)
+    want = _mlp_reference(p, batch2)
+    assert set(g) == {"w", "b"}
+    for k in g:
+        np.testing.assert_allclose(g[k], want[k], rtol=1e-10)
+    monkeypatch.undo()
+    _, g = di.value_and_gradient(loss, b, p, di.Constant(batch2), prep=prep)  # the sibling
+    np.testing.assert_allclose(g["w"], want["w"], rtol=1e-10)
+    with pytest.raises(di.MismatchError, match="numpy float64"):  # the kind is prepared too
+        di.gradient(loss, b, p, di.Constant(tuple(np.asarray(a) for a in batch2)), prep=prep)
+    with pytest.raises(di.MismatchError, match="contexts"):
+        di.gradient(loss, b, p, di.Constant((batch2[0][:1], batch2[1][:1])), prep=prep)
+    with pytest.raises(di.MismatchError, match="x"):
+        di.gradient(loss, b, {**p, "b": p["b"].astype("float32")}, di.Constant(batch), prep=prep)
+
+
+def test_prepared_pytree_with_constant_torch(monkeypatch):
+    torch = pytest.importorskip("torch")
+    p, batch, loss = _mlp_case(torch, torch.tensor)
+    b = di.AutoTorch()
+    prep = di.prepare_gradient(loss, b, p, di.Constant(batch))
+    _torch_general_path_fails(monkeypatch)
+    batch2 = tuple(a * 0.5 for a in batch)
+    g = di.gradient(loss, b, p, di.Constant(batch2), prep=prep)
+    want = _mlp_reference(p, batch2)
+    for k in g:
+        assert not g[k].requires_grad
+        np.testing.assert_allclose(g[k], want[k], rtol=1e-10)
+    xb = batch2[0].clone().requires_grad_()  # a Constant an outer pass differentiates
+    g = di.gradient(loss, b, p, di.Constant((xb, batch2[1])), prep=prep)
+    assert g["w"].requires_grad  # attached, so the outer pass sees through
+    np.testing.assert_allclose(g["w"].detach(), want["w"], rtol=1e-10)
+
+
+# ------------------------------------------------------- direction choices
+def test_torch_hessian_formulation_is_chosen_at_preparation():
+    torch = pytest.importorskip("torch")
+    b, x = di.AutoTorch(), torch.tensor(X)
+    f = lambda x: (torch.sin(x) * x**2).sum()  # noqa: E731
+    want = np.diag(-np.sin(X) * X**2 + 4 * X * np.cos(X) + 2 * np.sin(X))
+    prep = di.prepare_hessian(f, b, x)
+    prob = prep._probs["hessian"]
+    assert prob.fns["hessian way"] in ("func", "batched")
+    for way in ("func", "batched"):
+        prob.fns["hessian way"] = way
+        np.testing.assert_allclose(di.hessian(f, b, x, prep=prep), want, rtol=1e-12)
+    np.testing.assert_allclose(di.hessian(f, b, x), want, rtol=1e-12)
+
+
+def test_square_jacobians_go_reverse(monkeypatch):
+    torch = pytest.importorskip("torch")
+    x = torch.tensor(X)
+    f = lambda x: torch.sin(x) * x.sum()  # noqa: E731
+    want = np.diag(np.cos(X) * X.sum()) + np.sin(X)[:, None]
+
+    def forward(*args, **kwargs):
+        raise AssertionError("forward mode ran")
+
+    monkeypatch.setattr(torch.func, "jacfwd", forward)
+    np.testing.assert_allclose(di.jacobian(f, di.AutoTorch(), x), want, rtol=1e-12)
+    with pytest.raises(AssertionError, match="forward mode ran"):  # one more output
+        di.jacobian(lambda x: torch.cat([f(x), x[:1]]), di.AutoTorch(), x)

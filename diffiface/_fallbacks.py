@@ -87,6 +87,8 @@ class BackendImpl:
         """False where the outer transform cannot run a custom nested-AD rule."""
         return True
 
+    flatten_fast = None  # a faster pytree flatten of the framework, if it has one
+
     def direct(self, prob, numpy=False, combo=None):
         """A callable ``x -> result`` for a prepared single-array call without
         contexts (a NumPy x with ``numpy``), or None; it may return SLOW to hand

@@ -261,3 +261,20 @@ def test_square_jacobians_go_reverse(monkeypatch):
     np.testing.assert_allclose(di.jacobian(f, di.AutoTorch(), x), want, rtol=1e-12)
     with pytest.raises(AssertionError, match="forward mode ran"):  # one more output
         di.jacobian(lambda x: torch.cat([f(x), x[:1]]), di.AutoTorch(), x)
+
+
+def test_jax_prepared_vjp_goes_to_the_compiled_function(monkeypatch):
+    jax = pytest.importorskip("jax")
+    from diffiface.backends._jax import JaxImpl
+
+    b, x, w = di.AutoJax(), jax.numpy.asarray(X), jax.numpy.asarray(V[:2])
+    f = lambda x: jax.numpy.sin(x[:2]) * x[2]  # noqa: E731
+    prep = di.prepare_vjp(f, b, x, w)
+    monkeypatch.setattr(JaxImpl, "value_and_vjp", _fail)
+    want = np.zeros(4)
+    want[:2] = V[:2] * np.cos(X[:2]) * X[2]
+    want[2] = (V[:2] * np.sin(X[:2])).sum()
+    np.testing.assert_allclose(di.vjp(f, b, x, w, prep=prep), want, rtol=1e-12)
+    monkeypatch.undo()
+    with pytest.raises(ValueError, match="w"):  # a cotangent unlike f(x): explained
+        di.vjp(f, b, x, jax.numpy.asarray(V[:3]), prep=prep)

@@ -29,10 +29,13 @@ from ._batched import batched_jacobian as batched_jacobian
 from ._batched import value_and_batched_jacobian as value_and_batched_jacobian
 from ._checks import DiffifaceTypeError as DiffifaceTypeError
 from ._checks import DiffifaceValueError as DiffifaceValueError
+from ._checks import DisconnectedWarning as DisconnectedWarning
 from ._checks import FrameworkMissingError as FrameworkMissingError
+from ._config import Config as Config
+from ._config import config as config
+from ._config import options as options
 from ._contexts import Constant as Constant
 from ._contexts import FixedParams as FixedParams
-from ._nested import config as config
 from ._nested import nested_ad as nested_ad
 from ._nested import nested_rule_counts as nested_rule_counts
 from ._prep import MismatchError as MismatchError
@@ -65,9 +68,11 @@ __all__ = [
     "AutoFiniteDifferences",
     "AutoJax",
     "AutoTorch",
+    "Config",
     "Constant",
     "DiffifaceTypeError",
     "DiffifaceValueError",
+    "DisconnectedWarning",
     "FixedParams",
     "FrameworkMissingError",
     "MismatchError",
@@ -85,6 +90,7 @@ __all__ = [
     "jvp",
     "nested_ad",
     "nested_rule_counts",
+    "options",
     "prepare_batched_jacobian",
     "prepare_derivative",
     "prepare_gradient",

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from . import _checks, _convert, _implicit
+from . import _checks, _config, _convert, _dense, _finite, _implicit
 from ._contexts import unfix
 from ._fallbacks import SLOW, _size
 from ._nested import route
@@ -17,6 +17,8 @@ from ._tree import flatten, unflatten
 
 
 def _enter(op, f, backend, x, contexts, scalar=False, prep=None, t=None):
+    if _config.check_finite():
+        _finite.check(op, backend, f, x, contexts, t)
     if prep is not None:
         return _prepared(prep).enter(op, f, backend, x, contexts, t)
     _checks.check_backend(op, f, backend)
@@ -57,12 +59,16 @@ def _prepared(prep: Any) -> Prep:
 
 def _direct(op: str, prep: Any, f, backend, x, contexts: tuple, *t: Any) -> Any:
     """A prepared call that matches exactly goes straight to the backend's runner."""
+    if _config.check_finite():  # the general path checks
+        return SLOW
     return _prepared(prep).run_direct(op, f, backend, x, contexts, *t)
 
 
 def _fast(op: str, prep: Any, f, backend, x, contexts: tuple) -> Any:
     """``_direct``, and for an unprepared call the runner of the last plain call like
     it (see ``_implicit``); SLOW when the general path must run."""
+    if _config.check_finite():  # the general path checks
+        return SLOW
     if prep is not None:
         return _prepared(prep).run_direct(op, f, backend, x, contexts)
     run = None if contexts else _implicit.lookup(op, f, backend, x)
@@ -289,7 +295,7 @@ def vjp(f: Callable, backend: Any, x: Any, w: Any, *contexts: Any, prep: Any = N
 
 
 def value_and_jacobian(
-    f: Callable, backend: Any, x: Any, *contexts: Any, prep: Any = None
+    f: Callable, backend: Any, x: Any, *contexts: Any, prep: Any = None, chunk_size: Any = None
 ) -> tuple[Any, Any]:
     """The value ``f(x)`` and the Jacobian, of shape ``f(x).shape + x.shape``.
 
@@ -302,6 +308,9 @@ def value_and_jacobian(
         x: one floating-point array (or a Python float).
         *contexts: ``di.Constant(c)`` arguments.
         prep: a preparation from the matching ``prepare_*`` function (optional).
+        chunk_size: build the Jacobian ``chunk_size`` products (rows or columns)
+            at a time, bounding the working memory; without it a Jacobian over
+            ``di.config.max_dense_bytes`` (1 GiB) is an error.
 
     Examples:
         >>> import numpy as np
@@ -312,18 +321,23 @@ def value_and_jacobian(
         array([[0., 2.],
                [2., 0.]])
     """
-    if (out := _fast("value_and_jacobian", prep, f, backend, x, contexts)) is not SLOW:
-        return out
+    if chunk_size is None:
+        if (out := _fast("value_and_jacobian", prep, f, backend, x, contexts)) is not SLOW:
+            return out
+    else:
+        _dense.check_chunk_size("value_and_jacobian", backend, chunk_size)
     impl, prob, xs, kinds, ctx = _enter("value_and_jacobian", f, backend, x, contexts, prep=prep)
     if not prob.single:
         raise _checks.not_single_array(prob.op, backend, len(xs))
-    y, jac = _value_and_jacobian(impl, prob, xs, ctx)
+    y, jac = _value_and_jacobian(impl, prob, xs, ctx, chunk_size)
     _remember("value_and_jacobian", f, backend, x, impl, prob, kinds, ctx, prep)
     k = _out_kind(kinds)
     return _convert.back(impl, y, k), _convert.back(impl, jac, k)
 
 
-def jacobian(f: Callable, backend: Any, x: Any, *contexts: Any, prep: Any = None) -> Any:
+def jacobian(
+    f: Callable, backend: Any, x: Any, *contexts: Any, prep: Any = None, chunk_size: Any = None
+) -> Any:
     """The Jacobian of ``f`` at ``x``, of shape ``f(x).shape + x.shape``.
 
     Same arguments as :func:`value_and_jacobian`.
@@ -335,27 +349,34 @@ def jacobian(f: Callable, backend: Any, x: Any, *contexts: Any, prep: Any = None
         array([[2., 0.],
                [0., 4.]])
     """
-    if (out := _fast("jacobian", prep, f, backend, x, contexts)) is not SLOW:
-        return out
+    if chunk_size is None:
+        if (out := _fast("jacobian", prep, f, backend, x, contexts)) is not SLOW:
+            return out
+    else:
+        _dense.check_chunk_size("jacobian", backend, chunk_size)
     impl, prob, xs, kinds, ctx = _enter("jacobian", f, backend, x, contexts, prep=prep)
     if not prob.single:
         raise _checks.not_single_array(prob.op, backend, len(xs))
-    jac = (
-        impl.jacobian(prob, xs, ctx)
-        if _size(xs[0])
-        else _value_and_jacobian(impl, prob, xs, ctx)[1]
-    )
+    jac = _value_and_jacobian(impl, prob, xs, ctx, chunk_size, value=False)[1]
     _remember("jacobian", f, backend, x, impl, prob, kinds, ctx, prep)
     return _convert.back(impl, jac, _out_kind(kinds))
 
 
-def _value_and_jacobian(impl, prob: Problem, xs: tuple, ctx: tuple):
-    """The backend's jacobian, or zeros when x is empty (no basis to run over)."""
+def _value_and_jacobian(impl, prob: Problem, xs: tuple, ctx: tuple, chunk_size=None, value=True):
+    """The backend's jacobian (under the dense limit), built in chunks, or zeros when x
+    is empty (no basis to run over)."""
     (x,) = xs
-    if _size(x):
+    n = _size(x)
+    if not n:
+        y = prob.flat()(xs, *ctx)
+        return y, _convert.zeros(impl, (*y.shape, *x.shape), x)
+    if chunk_size is not None:
+        return _dense.jacobian(impl, prob, xs, ctx, chunk_size)
+    m = _dense.output_size(impl, prob, xs, ctx)
+    _dense.check_limit(prob.op, prob.backend, m, n, x, "Jacobian")
+    if value:
         return impl.value_and_jacobian(prob, xs, ctx)
-    y = prob.flat()(xs, *ctx)
-    return y, _convert.zeros(impl, (*y.shape, *x.shape), x)
+    return None, impl.jacobian(prob, xs, ctx)
 
 
 def value_and_derivative(

@@ -5,6 +5,8 @@ A message reads: the call form, what was expected, what came, the fix.
 
 from __future__ import annotations
 
+import sys
+import warnings
 from typing import Any
 
 from ._backend_types import AbstractBackend, SecondOrder
@@ -23,6 +25,13 @@ class DiffifaceTypeError(TypeError):
 
 class DiffifaceValueError(ValueError):
     """A wrong value was passed to a diffiface operator."""
+
+
+class DisconnectedWarning(UserWarning):
+    """f's output does not depend on x: every derivative is zero.
+
+    ``di.options(strict=True)`` (or ``di.config.strict = True``) makes it an error.
+    """
 
 
 class FrameworkMissingError(ImportError):
@@ -143,3 +152,37 @@ def closed_over(framework: str) -> DiffifaceTypeError:
         "only differentiates x and params, so their gradient would be lost. Pass them in "
         "params, or use strategy='auto'."
     )
+
+
+def disconnected(op: str, backend: Any, strict: bool) -> None:
+    """f's output does not depend on x: a warning, or an error under strict."""
+    msg = (
+        f"{call_form(op, backend)}: f's output does not depend on x, so every derivative "
+        "is zero. f is constant in x, or leaves the framework's graph (.detach(), .item(), "
+        "float(), jax.lax.stop_gradient, a NumPy conversion)."
+    )
+    if strict:
+        raise DiffifaceValueError(msg + " Keep f in the framework's array ops, or turn strict off.")
+    frame = _caller()
+    warnings.warn_explicit(
+        msg + " If that is intended, ignore this warning (di.options(strict=True) makes it "
+        "an error).",
+        DisconnectedWarning,
+        frame.f_code.co_filename,
+        frame.f_lineno,
+        module=frame.f_globals.get("__name__"),
+        registry=frame.f_globals.setdefault("__warningregistry__", {}),
+    )
+
+
+_INTERNAL = ("diffiface", "jax", "jaxlib", "torch", "autograd", "contextlib", "functools")
+
+
+def _caller():
+    """The innermost frame outside diffiface and the frameworks: where the user called."""
+    frame = sys._getframe(1)
+    while frame.f_back is not None and (
+        frame.f_globals.get("__name__", "").split(".")[0] in _INTERNAL
+    ):
+        frame = frame.f_back
+    return frame

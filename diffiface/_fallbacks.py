@@ -79,6 +79,11 @@ class BackendImpl:
         """``tree`` with containers an outer pass wrapped (autograd boxes) opened."""
         return tree
 
+    def connected(self, xs: tuple, y: Any) -> bool | None:
+        """Whether y depends on the differentiated leaves xs (None: cannot tell, as
+        for NumPy functions)."""
+        return None
+
     def outer_sees(self, leaves: list) -> bool:
         """True when an outer differentiation of this framework sees one of ``leaves``."""
         return any(self.is_native(a) and self.is_traced(a) for a in leaves)
@@ -228,7 +233,10 @@ class BackendImpl:
             return False
         if type(self).value_and_jvp is BackendImpl.value_and_jvp:
             return True
-        return self.output_size(prob, xs, ctx) <= sum(_size(x) for x in xs)
+        size = prob.fns.get("output size")  # memoized by the dense-size check
+        if size is None:
+            size = self.output_size(prob, xs, ctx)
+        return size <= sum(_size(x) for x in xs)
 
     def output_size(self, prob, xs: tuple, ctx: tuple) -> int:
         return _size(prob.flat()(xs, *ctx))

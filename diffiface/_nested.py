@@ -13,15 +13,14 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
-import dataclasses
 import functools
-import os
 import threading
 from collections import Counter
 from collections.abc import Iterator
 from typing import Any
 
 from . import _checks, _registry
+from ._config import config
 from ._tree import flatten
 
 # Measured on CPU (benchmarks/nested.py, docs/nested.md): the framework's own
@@ -44,30 +43,6 @@ _FORWARD = ("jvp", "value_and_jvp", "derivative", "value_and_derivative")
 _FORWARD += ("second_derivative", "value_derivative_and_second_derivative")
 
 
-@dataclasses.dataclass
-class Config:
-    """diffiface's settings, read at call time.
-
-    Attributes:
-        nested_ad: route inner calls on a FixedParams through the nested-AD
-            rules (default True; the environment variable
-            ``DIFFIFACE_NESTED_AD=0`` starts it off). ``di.nested_ad(False)``
-            overrides it inside a ``with`` block.
-
-    Examples:
-        >>> import diffiface as di
-        >>> di.config.nested_ad
-        True
-    """
-
-    nested_ad: bool = os.environ.get("DIFFIFACE_NESTED_AD", "1").lower() not in (
-        "0",
-        "false",
-        "off",
-    )
-
-
-config = Config()
 _OVERRIDE: contextvars.ContextVar[bool | None] = contextvars.ContextVar(
     "diffiface_nested_ad", default=None
 )

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from . import _checks
+from . import _checks, _config
 from ._tree import unflatten
 
 
@@ -41,29 +41,31 @@ class Problem:
             if single:
 
                 def g(xs, *ctx):
-                    return check(f(xs[0], *ctx))
+                    return check(f(xs[0], *ctx), xs)
             else:
 
                 def g(xs, *ctx):
-                    return check(f(unflatten(treedef, xs), *ctx))
+                    return check(f(unflatten(treedef, xs), *ctx), xs)
         else:
 
             def g(xs, *ctx):
                 x = xs[0] if single else unflatten(treedef, xs)
-                return check(fget()(x, *ctx))
+                return check(fget()(x, *ctx), xs)
 
         return g
 
 
 def _output_check(op: str, backend: Any, impl: Any, scalar: bool) -> Callable:
     """Checks f(x): an array of the framework, and a scalar when ``scalar``."""
-    is_output = impl.is_output
+    is_output, connected = impl.is_output, impl.connected
 
-    def check(y: Any) -> Any:
+    def check(y: Any, xs: tuple) -> Any:
         if not is_output(y):
             raise _checks.not_array(op, backend, y, impl.output_kind)
         if scalar and tuple(getattr(y, "shape", ())) != ():
             raise _checks.not_scalar(op, backend, tuple(y.shape))
+        if connected(xs, y) is False:
+            _checks.disconnected(op, backend, _config.strict())
         return y
 
     return check

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from . import _checks, _convert
+from . import _checks, _config, _convert, _dense, _finite
 from ._api import (
     _direct,
     _enter_impl,
@@ -27,7 +27,7 @@ from ._api import (
     value_and_gradient,
 )
 from ._backend_types import AutoFiniteDifferences, SecondOrder
-from ._fallbacks import SLOW
+from ._fallbacks import SLOW, _size
 from ._problem import Problem
 from ._registry import implementation
 from ._tangents import Tangents
@@ -35,6 +35,8 @@ from ._tangents import Tangents
 
 def _enter2(op, f, backend, x, contexts, scalar, prep=None, t=None):
     """(impl, combo, prob, xs, kinds, ctx); combo is None for a plain backend."""
+    if _config.check_finite():
+        _finite.check(op, backend, f, x, contexts, t)
     if prep is not None:
         prep = _prepared(prep)
         entered = prep.enter(op, f, backend, x, contexts, t)
@@ -116,7 +118,9 @@ def hvp(f: Callable, backend: Any, x: Any, v: Any, *contexts: Any, prep: Any = N
     return _hvp("hvp", f, backend, x, v, contexts, prep)[1]
 
 
-def value_gradient_and_hessian(f: Callable, backend: Any, x: Any, *contexts: Any, prep: Any = None):
+def value_gradient_and_hessian(
+    f: Callable, backend: Any, x: Any, *contexts: Any, prep: Any = None, chunk_size: Any = None
+):
     """The value, gradient and Hessian of a scalar ``f`` at one array ``x``.
 
     The Hessian has shape ``x.shape + x.shape``; it is built from Hessian-vector
@@ -128,6 +132,9 @@ def value_gradient_and_hessian(f: Callable, backend: Any, x: Any, *contexts: Any
         x: one floating-point array (or a Python float).
         *contexts: ``di.Constant(c)`` arguments.
         prep: a preparation from the matching ``prepare_*`` function (optional).
+        chunk_size: build the Hessian from ``chunk_size`` Hessian-vector products
+            at a time, bounding the working memory; without it a Hessian over
+            ``di.config.max_dense_bytes`` (1 GiB) is an error.
 
     Examples:
         >>> import numpy as np
@@ -139,18 +146,27 @@ def value_gradient_and_hessian(f: Callable, backend: Any, x: Any, *contexts: Any
                [2., 0.]])
     """
     op = "value_gradient_and_hessian"
-    if (out := _fast(op, prep, f, backend, x, contexts)) is not SLOW:
-        return out
+    if chunk_size is None:
+        if (out := _fast(op, prep, f, backend, x, contexts)) is not SLOW:
+            return out
+    else:
+        _dense.check_chunk_size(op, backend, chunk_size)
     impl, combo, prob, xs, kinds, ctx = _enter2(op, f, backend, x, contexts, True, prep)
     if not prob.single:
         raise _checks.not_single_array(op, backend, len(xs))
-    y, g, h = impl.value_gradient_and_hessian(prob, xs, ctx, combo)
+    if chunk_size is not None and _size(xs[0]):
+        y, g, h = _dense.hessian(impl, prob, xs, ctx, combo, chunk_size)
+    else:
+        _dense.check_limit(op, backend, _size(xs[0]), _size(xs[0]), xs[0], "Hessian")
+        y, g, h = impl.value_gradient_and_hessian(prob, xs, ctx, combo)
     _remember(op, f, backend, x, impl, prob, kinds, ctx, prep)
     k = _out_kind(kinds)
     return _convert.back(impl, y, k), _like_x(impl, prob, g, kinds), _convert.back(impl, h, k)
 
 
-def hessian(f: Callable, backend: Any, x: Any, *contexts: Any, prep: Any = None) -> Any:
+def hessian(
+    f: Callable, backend: Any, x: Any, *contexts: Any, prep: Any = None, chunk_size: Any = None
+) -> Any:
     """The Hessian of a scalar ``f`` at one array ``x``, of shape ``x.shape + x.shape``.
 
     Same arguments as :func:`value_gradient_and_hessian`.
@@ -163,12 +179,19 @@ def hessian(f: Callable, backend: Any, x: Any, *contexts: Any, prep: Any = None)
         array([[ 6.,  0.],
                [ 0., 12.]])
     """
-    if (out := _fast("hessian", prep, f, backend, x, contexts)) is not SLOW:
-        return out
+    if chunk_size is None:
+        if (out := _fast("hessian", prep, f, backend, x, contexts)) is not SLOW:
+            return out
+    else:
+        _dense.check_chunk_size("hessian", backend, chunk_size)
     impl, combo, prob, xs, kinds, ctx = _enter2("hessian", f, backend, x, contexts, True, prep)
     if not prob.single:
         raise _checks.not_single_array("hessian", backend, len(xs))
-    h = impl.hessian(prob, xs, ctx, combo)
+    if chunk_size is not None and _size(xs[0]):
+        h = _dense.hessian(impl, prob, xs, ctx, combo, chunk_size)[2]
+    else:
+        _dense.check_limit("hessian", backend, _size(xs[0]), _size(xs[0]), xs[0], "Hessian")
+        h = impl.hessian(prob, xs, ctx, combo)
     _remember("hessian", f, backend, x, impl, prob, kinds, ctx, prep)
     return _convert.back(impl, h, _out_kind(kinds))
 

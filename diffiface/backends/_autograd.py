@@ -44,6 +44,13 @@ class AutogradImpl(BackendImpl):
     def is_traced(self, a: Any) -> bool:
         return isinstance(a, Box)
 
+    def connected(self, xs, y):
+        """y is a box of the trace that differentiates x."""
+        traces = [x._trace for x in xs if isinstance(x, Box)]
+        if not traces:
+            return None
+        return isinstance(y, Box) and y._trace in traces
+
     def can_run_rule(self, xs, ctx):
         """Not under an outer forward-mode trace (the rules define vjps only)."""
         leaves = [*xs, *flatten(ctx)[0]]
@@ -56,9 +63,9 @@ class AutogradImpl(BackendImpl):
     def value_and_pullback(self, prob, xs, ctx):
         fn = prob.flat()
         if prob.single:
-            pb, y = _call(prob, lambda: make_vjp(lambda x: fn((x,), *ctx), xs[0]))
+            pb, y = _call(prob, lambda: make_vjp(lambda x: _link(fn((x,), *ctx), x), xs[0]))
             return _array(y), lambda w: (_like(pb(w), xs[0]),)
-        pb, y = _call(prob, lambda: make_vjp(lambda xs: fn(xs, *ctx), xs))
+        pb, y = _call(prob, lambda: make_vjp(lambda xs: _link(fn(xs, *ctx), xs[0]), xs))
         return _array(y), lambda w: tuple(_like(g, x) for g, x in zip(pb(w), xs, strict=True))
 
     def value_and_jvp(self, prob, xs, vs, ctx):
@@ -154,6 +161,14 @@ def touch(g: Any, x: Any) -> Any:
     if isinstance(getattr(x, "_value", x), tuple):  # a tuple of leaves, maybe boxed
         return ag_tuple([g[i] + 0 * x[i] for i in range(len(x))])  # stays one box
     return g + 0 * x
+
+
+def _link(y: Any, x: Any) -> Any:
+    """y, tied to x by ``+ 0 * sum(x)`` when f's output does not depend on x
+    (diffiface has warned): autograd then gives the zeros without a second warning."""
+    if not isinstance(x, Box) or (isinstance(y, Box) and y._trace == x._trace):
+        return y
+    return y + (0 * anp.sum(x)).astype(np.result_type(y))
 
 
 def open_boxes(v: Any) -> Any:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import jax
@@ -62,6 +63,15 @@ class JaxImpl(BackendImpl):
 
     def is_traced(self, a: Any) -> bool:
         return isinstance(a, jax.core.Tracer)
+
+    def connected(self, xs, y):
+        """y is a tracer of the trace that differentiates x (stop_gradient, a constant
+        or a closure-only output are not)."""
+        traces = [t for x in xs if (t := getattr(x, "_trace", None)) is not None]
+        if not traces:
+            return None
+        trace = getattr(y, "_trace", None)
+        return trace is not None and any(trace is t for t in traces)
 
     def check_numpy_dtype(self, dtype: np.dtype) -> str | None:
         if dtype == np.float64 and not jax.config.jax_enable_x64:
@@ -267,6 +277,22 @@ class JaxImpl(BackendImpl):
 
     def jacobian(self, prob, xs, ctx):
         return self.value_and_jacobian(prob, xs, ctx, value=False)
+
+    def output_size(self, prob, xs, ctx):
+        """The size of f(x) from jax.eval_shape, cached like a compiled function."""
+        dyn, static = _split_contexts(prob, ctx)
+        x, single = _arg(prob, xs), prob.single
+        avals = tuple((tuple(a.shape), a.dtype) for a in (*xs, *dyn))
+
+        def build(fget):
+            g = prob.flat(fget)
+
+            def fn(x, *dyn):
+                return g((x,) if single else x, *_join_contexts(static, dyn))
+
+            return math.prod(jax.eval_shape(fn, x, *dyn).shape)
+
+        return CACHE.get(prob.f, prob.key("size", static, avals), build)
 
     def value_and_batched_jacobian(self, prob, xs, ctx):
         mode, op, backend = self.mode, prob.op, prob.backend  # the closure must not hold prob

@@ -88,6 +88,13 @@ class TorchImpl(BackendImpl):
     def to_numpy(self, a: Any) -> np.ndarray:
         return a.detach().cpu().numpy()
 
+    def connected(self, xs, y):
+        """On torch's graph (the leaves require grad), y must require grad too; under
+        torch.func transforms this cannot be told from y and is not checked."""
+        if not torch.is_grad_enabled() or not any(x.requires_grad for x in xs):
+            return None
+        return y.requires_grad
+
     def is_traced(self, a: Any) -> bool:
         return a.requires_grad or is_functorch_wrapped_tensor(a) or _dual(a)
 

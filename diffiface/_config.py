@@ -1,0 +1,103 @@
+"""diffiface's settings: ``config`` (process-wide) and ``options(...)`` (a ``with``
+block, per thread or task)."""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import dataclasses
+import os
+from collections.abc import Iterator
+from typing import Any
+
+
+@dataclasses.dataclass
+class Config:
+    """diffiface's settings, read at call time.
+
+    Attributes:
+        nested_ad: route inner calls on a FixedParams through the nested-AD
+            rules (default True; the environment variable
+            ``DIFFIFACE_NESTED_AD=0`` starts it off). ``di.nested_ad(False)``
+            overrides it inside a ``with`` block.
+        check_finite: raise when an input (``x``, a tangent or a Constant) holds
+            NaN or inf, naming its path and index (default False: NaN and inf
+            propagate as in the frameworks).
+        strict: an f whose output does not depend on x (constant, or off the
+            framework's graph) is an error rather than a ``DisconnectedWarning``
+            with zero derivatives (default False).
+        max_dense_bytes: the largest dense Jacobian or Hessian (in bytes) that
+            ``jacobian`` and ``hessian`` build without ``chunk_size`` (default
+            1 GiB; None for no limit).
+
+    Examples:
+        >>> import diffiface as di
+        >>> di.config.nested_ad, di.config.check_finite
+        (True, False)
+    """
+
+    nested_ad: bool = os.environ.get("DIFFIFACE_NESTED_AD", "1").lower() not in (
+        "0",
+        "false",
+        "off",
+    )
+    check_finite: bool = False
+    strict: bool = False
+    max_dense_bytes: int | None = 2**30
+
+
+config = Config()
+_OPTIONS: contextvars.ContextVar[dict | None] = contextvars.ContextVar(
+    "diffiface_options", default=None
+)
+_NAMES = ("check_finite", "strict", "max_dense_bytes")
+
+
+@contextlib.contextmanager
+def options(**settings: Any) -> Iterator[None]:
+    """Override settings of :data:`config` inside a ``with`` block (this thread or task).
+
+    Args:
+        **settings: ``check_finite``, ``strict`` and ``max_dense_bytes``, as in
+            :class:`Config`.
+
+    Examples:
+        >>> import numpy as np
+        >>> import diffiface as di
+        >>> try:
+        ...     with di.options(check_finite=True):
+        ...         di.gradient(lambda x: (x**2).sum(), di.AutoFiniteDifferences(),
+        ...                     np.array([1.0, np.nan]))
+        ... except ValueError as err:
+        ...     print(str(err).split(": ", 1)[1][:31])
+        x holds nan at index (1,) and c
+    """
+    unknown = sorted(set(settings) - set(_NAMES))
+    if unknown:
+        raise TypeError(f"di.options() takes {', '.join(_NAMES)}; got {', '.join(unknown)}.")
+    token = _OPTIONS.set({**(_OPTIONS.get() or {}), **settings})
+    try:
+        yield
+    finally:
+        _OPTIONS.reset(token)
+
+
+def check_finite() -> bool:
+    over = _OPTIONS.get()
+    if over is None:
+        return config.check_finite
+    return over.get("check_finite", config.check_finite)
+
+
+def max_dense_bytes() -> int | None:
+    over = _OPTIONS.get()
+    if over is None:
+        return config.max_dense_bytes
+    return over.get("max_dense_bytes", config.max_dense_bytes)
+
+
+def strict() -> bool:
+    over = _OPTIONS.get()
+    if over is None:
+        return config.strict
+    return over.get("strict", config.strict)

@@ -1,0 +1,118 @@
+"""Dense Jacobians and Hessians: a size limit checked before any work, and building
+them ``chunk_size`` rows (or columns) at a time.
+
+The limit is ``config.max_dense_bytes`` (1 GiB by default). A Jacobian whose dense
+result would exceed it is an error that names its size and the ways out: products
+(jvp, vjp, hvp) or ``chunk_size=k``, which bounds the working memory to ``k``
+products at a time (the result itself is still dense).
+"""
+
+from __future__ import annotations
+
+import numbers
+from typing import Any
+
+from . import _checks, _config
+from ._fallbacks import _size
+
+_OUT_SIZE = "output size"  # memoized on a problem (a prepared one keeps it)
+
+
+def output_size(impl, prob, xs: tuple, ctx: tuple) -> int:
+    size = prob.fns.get(_OUT_SIZE)
+    if size is None:
+        size = prob.fns[_OUT_SIZE] = impl.output_size(prob, xs, ctx)
+    return size
+
+
+def itemsize(x: Any) -> int:
+    size = getattr(x.dtype, "itemsize", None)
+    return size if size is not None else x.element_size()  # torch dtypes
+
+
+def check_chunk_size(op: str, backend: Any, chunk_size: Any) -> None:
+    if chunk_size is None:
+        return
+    if isinstance(chunk_size, bool) or not isinstance(chunk_size, numbers.Integral):
+        got = type(chunk_size).__name__
+        raise _checks.DiffifaceTypeError(
+            f"{_checks.call_form(op, backend)}: chunk_size must be a positive int, got {got}."
+        )
+    if chunk_size < 1:
+        raise _checks.DiffifaceValueError(
+            f"{_checks.call_form(op, backend)}: chunk_size must be a positive int, "
+            f"got {chunk_size}."
+        )
+
+
+def check_limit(op: str, backend: Any, rows: int, cols: int, x: Any, what: str) -> None:
+    """Raise when a dense ``rows x cols`` result of x's dtype exceeds the limit."""
+    limit = _config.max_dense_bytes()
+    if limit is None:
+        return
+    nbytes = rows * cols * itemsize(x)
+    if nbytes <= limit:
+        return
+    products = "hvp" if what == "Hessian" else "jvp or vjp"
+    raise _checks.DiffifaceValueError(
+        f"{_checks.call_form(op, backend)}: the dense {what} would take {_gib(nbytes)} "
+        f"({rows} x {cols} x {itemsize(x)} bytes), over di.config.max_dense_bytes = "
+        f"{_gib(limit)}. Use {products} for products with it, pass chunk_size=k to build it "
+        "k products at a time (bounded working memory), or raise di.config.max_dense_bytes."
+    )
+
+
+def _gib(nbytes: int) -> str:
+    return f"{nbytes / 2**30:.3g} GiB"
+
+
+def jacobian(impl, prob, xs: tuple, ctx: tuple, k: int):
+    """(f(x), J) from vjps (reverse) or jvps (forward), k basis vectors at a time."""
+    (x,) = xs
+    n = _size(x)
+    if impl.prefers_reverse(prob, xs, ctx):
+        y = prob.flat()(xs, *ctx)
+        m = _size(y)
+        rows = []
+        for start in range(0, m, k):
+            ws = [impl.basis(y, i) for i in range(start, min(m, start + k))]
+            _, gss = impl.value_and_vjps(prob, xs, ws, ctx, _same)
+            rows += [gs[0] for gs in gss]
+        jac = impl.stack(rows, 0) if rows else None
+        shape = (*y.shape, *x.shape)
+    else:
+        cols, y = [], None
+        for start in range(0, n, k):
+            vss = [(impl.basis(x, i),) for i in range(start, min(n, start + k))]
+            y, ts = impl.value_and_jvps(prob, xs, vss, ctx)
+            cols += list(ts)
+        y = prob.flat()(xs, *ctx) if y is None else y
+        jac = impl.stack(cols, -1) if cols else None
+        shape = (*y.shape, *x.shape)
+    if jac is None:  # nothing to stack: an empty output or input
+        from ._convert import zeros
+
+        return y, zeros(impl, shape, x)
+    return y, impl.reshape(jac, shape)
+
+
+def hessian(impl, prob, xs: tuple, ctx: tuple, combo, k: int):
+    """(f(x), g, H) from hvps along k basis vectors at a time."""
+    (x,) = xs
+    n = _size(x)
+    cols, g = [], None
+    for start in range(0, n, k):
+        vss = [(impl.basis(x, i),) for i in range(start, min(n, start + k))]
+        g, hvs = impl.gradient_and_hvps(prob, xs, vss, ctx, combo)
+        cols += [hv[0] for hv in hvs]
+    y = prob.flat()(xs, *ctx)
+    if not cols:
+        from ._convert import zeros
+
+        return y, (zeros(impl, x.shape, x),), zeros(impl, (*x.shape, *x.shape), x)
+    h = impl.reshape(impl.stack(cols, 0), (*x.shape, *x.shape))
+    return y, g, h
+
+
+def _same(y, w):
+    return w

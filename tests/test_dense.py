@@ -1,0 +1,124 @@
+"""Dense Jacobians and Hessians: the size limit (an error naming the bytes and the
+ways out, the same on every backend) and chunk_size (equal to the dense result,
+at most chunk_size products per pass)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from helpers import native, to_numpy, xp
+
+import diffiface as di
+
+X = np.array([0.3, -0.7, 1.1, 0.2, 0.5])
+
+
+def _field(ns):
+    return lambda x: ns.sin(x[:3]) * x[1:4] + x[4] ** 2
+
+
+def _jac_ref(x):
+    J = np.zeros((3, 5))
+    for i in range(3):
+        J[i, i] += np.cos(x[i]) * x[i + 1]
+        J[i, i + 1] += np.sin(x[i])
+        J[i, 4] += 2 * x[4]
+    return J
+
+
+def _loss(ns):
+    return lambda x: (ns.sin(x) * x**2).sum() + x[0] * x[1]
+
+
+def _hess_ref(x):
+    H = np.diag(-np.sin(x) * x**2 + 4 * x * np.cos(x) + 2 * np.sin(x))
+    H[0, 1] += 1
+    H[1, 0] += 1
+    return H
+
+
+@pytest.mark.parametrize("k", [1, 2, 5, 7])
+def test_chunked_jacobian_equals_dense(backend, k):
+    f, x = _field(xp(backend)), native(backend, X)
+    dense = to_numpy(di.jacobian(f, backend, x))
+    np.testing.assert_allclose(dense, _jac_ref(X), rtol=1e-6, atol=1e-6)
+    chunked = to_numpy(di.jacobian(f, backend, x, chunk_size=k))
+    np.testing.assert_allclose(chunked, dense, rtol=1e-10, atol=1e-12)
+    y, J = di.value_and_jacobian(f, backend, x, chunk_size=k)
+    np.testing.assert_allclose(to_numpy(J), dense, rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(to_numpy(y), np.sin(X[:3]) * X[1:4] + X[4] ** 2, rtol=1e-12)
+
+
+@pytest.mark.parametrize("mode", ["forward", "reverse"])
+def test_chunked_jacobian_both_directions(mode):
+    pytest.importorskip("jax")
+    b = di.AutoJax(mode=mode)
+    J = di.jacobian(_field(xp(b)), b, X, chunk_size=2)
+    np.testing.assert_allclose(J, _jac_ref(X), rtol=1e-10)
+
+
+@pytest.mark.parametrize("k", [1, 2, 5])
+def test_chunked_hessian_equals_dense(backend, k):
+    f, x = _loss(xp(backend)), native(backend, X)
+    dense = to_numpy(di.hessian(f, backend, x))
+    np.testing.assert_allclose(dense, _hess_ref(X), rtol=1e-5, atol=1e-5)
+    # finite differences of differences: chunks differ from the dense pass in rounding
+    tol = 1e-6 if isinstance(backend, di.AutoFiniteDifferences) else 1e-10
+    chunked = to_numpy(di.hessian(f, backend, x, chunk_size=k))
+    np.testing.assert_allclose(chunked, dense, rtol=tol, atol=tol)
+    y, _, H = di.value_gradient_and_hessian(f, backend, x, chunk_size=k)
+    np.testing.assert_allclose(to_numpy(H), dense, rtol=tol, atol=tol)
+    np.testing.assert_allclose(to_numpy(y), (np.sin(X) * X**2).sum() + X[0] * X[1], rtol=1e-12)
+
+
+def test_chunks_bound_the_products_per_pass(monkeypatch):
+    pytest.importorskip("jax")
+    from diffiface.backends._jax import JaxImpl
+
+    seen = []
+    vjps, hvps = JaxImpl.value_and_vjps, JaxImpl.gradient_and_hvps
+
+    def count_vjps(self, prob, xs, ws, *rest):
+        seen.append(len(ws))
+        return vjps(self, prob, xs, ws, *rest)
+
+    def count_hvps(self, prob, xs, vss, *rest):
+        seen.append(len(vss))
+        return hvps(self, prob, xs, vss, *rest)
+
+    monkeypatch.setattr(JaxImpl, "value_and_vjps", count_vjps)
+    monkeypatch.setattr(JaxImpl, "gradient_and_hvps", count_hvps)
+    b = di.AutoJax(mode="reverse")
+    di.jacobian(_field(xp(b)), b, X, chunk_size=2)
+    assert seen == [2, 1]  # 3 rows
+    seen.clear()
+    di.hessian(_loss(xp(b)), b, X, chunk_size=2)
+    assert seen == [2, 2, 1]  # 5 columns
+
+
+def test_dense_limit_is_one_error_on_every_backend(backend, monkeypatch):
+    monkeypatch.setattr(di.config, "max_dense_bytes", 64)
+    x = native(backend, X)
+    itemsize = to_numpy(x).dtype.itemsize
+    with pytest.raises(ValueError) as err:
+        di.jacobian(_field(xp(backend)), backend, x)
+    msg = str(err.value)
+    assert f"(3 x 5 x {itemsize} bytes)" in msg and "jvp or vjp" in msg and "chunk_size" in msg
+    assert repr(backend) in msg
+    with pytest.raises(ValueError, match=r"Hessian would take .* \(5 x 5 .*Use hvp"):
+        di.hessian(_loss(xp(backend)), backend, x)
+    with pytest.raises(ValueError, match="Hessian"):
+        di.value_gradient_and_hessian(_loss(xp(backend)), backend, x)
+    J = di.jacobian(_field(xp(backend)), backend, x, chunk_size=2)  # opted in: allowed
+    np.testing.assert_allclose(to_numpy(J), _jac_ref(X), rtol=1e-5, atol=1e-6)
+    monkeypatch.setattr(di.config, "max_dense_bytes", None)
+    di.hessian(_loss(xp(backend)), backend, x)
+
+
+@pytest.mark.parametrize("bad", [0, -1, 1.5, True, "2"])
+def test_bad_chunk_size(bad):
+    b = di.AutoFiniteDifferences()
+    with pytest.raises((TypeError, ValueError), match="chunk_size must be a positive int"):
+        di.jacobian(_field(np), b, X, chunk_size=bad)
+    with pytest.raises((TypeError, ValueError), match="chunk_size must be a positive int"):
+        di.hessian(_loss(np), b, X, chunk_size=bad)

@@ -186,3 +186,12 @@ def _caller():
     ):
         frame = frame.f_back
     return frame
+
+
+def complex_output(op: str, backend: Any) -> DiffifaceValueError:
+    return DiffifaceValueError(
+        f"{call_form(op, backend)}: f returns a complex scalar; {op} needs a real one (a "
+        "gradient is defined for real f). For the derivative of a holomorphic f use "
+        "di.vjp(f, backend, z, 1.0) (or di.jvp), or differentiate the real part, "
+        "f(z).real, or abs(f(z)) ** 2."
+    )

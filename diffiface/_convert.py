@@ -20,17 +20,27 @@ from ._within import check_not_foreign
 NATIVE, NUMPY, PYTHON = 0, 1, 2
 
 
+# the operators that take complex x (a real scalar f; see is_complex below)
+COMPLEX_OPS = frozenset(("gradient", "value_and_gradient"))
+
+
+def is_complex(a: Any) -> bool:
+    """A complex array of any framework (torch dtypes print as torch.complex64)."""
+    return "complex" in str(getattr(a, "dtype", ""))
+
+
 def point(op: str, impl: Any, leaves: list, tree: Any) -> tuple[tuple, tuple]:
     """Native leaves of ``x`` and the kind of each (NATIVE / NUMPY / PYTHON)."""
     out, kinds = [], []
+    complex_ok = op in COMPLEX_OPS
     for i, leaf in enumerate(leaves):
         if impl.is_native(leaf):
-            if not impl.is_float(leaf):
+            if not impl.is_float(leaf) and not (complex_ok and is_complex(leaf)):
                 _raise_leaf(op, impl, tree, i, leaf)
             out.append(leaf)
             kinds.append(NATIVE)
         elif isinstance(leaf, np.ndarray | np.generic):
-            if leaf.dtype.kind != "f":
+            if leaf.dtype.kind != "f" and not (complex_ok and leaf.dtype.kind == "c"):
                 _raise_leaf(op, impl, tree, i, leaf)
             reason = impl.check_numpy_dtype(leaf.dtype)
             if reason:
@@ -51,6 +61,12 @@ def point(op: str, impl: Any, leaves: list, tree: Any) -> tuple[tuple, tuple]:
 def _raise_leaf(op: str, impl: Any, tree: Any, i: int, leaf: Any):
     path = paths(tree)[i]
     check_not_foreign(_checks.call_form(op, impl.backend), impl.framework, path, leaf)
+    if is_complex(leaf):
+        fix = (
+            "Complex x is taken by gradient and value_and_gradient (of a real f); for "
+            f"{op}, pass the real and imaginary parts as two real leaves."
+        )
+        raise _checks.bad_leaf(op, impl.backend, path, leaf, fix)
     if isinstance(leaf, bool | numbers.Integral) or (
         hasattr(leaf, "dtype") and not _is_floating(leaf)
     ):

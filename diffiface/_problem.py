@@ -64,6 +64,8 @@ def _output_check(op: str, backend: Any, impl: Any, scalar: bool) -> Callable:
             raise _checks.not_array(op, backend, y, impl.output_kind)
         if scalar and tuple(getattr(y, "shape", ())) != ():
             raise _checks.not_scalar(op, backend, tuple(y.shape))
+        if scalar and "complex" in str(getattr(y, "dtype", "")):
+            raise _checks.complex_output(op, backend)
         if connected(xs, y) is False:
             _checks.disconnected(op, backend, _config.strict())
         return y

@@ -59,6 +59,12 @@ class AutogradImpl(BackendImpl):
     def ones_like(self, a: Any) -> Any:
         return np.ones(np.shape(a), dtype=a.dtype)
 
+    def value_and_gradient(self, prob, xs, ctx):
+        """diffiface's convention for complex x is df/dRe + i df/dIm: autograd gives its
+        conjugate."""
+        y, gs = super().value_and_gradient(prob, xs, ctx)
+        return y, tuple(anp.conj(g) if np.iscomplexobj(g) else g for g in gs)
+
     # A single array is differentiated directly (no tuple container to box).
     def value_and_pullback(self, prob, xs, ctx):
         fn = prob.flat()

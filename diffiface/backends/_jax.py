@@ -74,11 +74,12 @@ class JaxImpl(BackendImpl):
         return trace is not None and any(trace is t for t in traces)
 
     def check_numpy_dtype(self, dtype: np.dtype) -> str | None:
-        if dtype == np.float64 and not jax.config.jax_enable_x64:
+        if dtype in (np.float64, np.complex128) and not jax.config.jax_enable_x64:
+            small = "float32" if dtype == np.float64 else "complex64"
             return (
-                "JAX has x64 disabled and would silently truncate it to float32. Enable x64 "
+                f"JAX has x64 disabled and would silently truncate it to {small}. Enable x64 "
                 "with jax.config.update('jax_enable_x64', True) at start-up, or pass "
-                "x.astype(np.float32)."
+                f"x.astype(np.{small})."
             )
         return None
 
@@ -421,11 +422,20 @@ def _tuple(prob, g):
 
 
 def _make_grad(with_ctx):
-    return lambda x, *dyn: jax.grad(with_ctx(dyn))(x)
+    return lambda x, *dyn: _conj(jax.grad(with_ctx(dyn))(x))
 
 
 def _make_value_and_grad(with_ctx):
-    return lambda x, *dyn: jax.value_and_grad(with_ctx(dyn))(x)
+    def run(x, *dyn):
+        y, g = jax.value_and_grad(with_ctx(dyn))(x)
+        return y, _conj(g)
+
+    return run
+
+
+def _conj(g):
+    """diffiface's convention for complex x: df/dRe + i df/dIm (JAX gives its conjugate)."""
+    return jax.tree_util.tree_map(lambda a: jnp.conj(a) if jnp.iscomplexobj(a) else a, g)
 
 
 def _twice(y):

@@ -37,7 +37,7 @@ def _tol(backend):
 
 
 def test_abs_squared_gives_two_z_on_every_backend(backend):
-    re, im, conj, total = _ns(backend)
+    re, _, conj, total = _ns(backend)
     z = native(backend, Z)
     g = to_numpy(di.gradient(lambda z: total(re(z * conj(z))), backend, z))
     assert g.dtype == np.complex128
@@ -60,7 +60,7 @@ def test_convention_on_a_non_symmetric_function(backend):
 
 
 def test_mixed_real_and_complex_leaves(backend):
-    re, im, conj, total = _ns(backend)
+    re, _, conj, total = _ns(backend)
     x = {"z": native(backend, Z), "s": native(backend, np.array([2.0]))}
     g = di.gradient(lambda d: total(re(d["z"] * conj(d["z"])) * d["s"][0]), backend, x)
     np.testing.assert_allclose(to_numpy(g["z"]), 4 * Z, rtol=_tol(backend))

@@ -59,7 +59,7 @@ def _prepared(prep: Any) -> Prep:
 
 def _direct(op: str, prep: Any, f, backend, x, contexts: tuple, *t: Any) -> Any:
     """A prepared call that matches exactly goes straight to the backend's runner."""
-    if _config.check_finite():  # the general path checks
+    if _config.checking():  # the general path checks
         return SLOW
     return _prepared(prep).run_direct(op, f, backend, x, contexts, *t)
 
@@ -67,7 +67,7 @@ def _direct(op: str, prep: Any, f, backend, x, contexts: tuple, *t: Any) -> Any:
 def _fast(op: str, prep: Any, f, backend, x, contexts: tuple) -> Any:
     """``_direct``, and for an unprepared call the runner of the last plain call like
     it (see ``_implicit``); SLOW when the general path must run."""
-    if _config.check_finite():  # the general path checks
+    if _config.checking():  # the general path checks
         return SLOW
     if prep is not None:
         return _prepared(prep).run_direct(op, f, backend, x, contexts)

@@ -101,3 +101,11 @@ def strict() -> bool:
     if over is None:
         return config.strict
     return over.get("strict", config.strict)
+
+
+def checking() -> bool:
+    """True when a per-call check is on (the fast paths then hand over)."""
+    over = _OPTIONS.get()
+    if over is None:
+        return config.check_finite or config.strict
+    return over.get("check_finite", config.check_finite) or over.get("strict", config.strict)

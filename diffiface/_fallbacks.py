@@ -93,6 +93,7 @@ class BackendImpl:
         return True
 
     flatten_fast = None  # a faster pytree flatten of the framework, if it has one
+    protect = None  # xs -> the leaves f receives, copied where f could change the caller's
 
     def direct(self, prob, numpy=False, combo=None):
         """A callable ``x -> result`` for a prepared single-array call without

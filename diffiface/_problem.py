@@ -52,7 +52,10 @@ class Problem:
                 x = xs[0] if single else unflatten(treedef, xs)
                 return check(fget()(x, *ctx), xs)
 
-        return g
+        protect = self.impl.protect
+        if protect is None:
+            return g
+        return lambda xs, *ctx: g(protect(xs), *ctx)
 
 
 def _output_check(op: str, backend: Any, impl: Any, scalar: bool) -> Callable:

@@ -59,6 +59,11 @@ class AutogradImpl(BackendImpl):
     def ones_like(self, a: Any) -> Any:
         return np.ones(np.shape(a), dtype=a.dtype)
 
+    @staticmethod
+    def protect(xs: tuple) -> tuple:
+        """f gets copies of the caller's NumPy arrays (boxes are autograd's own)."""
+        return tuple(np.array(x, copy=True) if type(x) is np.ndarray else x for x in xs)
+
     def value_and_gradient(self, prob, xs, ctx):
         """diffiface's convention for complex x is df/dRe + i df/dIm: autograd gives its
         conjugate."""
@@ -68,6 +73,8 @@ class AutogradImpl(BackendImpl):
     # A single array is differentiated directly (no tuple container to box).
     def value_and_pullback(self, prob, xs, ctx):
         fn = prob.flat()
+        if not xs:  # an empty pytree: nothing to differentiate (autograd cannot box it)
+            return _array(_call(prob, lambda: fn((), *ctx))), lambda w: ()
         if prob.single:
             pb, y = _call(prob, lambda: make_vjp(lambda x: _link(fn((x,), *ctx), x), xs[0]))
             return _array(y), lambda w: (_like(pb(w), xs[0]),)

@@ -48,8 +48,13 @@ class FiniteDifferencesImpl(BackendImpl):
         eps = np.finfo(dtype).eps
         return float(eps ** (1 / 3) if self.method == "central" else eps**0.5)
 
+    @staticmethod
+    def protect(xs: tuple) -> tuple:
+        """f always gets copies: it may even change its argument in place."""
+        return tuple(np.array(x, copy=True) for x in xs)
+
     def _eval(self, fn, xs, ctx):
-        return np.asarray(fn(tuple(np.array(x, copy=True) for x in xs), *ctx))
+        return np.asarray(fn(xs, *ctx))  # fn copies (protect)
 
     def _difference(self, fn, xs, ctx, y, direction, h):
         """(f(x + h d) - f(x - h d)) / (2h) or the one-sided version, with exact h."""

@@ -18,8 +18,9 @@ import numpy as np
 import torch
 import torch.autograd.forward_ad as fwAD
 from torch._C._functorch import is_functorch_wrapped_tensor, peek_interpreter_stack
+from torch.overrides import TorchFunctionMode
 
-from .. import _checks
+from .. import _checks, _config
 from .._backend_types import AutoTorch
 from .._batched import check_batch
 from .._fallbacks import BackendImpl
@@ -87,6 +88,15 @@ class TorchImpl(BackendImpl):
 
     def to_numpy(self, a: Any) -> np.ndarray:
         return a.detach().cpu().numpy()
+
+    @staticmethod
+    def protect(xs: tuple) -> tuple:
+        """f gets a (differentiable) copy of anything that shares the caller's storage
+        and accepts in-place ops: the caller's own tensors and torch.func's wrappers of
+        them. diffiface's leaves need none: torch refuses in-place ops on them."""
+        return tuple(
+            x.clone() if not x.requires_grad or is_functorch_wrapped_tensor(x) else x for x in xs
+        )
 
     def connected(self, xs, y):
         """On torch's graph (the leaves require grad), y must require grad too; under
@@ -549,12 +559,47 @@ def _fwd(prob, thunk):
         return _call(prob, thunk)
 
 
+class _NoScalars(TorchFunctionMode):
+    """Under strict: a tensor that carries a derivative converted to a Python number or
+    to NumPy is an error (torch itself only warns for float(), and says nothing for
+    .item(), so the derivative through it would silently be dropped)."""
+
+    _NAMES = frozenset(("__float__", "__int__", "__complex__", "item", "tolist", "numpy"))
+
+    def __init__(self, prob):
+        super().__init__()
+        self.prob = prob
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        name = getattr(func, "__name__", "")
+        if name in self._NAMES and args and isinstance(args[0], torch.Tensor):
+            t = args[0]
+            if t.requires_grad or is_functorch_wrapped_tensor(t) or _dual(t):
+                raise _checks.left_framework(
+                    self.prob.op, self.prob.backend, TypeError(f"Tensor.{name}")
+                )
+        return func(*args, **(kwargs or {}))
+
+
 def _call(prob, thunk):
+    if _config.strict():
+        with _NoScalars(prob):
+            return _call_plain(prob, thunk)
+    return _call_plain(prob, thunk)
+
+
+def _call_plain(prob, thunk):
     try:
         return thunk()
     except RuntimeError as exc:
         if "numpy()" in str(exc) or "NumPy" in str(exc):
             raise _checks.left_framework(prob.op, prob.backend, exc) from exc
+        if "in-place operation" in str(exc):
+            raise _checks.DiffifaceValueError(
+                f"{_checks.call_form(prob.op, prob.backend)}: f changes its input in place "
+                f"({exc}). Your x is unchanged; make f work on a copy (x = x.clone()) or "
+                "use out-of-place ops."
+            ) from exc
         raise
 
 

@@ -113,7 +113,7 @@ def _jvp(f, value):
             return SLOW
         try:
             with _FORWARD_LOCK:  # torch's forward-AD level is process-wide
-                y, t = torch.func.jvp(f, (x,), (v,))
+                y, t = torch.func.jvp(lambda x: f(x.clone()), (x,), (v,))  # x is the caller's
         except RuntimeError:
             return SLOW
         if type(y) is not torch.Tensor:

@@ -167,6 +167,14 @@ def test_kinks_pass_the_frameworks_own_value_through(ad_backend, kink):
     np.testing.assert_array_equal(ours, theirs)  # nan == nan here, inf == inf
 
 
+def test_kinks_on_finite_differences_are_as_documented():
+    b, x = di.AutoFiniteDifferences(), np.zeros(2)
+    with np.errstate(all="ignore"):
+        assert (di.gradient(lambda x: np.abs(x).sum(), b, x) == 0).all()
+        assert np.isnan(di.gradient(lambda x: np.sqrt(x).sum(), b, x)).all()
+        assert (di.gradient(lambda x: np.sqrt((x**2).sum()), b, x) == 0).all()
+
+
 # ------------------------------------------------------------- empty inputs
 def test_size_zero_leaves_give_size_zero_results(backend):
     e = native(backend, np.zeros((0, 2)))

@@ -6,10 +6,10 @@ from collections.abc import Callable
 from typing import Any
 
 from . import _checks, _config, _convert, _dense, _finite, _implicit
-from ._contexts import unfix
+from ._contexts import Constant, FixedParams, unfix
 from ._fallbacks import SLOW, _size
 from ._nested import route
-from ._prep import Prep
+from ._prep import Prep, _matches_native, _native_sig
 from ._problem import Problem
 from ._registry import implementation
 from ._tangents import Tangents
@@ -72,13 +72,33 @@ def _fast(op: str, prep: Any, f, backend, x, contexts: tuple) -> Any:
     if prep is not None:
         return _prepared(prep).run_direct(op, f, backend, x, contexts)
     run = None if contexts else _implicit.lookup(op, f, backend, x)
-    return SLOW if run is None else run(x)
+    if run is not None:
+        return run(x)
+    out = _implicit.run_leaves(op, f, backend, x, contexts, _matches_native)
+    return SLOW if out is None else out
 
 
-def _remember(op: str, f, backend, x, impl, prob: Problem, kinds: tuple, ctx: tuple, prep) -> None:
-    """After a plain unprepared call of one array (native or NumPy): enter its runner."""
-    if prep is None and prob.single and not ctx and impl is prob.impl and kinds[0] != PYTHON:
+def _remember(
+    op: str, f, backend, x, impl, prob: Problem, kinds: tuple, ctx: tuple, prep, contexts=None
+) -> None:
+    """After a plain unprepared call: enter its runner for the next call like it (one
+    native or NumPy array; or, given the caller's ``contexts``, native pytree leaves
+    with Constant contexts of native leaves)."""
+    if prep is not None or impl is not prob.impl:
+        return
+    if prob.single and not ctx and kinds[0] != PYTHON:
         _implicit.store(op, f, backend, x, impl.implicit(prob, kinds[0] == NUMPY))
+        return
+    if contexts is not None and all(k == _convert.NATIVE for k in kinds):
+        if type(f) is FixedParams or any(type(c) is not Constant for c in contexts):
+            return
+        run = impl.implicit_leaves(prob)
+        if run is None:
+            return
+        x_sig = _native_sig(impl, x)
+        c_sig = _native_sig(impl, tuple(c.value for c in contexts)) if ctx else None
+        if x_sig is not None and (c_sig is not None or not ctx):
+            _implicit.store_leaves(op, f, backend, x_sig, c_sig, len(ctx), run)
 
 
 def _out_kind(kinds: tuple) -> int:
@@ -125,7 +145,7 @@ def value_and_gradient(
         return out
     impl, prob, xs, kinds, ctx = _enter(_VG, f, backend, x, contexts, True, prep)
     y, gs = impl.value_and_gradient(prob, xs, ctx)
-    _remember(_VG, f, backend, x, impl, prob, kinds, ctx, prep)
+    _remember(_VG, f, backend, x, impl, prob, kinds, ctx, prep, contexts)
     return _convert.back(impl, y, _out_kind(kinds)), _like_x(impl, prob, gs, kinds)
 
 
@@ -145,7 +165,7 @@ def gradient(f: Callable, backend: Any, x: Any, *contexts: Any, prep: Any = None
         return out
     impl, prob, xs, kinds, ctx = _enter("gradient", f, backend, x, contexts, True, prep)
     gs = impl.gradient(prob, xs, ctx)
-    _remember("gradient", f, backend, x, impl, prob, kinds, ctx, prep)
+    _remember("gradient", f, backend, x, impl, prob, kinds, ctx, prep, contexts)
     return _like_x(impl, prob, gs, kinds)
 
 

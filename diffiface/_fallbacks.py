@@ -106,6 +106,11 @@ class BackendImpl:
         prepared call whose leaves are all native arrays, or None; it may return SLOW."""
         return None
 
+    def implicit_leaves(self, prob):
+        """Like ``direct_leaves``, for an unprepared call: a runner that holds ``f``
+        only weakly, or None."""
+        return None
+
     def implicit(self, prob, numpy=False):
         """Like ``direct``, for an unprepared call: a runner that holds ``f`` only
         weakly (see ``_implicit``), or None."""

@@ -17,6 +17,8 @@ import weakref
 from collections import OrderedDict
 from typing import Any
 
+from ._contexts import Constant as _Constant
+
 MAX_FUNCTIONS = 1024
 
 _lock = threading.Lock()
@@ -43,7 +45,37 @@ def lookup(op: str, f: Any, backend: Any, x: Any):
     return run
 
 
-def store(op: str, f: Any, backend: Any, x: Any, run: Any) -> None:
+def run_leaves(op: str, f: Any, backend: Any, x: Any, contexts: tuple, matches) -> Any:
+    """The result of the last plain pytree call like this one (native leaves of x and of
+    Constant contexts, see ``store_leaves``), or None when there is none."""
+    item = _data.get(id(f))
+    if item is None or item[0]() is not f:
+        return None
+    entry = item[1].get((op, "leaves"))
+    if entry is None:
+        return None
+    b, x_sig, c_sig, n, run = entry
+    if (backend is not b and backend != b) or len(contexts) != n:
+        return None
+    xs = matches(x, x_sig)
+    if xs is None:
+        return None
+    if n:
+        if any(type(c) is not _Constant for c in contexts):
+            return None
+        cs = matches(tuple(c.value for c in contexts), c_sig)
+        if cs is None:
+            return None
+        return run(xs, cs, ())
+    return run(xs, (), ())
+
+
+def store_leaves(op, f, backend, x_sig, c_sig, n: int, run) -> None:
+    """Remember a leaves runner (holding ``f`` weakly) for pytree calls like this one."""
+    store((op, "leaves"), f, backend, None, run, (backend, x_sig, c_sig, n, run))
+
+
+def store(op, f: Any, backend: Any, x: Any, run: Any, entry: tuple | None = None) -> None:
     """Remember ``run`` for calls like this one (``run`` must hold ``f`` only weakly)."""
     if run is None or type(f) is types.MethodType:
         return
@@ -51,7 +83,8 @@ def store(op: str, f: Any, backend: Any, x: Any, run: Any) -> None:
         ref = weakref.ref(f, _forget(id(f)))
     except TypeError:  # not weakly referenceable: never entered
         return
-    entry = (backend, type(x), x.shape, x.dtype, run)
+    if entry is None:
+        entry = (backend, type(x), x.shape, x.dtype, run)
     with _lock:
         item = _data.get(id(f))
         if item is None or item[0]() is not f:

@@ -281,3 +281,34 @@ def test_jax_prepared_vjp_goes_to_the_compiled_function(monkeypatch):
     monkeypatch.undo()
     with pytest.raises(ValueError, match="w"):  # a cotangent unlike f(x): explained
         di.vjp(f, b, x, jax.numpy.asarray(V[:3]), prep=prep)
+
+
+def test_unprepared_jax_pytree_calls_skip_the_general_path():
+    jax = pytest.importorskip("jax")
+    from diffiface.backends._jax import CACHE
+
+    p, batch, loss = _mlp_case(jax.numpy, jax.numpy.asarray)
+    b = di.AutoJax()
+    di.gradient(loss, b, p, di.Constant(batch))
+    hits = CACHE.hits
+    batch2 = tuple(a * 0.5 for a in batch)
+    g = di.gradient(loss, b, p, di.Constant(batch2))
+    assert CACHE.hits == hits  # answered by the implicit runner
+    want = _mlp_reference(p, batch2)
+    for k in g:
+        np.testing.assert_allclose(g[k], want[k], rtol=1e-10)
+    # another context shape, or NumPy context leaves: the general path, same numbers
+    half = (batch2[0][:1], batch2[1][:1])
+    np.testing.assert_allclose(
+        di.gradient(loss, b, p, di.Constant(half))["w"], _mlp_reference(p, half)["w"], rtol=1e-10
+    )
+    numpy_batch = tuple(np.asarray(a) for a in batch2)
+    np.testing.assert_allclose(
+        di.gradient(loss, b, p, di.Constant(numpy_batch))["w"], want["w"], rtol=1e-10
+    )
+    assert CACHE.hits > hits
+    gc.collect()
+    before = len(_implicit._data)
+    del loss
+    gc.collect()
+    assert len(_implicit._data) == before - 1

@@ -170,6 +170,8 @@ class JaxImpl(BackendImpl):
 
         return value_and_gradient
 
+    implicit_leaves = direct_leaves  # the compiled function holds f weakly
+
     def implicit(self, prob, numpy=False):
         """For an unprepared plain call: the cached jitted function (it holds f weakly)."""
         if prob.op in _AS_IS and prob.single and len(prob.fns) == 1:

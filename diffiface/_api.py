@@ -350,7 +350,8 @@ def value_and_jacobian(
     if not prob.single:
         raise _checks.not_single_array(prob.op, backend, len(xs))
     y, jac = _value_and_jacobian(impl, prob, xs, ctx, chunk_size)
-    _remember("value_and_jacobian", f, backend, x, impl, prob, kinds, ctx, prep)
+    if chunk_size is None:  # a chunked call compiled other functions
+        _remember("value_and_jacobian", f, backend, x, impl, prob, kinds, ctx, prep)
     k = _out_kind(kinds)
     return _convert.back(impl, y, k), _convert.back(impl, jac, k)
 
@@ -378,7 +379,8 @@ def jacobian(
     if not prob.single:
         raise _checks.not_single_array(prob.op, backend, len(xs))
     jac = _value_and_jacobian(impl, prob, xs, ctx, chunk_size, value=False)[1]
-    _remember("jacobian", f, backend, x, impl, prob, kinds, ctx, prep)
+    if chunk_size is None:  # a chunked call compiled other functions
+        _remember("jacobian", f, backend, x, impl, prob, kinds, ctx, prep)
     return _convert.back(impl, jac, _out_kind(kinds))
 
 

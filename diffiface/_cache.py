@@ -24,7 +24,7 @@ class FunctionCache:
     def __init__(self, per_function: int = MAX_PER_FUNCTION, functions: int = MAX_FUNCTIONS):
         self._per_function = per_function
         self._functions = functions
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()  # a weakref callback may run inside
         # id(owner) -> (weakref to owner, {key: value}); insertion order = age
         self._data: OrderedDict[int, tuple[weakref.ref, dict]] = OrderedDict()
         self.hits = 0

@@ -43,10 +43,11 @@ class Config:
     )
     check_finite: bool = False
     strict: bool = False
-    max_dense_bytes: int | None = 2**30
+    max_dense_bytes: int | None = 2**30  # DEFAULT_MAX_DENSE_BYTES
 
 
 config = Config()
+DEFAULT_MAX_DENSE_BYTES = 2**30
 _OPTIONS: contextvars.ContextVar[dict | None] = contextvars.ContextVar(
     "diffiface_options", default=None
 )
@@ -104,8 +105,11 @@ def strict() -> bool:
 
 
 def checking() -> bool:
-    """True when a per-call check is on (the fast paths then hand over)."""
-    over = _OPTIONS.get()
-    if over is None:
-        return config.check_finite or config.strict
-    return over.get("check_finite", config.check_finite) or over.get("strict", config.strict)
+    """True when a per-call check is on or a setting differs from its default (the
+    fast paths, built under the defaults, then hand over to the general path)."""
+    return (
+        _OPTIONS.get() is not None
+        or config.check_finite
+        or config.strict
+        or config.max_dense_bytes != DEFAULT_MAX_DENSE_BYTES
+    )

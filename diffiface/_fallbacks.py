@@ -79,6 +79,10 @@ class BackendImpl:
         """``tree`` with containers an outer pass wrapped (autograd boxes) opened."""
         return tree
 
+    def is_complex(self, y: Any) -> bool:
+        """y is a complex array (NumPy and JAX dtypes)."""
+        return getattr(getattr(y, "dtype", None), "kind", "") == "c"
+
     def connected(self, xs: tuple, y: Any) -> bool | None:
         """Whether y depends on the differentiated leaves xs (None: cannot tell, as
         for NumPy functions)."""

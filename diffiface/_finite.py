@@ -59,9 +59,13 @@ def _values(leaf: Any) -> np.ndarray | None:
     top = type(leaf).__module__.split(".")[0]
     try:
         if top == "torch":
-            return leaf.detach().cpu().numpy()
+            t = leaf.detach().cpu().resolve_conj()
+            if t.is_floating_point() and t.element_size() < 4:  # bfloat16, float16
+                t = t.float()
+            return t.numpy()
         if top in ("jax", "jaxlib"):
-            return np.asarray(leaf)
+            a = np.asarray(leaf)
+            return a.astype(np.float32) if a.dtype.kind == "V" else a  # bfloat16
     except Exception:  # traced (jax tracer, torch.func wrapper): no values yet
         return None
     return None

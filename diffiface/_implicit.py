@@ -21,7 +21,7 @@ from ._contexts import Constant as _Constant
 
 MAX_FUNCTIONS = 1024
 
-_lock = threading.Lock()
+_lock = threading.RLock()  # a weakref callback may run inside
 # id(f) -> (weakref to f, {op: (backend, type(x), shape, dtype, run)}); oldest first
 _data: OrderedDict[int, tuple[weakref.ref, dict]] = OrderedDict()
 

@@ -60,14 +60,14 @@ class Problem:
 
 def _output_check(op: str, backend: Any, impl: Any, scalar: bool) -> Callable:
     """Checks f(x): an array of the framework, and a scalar when ``scalar``."""
-    is_output, connected = impl.is_output, impl.connected
+    is_output, connected, is_complex = impl.is_output, impl.connected, impl.is_complex
 
     def check(y: Any, xs: tuple) -> Any:
         if not is_output(y):
             raise _checks.not_array(op, backend, y, impl.output_kind)
         if scalar and tuple(getattr(y, "shape", ())) != ():
             raise _checks.not_scalar(op, backend, tuple(y.shape))
-        if scalar and "complex" in str(getattr(y, "dtype", "")):
+        if scalar and is_complex(y):
             raise _checks.complex_output(op, backend)
         if connected(xs, y) is False:
             _checks.disconnected(op, backend, _config.strict())

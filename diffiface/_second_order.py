@@ -159,7 +159,8 @@ def value_gradient_and_hessian(
     else:
         _dense.check_limit(op, backend, _size(xs[0]), _size(xs[0]), xs[0], "Hessian")
         y, g, h = impl.value_gradient_and_hessian(prob, xs, ctx, combo)
-    _remember(op, f, backend, x, impl, prob, kinds, ctx, prep)
+    if chunk_size is None:  # a chunked call compiled other functions
+        _remember(op, f, backend, x, impl, prob, kinds, ctx, prep)
     k = _out_kind(kinds)
     return _convert.back(impl, y, k), _like_x(impl, prob, g, kinds), _convert.back(impl, h, k)
 
@@ -192,7 +193,8 @@ def hessian(
     else:
         _dense.check_limit("hessian", backend, _size(xs[0]), _size(xs[0]), xs[0], "Hessian")
         h = impl.hessian(prob, xs, ctx, combo)
-    _remember("hessian", f, backend, x, impl, prob, kinds, ctx, prep)
+    if chunk_size is None:  # a chunked call compiled other functions
+        _remember("hessian", f, backend, x, impl, prob, kinds, ctx, prep)
     return _convert.back(impl, h, _out_kind(kinds))
 
 

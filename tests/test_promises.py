@@ -77,10 +77,11 @@ def _mutating(backend):
 def test_mutating_f_leaves_the_callers_x_unchanged(backend, op):
     x = native(backend, X)
     before = to_numpy(x).copy()
+    v = native(backend, np.ones(3))
     f = _mutating(backend)
     calls = {
         "gradient": lambda: di.gradient(lambda x: f(x).sum(), backend, x),
-        "jvp": lambda: di.jvp(f, backend, x, native(backend, X)),
+        "jvp": lambda: di.jvp(f, backend, x, v),
         "vjp": lambda: di.vjp(f, backend, x, native(backend, X)),
         "jacobian": lambda: di.jacobian(f, backend, x),
         "hessian": lambda: di.hessian(lambda x: (f(x) ** 3).sum(), backend, x),
@@ -90,6 +91,7 @@ def test_mutating_f_leaves_the_callers_x_unchanged(backend, op):
     except ValueError as err:  # torch's autograd refuses in-place ops on its leaves
         assert "changes its input in place" in str(err)
     np.testing.assert_array_equal(to_numpy(x), before)
+    np.testing.assert_array_equal(to_numpy(v), np.ones(3))
 
 
 # ------------------------------------------------------------- dtypes
@@ -277,3 +279,4 @@ def test_prepared_torch_jvp_leaves_the_callers_x_unchanged():
     prep = di.prepare_jvp(f, di.AutoTorch(), x, v)
     np.testing.assert_allclose(di.jvp(f, di.AutoTorch(), x, v, prep=prep).numpy(), 2 * np.ones(3))
     np.testing.assert_array_equal(x.numpy(), X)
+    np.testing.assert_array_equal(v.numpy(), np.ones(3))  # the tangent too

@@ -9,7 +9,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .. import _checks
+from .. import _checks, _config
 from .._backend_types import AutoJax
 from .._batched import check_batch_of
 from .._cache import FunctionCache
@@ -105,6 +105,8 @@ class JaxImpl(BackendImpl):
 
             return jax.jit(make(with_ctx))
 
+        if _config.strict():  # the disconnected check runs at trace time: trace anew
+            tag = (*tag, "strict")
         run = prob.fns.get((tag, static))  # the rest of the key is fixed for prob
         if run is None:
             run = prob.fns[tag, static] = CACHE.get(prob.f, prob.key(*tag, static), build)
@@ -122,9 +124,9 @@ class JaxImpl(BackendImpl):
     def direct(self, prob, numpy=False, combo=None):
         """For a prepared single-array call without contexts: the function the
         warm-up call compiled, called as is (a tangent must be like x)."""
-        if not prob.single or len(prob.fns) != 1:
+        run = _only_compiled(prob)
+        if not prob.single or run is None:
             return None
-        run = next(iter(prob.fns.values()))
         op = prob.op
         if numpy:
             return _numpy_in_out(run, op) if op in _AS_IS else None
@@ -156,9 +158,9 @@ class JaxImpl(BackendImpl):
     def direct_leaves(self, prob):
         """For a prepared call of native leaves (x and Constant contexts): the compiled
         function on the leaves, its gradient put back in the structure of x."""
-        if prob.op not in ("gradient", "value_and_gradient") or len(prob.fns) != 1:
+        run, treedef = _only_compiled(prob), prob.treedef
+        if prob.op not in ("gradient", "value_and_gradient") or run is None:
             return None
-        run, treedef = next(iter(prob.fns.values())), prob.treedef
         if prob.single:
             return lambda xs, cs, _: run(xs[0], *cs)
         if prob.op == "gradient":
@@ -174,8 +176,8 @@ class JaxImpl(BackendImpl):
 
     def implicit(self, prob, numpy=False):
         """For an unprepared plain call: the cached jitted function (it holds f weakly)."""
-        if prob.op in _AS_IS and prob.single and len(prob.fns) == 1:
-            run = next(iter(prob.fns.values()))
+        run = _only_compiled(prob)
+        if prob.op in _AS_IS and prob.single and run is not None:
             return _numpy_in_out(run, prob.op) if numpy else run
         return None
 
@@ -442,6 +444,13 @@ def _conj(g):
 
 def _twice(y):
     return y, y
+
+
+def _only_compiled(prob):
+    """The one function compiled for ``prob`` (keys (tag, static); other memo entries,
+    such as the output size, are strings), or None when there are none or several."""
+    runs = [run for key, run in prob.fns.items() if type(key) is tuple]
+    return runs[0] if len(runs) == 1 else None
 
 
 def _numpy_in_out(run, op):

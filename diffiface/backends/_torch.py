@@ -8,6 +8,7 @@ outer framework can differentiate through them.
 
 from __future__ import annotations
 
+import contextvars
 import functools
 import math
 import threading
@@ -59,7 +60,47 @@ _OPERATORS = (
 )
 
 
+# operators that hand x to torch.func, which passes the caller's storage on to f
+_FUNC_OPERATORS = (
+    "jacobian",
+    "hessian",
+    "value_and_jvp",
+    "value_and_jvps",
+    "value_and_jacobian",
+    "value_and_batched_jacobian",
+    "value_derivative_and_second_derivative",
+)
+_OWNED: contextvars.ContextVar[bool] = contextvars.ContextVar("diffiface_owned", default=False)
+
+
+def _own_inputs(method):
+    """Give the operator copies of x (cheap, outside any transform) so that an in-place
+    op in f cannot reach the caller's tensor through torch.func's wrappers."""
+
+    tangents = method.__name__ in ("value_and_jvp", "value_and_jvps")
+
+    @functools.wraps(method)
+    def run(self, prob, xs, *rest):
+        if tangents:  # an in-place op on a dual tensor changes its tangent too
+            vs = rest[0]
+            vs = tuple(v.clone() for v in vs) if type(vs) is tuple else [_clones(v) for v in vs]
+            rest = (vs, *rest[1:])
+        token = _OWNED.set(True)
+        try:
+            return method(self, prob, _clones(xs), *rest)
+        finally:
+            _OWNED.reset(token)
+
+    return run
+
+
+def _clones(xs: tuple) -> tuple:
+    return tuple(x.clone() for x in xs)
+
+
 def _guard_inference(cls):
+    for name in _FUNC_OPERATORS:
+        setattr(cls, name, _own_inputs(getattr(cls, name)))
     for name in _OPERATORS:
         setattr(cls, name, _outside_inference(getattr(cls, name)))
     return cls
@@ -92,11 +133,20 @@ class TorchImpl(BackendImpl):
     @staticmethod
     def protect(xs: tuple) -> tuple:
         """f gets a (differentiable) copy of anything that shares the caller's storage
-        and accepts in-place ops: the caller's own tensors and torch.func's wrappers of
-        them. diffiface's leaves need none: torch refuses in-place ops on them."""
-        return tuple(
-            x.clone() if not x.requires_grad or is_functorch_wrapped_tensor(x) else x for x in xs
-        )
+        and accepts in-place ops: plain tensors, and torch.func's wrappers unless the
+        operator already owns what they wrap (``_own_inputs``), and non-leaves. Leaves
+        that require grad need none: torch refuses in-place ops on them."""
+        owned = _OWNED.get()
+        out = []
+        for x in xs:
+            wrapped = is_functorch_wrapped_tensor(x)
+            # a non-leaf changed in place would also change what is differentiated
+            copy = (wrapped and not owned) or (not wrapped and not (x.requires_grad and x.is_leaf))
+            out.append(x.clone() if copy else x)
+        return tuple(out)
+
+    def is_complex(self, y):
+        return y.is_complex()
 
     def connected(self, xs, y):
         """On torch's graph (the leaves require grad), y must require grad too; under
@@ -365,10 +415,13 @@ class TorchImpl(BackendImpl):
             if not prob.prepared:
                 return False
             f1, x = _one(prob.flat(), ctx), xs[0]
-            by_func = _faster(
-                lambda: _fwd(prob, lambda: torch.func.hessian(f1)(x)),
-                lambda: self.value_gradient_and_hessian(prob, xs, ctx, None),
-            )
+            try:
+                by_func = _faster(
+                    lambda: _fwd(prob, lambda: torch.func.hessian(f1)(x)),
+                    lambda: self.value_gradient_and_hessian(prob, xs, ctx, None),
+                )
+            except Exception:  # f that torch.func cannot vmap: the batched backward
+                by_func = False
             way = prob.fns[_HESSIAN_WAY] = "func" if by_func else "batched"
         return way == "func"
 
@@ -524,7 +577,9 @@ def _own(x, outer: bool):
     a FixedParams parameter, a closure) are not counted as uses of the argument; a
     detached copy of the reference otherwise."""
     if outer:
-        return x.view_as(x) if x.requires_grad else x.clone().requires_grad_()
+        if x.requires_grad:  # a view of a leaf refuses in-place ops; a non-leaf is copied
+            return x.view_as(x) if x.is_leaf else x.clone()
+        return x.clone().requires_grad_()
     return _leaf(x)
 
 

@@ -113,7 +113,7 @@ def _jvp(f, value):
             return SLOW
         try:
             with _FORWARD_LOCK:  # torch's forward-AD level is process-wide
-                y, t = torch.func.jvp(lambda x: f(x.clone()), (x,), (v,))  # x is the caller's
+                y, t = torch.func.jvp(f, (x.clone(),), (v.clone(),))  # f may write to them
         except RuntimeError:
             return SLOW
         if type(y) is not torch.Tensor:
@@ -130,8 +130,8 @@ def _hvp(f, value):
         xg, y, attached = got
         if y.ndim:
             return SLOW
-        (g,) = torch.autograd.grad(y, xg, create_graph=True)
-        if not g.requires_grad:  # f is linear in x: the general path gives the zeros
+        (g,) = torch.autograd.grad(y, xg, create_graph=True, allow_unused=True)
+        if g is None or not g.requires_grad:  # unused or linear x: the general path
             return SLOW
         (hv,) = _grads(g, (xg,), v, attached, False)
         return (g if attached else g.detach(), hv) if value else hv

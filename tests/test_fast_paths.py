@@ -312,3 +312,29 @@ def test_unprepared_jax_pytree_calls_skip_the_general_path():
     del loss
     gc.collect()
     assert len(_implicit._data) == before - 1
+
+
+@pytest.mark.parametrize("shape", [(4, 2), (2, 4)], ids=["reverse", "forward"])
+def test_torch_prepared_jacobian_runner(monkeypatch, shape):
+    torch = pytest.importorskip("torch")
+    from diffiface.backends._torch import TorchImpl
+
+    n, m = shape
+    A = np.arange(1.0, n * m + 1).reshape(m, n) / 10
+    At, b = torch.tensor(A), di.AutoTorch()
+    x = torch.tensor(X[:n])
+    f = lambda x: torch.tanh(At @ x)  # noqa: E731
+    prep = di.prepare_jacobian(f, b, x)
+    monkeypatch.setattr(TorchImpl, "_jacobian", _fail)
+    want = (1 - np.tanh(A @ X[:n]) ** 2)[:, None] * A
+    np.testing.assert_allclose(di.jacobian(f, b, x, prep=prep), want, rtol=1e-12)
+    monkeypatch.undo()
+    g = lambda x: torch.tanh(At @ x.mul_(1.0))  # noqa: E731  (writes to its input)
+    before = x.clone()
+    if n > m:  # reverse: torch refuses the in-place op on its leaf, and diffiface says so
+        with pytest.raises(ValueError, match="changes its input in place"):
+            di.prepare_jacobian(g, b, x)
+    else:  # forward: f writes to a copy
+        prep = di.prepare_jacobian(g, b, x)
+        np.testing.assert_allclose(di.jacobian(g, b, x, prep=prep), want, rtol=1e-12)
+    assert torch.equal(x, before)

@@ -15,7 +15,7 @@ from torch._C._functorch import is_functorch_wrapped_tensor
 
 from .._fallbacks import SLOW
 from .._tree import unflatten
-from ._torch import _FORWARD_LOCK, _grads, _reaches_outside
+from ._torch import _FORWARD_LOCK, _OUT_SIZE, _grads, _reaches_outside
 
 
 def runner(prob, combo):
@@ -30,6 +30,8 @@ def runner(prob, combo):
         return _jvp(prob.f, value)
     if op in ("hvp", "gradient_and_hvp") and combo is None:
         return _hvp(prob.f, value)
+    if op in ("jacobian", "value_and_jacobian"):
+        return _jacobian(prob, value)
     return None
 
 
@@ -160,5 +162,34 @@ def leaves_runner(prob):
         gs = _grads(y, xg, None, attached, False)
         g = gs[0] if single else unflatten(treedef, list(gs))
         return (y if attached else y.detach(), g) if value else g
+
+    return run
+
+
+def _jacobian(prob, value):
+    """torch.func.jacrev or jacfwd in the direction the warm-up chose, on a copy of x
+    (torch.func would let f write into the caller's tensor)."""
+    size = prob.fns.get(_OUT_SIZE)
+    mode = prob.backend.mode
+    if mode is None and size is None:
+        return None
+    f = prob.f
+
+    def run(x):
+        if not _plain(x) or not x.numel():
+            return SLOW
+        reverse = mode == "reverse" or (mode is None and size <= x.numel())
+        try:
+            if reverse:
+                j = torch.func.jacrev(f)(x.clone())
+            else:
+                with _FORWARD_LOCK:
+                    j = torch.func.jacfwd(f)(x.clone())
+            y = f(x.clone()) if value else None
+        except Exception:  # the general path runs f again and explains
+            return SLOW
+        if type(j) is not torch.Tensor or (value and type(y) is not torch.Tensor):
+            return SLOW
+        return (y, j) if value else j
 
     return run

@@ -9,7 +9,7 @@ from . import _checks, _config, _convert, _dense, _finite, _implicit
 from ._contexts import Constant, FixedParams, unfix
 from ._fallbacks import SLOW, _size
 from ._nested import route
-from ._prep import Prep, _matches_native, _native_sig
+from ._prep import Prep, _native_sig
 from ._problem import Problem
 from ._registry import implementation
 from ._tangents import Tangents
@@ -74,7 +74,7 @@ def _fast(op: str, prep: Any, f, backend, x, contexts: tuple) -> Any:
     run = None if contexts else _implicit.lookup(op, f, backend, x)
     if run is not None:
         return run(x)
-    out = _implicit.run_leaves(op, f, backend, x, contexts, _matches_native)
+    out = _implicit.run_leaves(op, f, backend, x, contexts)
     return SLOW if out is None else out
 
 
@@ -98,7 +98,7 @@ def _remember(
         x_sig = _native_sig(impl, x)
         c_sig = _native_sig(impl, tuple(c.value for c in contexts)) if ctx else None
         if x_sig is not None and (c_sig is not None or not ctx):
-            _implicit.store_leaves(op, f, backend, x_sig, c_sig, len(ctx), run)
+            _implicit.store_leaves(op, f, backend, x_sig, c_sig, run)
 
 
 def _out_kind(kinds: tuple) -> int:

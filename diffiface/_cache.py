@@ -32,35 +32,46 @@ class FunctionCache:
 
     def get(self, f: Callable, key: Hashable, build: Callable[[Callable], Any]) -> Any:
         """Return the entry for ``(f, key)``; ``build(fget)`` makes it once if missing."""
-        if type(f) is types.MethodType:
-            owner, key = f.__self__, (f.__func__, key)
-        else:
-            owner = f
-        item = self._data.get(id(owner))
-        if item is not None and item[0]() is owner:
-            value = item[1].get(key)
-            if value is not None:
-                self.hits += 1
-                return value
+        value = self.peek(f, key)
+        if value is not None:
+            self.hits += 1
+            return value
         try:
             fget = _weak_getter(f)
         except TypeError:  # not weakly referenceable: never cached
             self.misses += 1
             return build(lambda: f)
         value = build(fget)
+        self.misses += 1
+        self.put(f, key, value)
+        return value
+
+    def peek(self, f: Callable, key: Hashable) -> Any:
+        """The entry for ``(f, key)``, or None (nothing is built or counted)."""
+        owner, key = _owner_key(f, key)
+        item = self._data.get(id(owner))
+        if item is not None and item[0]() is owner:
+            return item[1].get(key)
+        return None
+
+    def put(self, f: Callable, key: Hashable, value: Any) -> None:
+        """Set the entry for ``(f, key)`` (``value`` must hold ``f`` only weakly); a
+        callable that cannot be weakly referenced is not entered."""
+        owner, key = _owner_key(f, key)
         with self._lock:
-            self.misses += 1
             item = self._data.get(id(owner))
             if item is None or item[0]() is not owner:
-                item = (weakref.ref(owner, self._forget(id(owner))), {})
-                self._data[id(owner)] = item
+                try:
+                    ref = weakref.ref(owner, self._forget(id(owner)))
+                except TypeError:
+                    return
+                item = self._data[id(owner)] = (ref, {})
                 while len(self._data) > self._functions:
                     self._data.popitem(last=False)
             entries = item[1]
             entries[key] = value
             if len(entries) > self._per_function:
                 del entries[next(iter(entries))]
-        return value
 
     def _forget(self, ident: int) -> Callable:
         data, lock = self._data, self._lock
@@ -85,6 +96,13 @@ class FunctionCache:
     def clear(self) -> None:
         with self._lock:
             self._data.clear()
+
+
+def _owner_key(f: Callable, key: Hashable) -> tuple:
+    """A bound method is entered under its instance (each access makes a new method)."""
+    if type(f) is types.MethodType:
+        return f.__self__, (f.__func__, key)
+    return f, key
 
 
 def _weak_getter(f: Callable) -> Callable[[], Callable]:

@@ -187,24 +187,8 @@ class Prep:
     def _run_leaves(self, run, f, backend, x, contexts):
         if not _same_f(f, self.f) or (backend is not self.backend and backend != self.backend):
             return SLOW
-        xs = _matches_native(x, self._x_native)
-        if xs is None:
-            return SLOW
-        if self._ctx_native is None:
-            if contexts:
-                return SLOW
-            cs = ()
-        else:
-            if len(contexts) != len(self._ctx_sig) or any(
-                type(c) is not Constant for c in contexts
-            ):
-                return SLOW
-            values = tuple(c.value for c in contexts)
-            cs = _matches_native(values, self._ctx_native)
-            if cs is None:
-                return SLOW
-            return run(xs, cs, values)
-        return run(xs, cs, ())
+        got = _leaves_of(x, contexts, self._x_native, self._ctx_native)
+        return SLOW if got is None else run(*got)
 
     def __repr__(self) -> str:
         return f"<diffiface prep for {self.family}(f, {self.backend!r}, x)>"
@@ -241,12 +225,8 @@ class Prep:
             raise self._mismatch(op, f, backend, x, contexts, t)
         if not contexts and not self._ctx_sig:
             ctx = ()
-        elif (
-            self._ctx_native is not None
-            and all(type(c) is Constant for c in contexts)
-            and _matches_native(values := tuple(c.value for c in contexts), self._ctx_native)
-        ):
-            ctx = values  # native leaves with the prepared signature: nothing to convert
+        elif (got := _constant_leaves(contexts, self._ctx_native)) is not None:
+            ctx = got[1]  # native leaves with the prepared signature: nothing to convert
         else:
             if _ctx_sig(contexts) != self._ctx_sig:
                 raise self._mismatch(op, f, backend, x, given, t)
@@ -310,6 +290,27 @@ def _matches_native(tree: Any, sig: Any) -> tuple | None:
     if treedef != sig[1] or [(type(v), v.shape, v.dtype) for v in leaves] != sig[2]:
         return None
     return tuple(leaves)
+
+
+def _constant_leaves(contexts: tuple, sig: Any) -> tuple | None:
+    """(leaves, values) of Constant contexts that match ``sig``, else None."""
+    if sig is None or any(type(c) is not Constant for c in contexts):
+        return None
+    values = tuple(c.value for c in contexts)
+    leaves = _matches_native(values, sig)
+    return None if leaves is None else (leaves, values)
+
+
+def _leaves_of(x: Any, contexts: tuple, x_sig: Any, c_sig: Any) -> tuple | None:
+    """(x leaves, context leaves, context values) when x and the contexts match the
+    native signatures (``c_sig`` None: no contexts), else None."""
+    xs = _matches_native(x, x_sig)
+    if xs is None:
+        return None
+    if c_sig is None:
+        return None if contexts else (xs, (), ())
+    got = _constant_leaves(contexts, c_sig)
+    return None if got is None else (xs, *got)
 
 
 def _same_f(f: Any, g: Any) -> bool:

@@ -58,10 +58,10 @@ def test_implicit_entries_die_with_their_function():
     di.hessian(f, di.AutoJax(), jax.numpy.asarray(X))
     assert _implicit.entries(f) == 2
     gc.collect()
-    before = len(_implicit._data)
+    before = len(_implicit.TABLE)
     del f
     gc.collect()
-    assert len(_implicit._data) == before - 1
+    assert len(_implicit.TABLE) == before - 1
 
 
 def test_implicit_numpy_in_numpy_out():
@@ -308,10 +308,10 @@ def test_unprepared_jax_pytree_calls_skip_the_general_path():
     )
     assert CACHE.hits > hits
     gc.collect()
-    before = len(_implicit._data)
+    before = len(_implicit.TABLE)
     del loss
     gc.collect()
-    assert len(_implicit._data) == before - 1
+    assert len(_implicit.TABLE) == before - 1
 
 
 @pytest.mark.parametrize("shape", [(4, 2), (2, 4)], ids=["reverse", "forward"])

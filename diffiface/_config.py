@@ -51,7 +51,7 @@ DEFAULT_MAX_DENSE_BYTES = 2**30
 _OPTIONS: contextvars.ContextVar[dict | None] = contextvars.ContextVar(
     "diffiface_options", default=None
 )
-_NAMES = ("check_finite", "strict", "max_dense_bytes")
+_NAMES = ("nested_ad", "check_finite", "strict", "max_dense_bytes")
 
 
 @contextlib.contextmanager
@@ -59,8 +59,8 @@ def options(**settings: Any) -> Iterator[None]:
     """Override settings of :data:`config` inside a ``with`` block (this thread or task).
 
     Args:
-        **settings: ``check_finite``, ``strict`` and ``max_dense_bytes``, as in
-            :class:`Config`.
+        **settings: ``nested_ad``, ``check_finite``, ``strict`` and
+            ``max_dense_bytes``, as in :class:`Config`.
 
     Examples:
         >>> import numpy as np
@@ -83,33 +83,32 @@ def options(**settings: Any) -> Iterator[None]:
         _OPTIONS.reset(token)
 
 
+def get(name: str) -> Any:
+    """The setting ``name``: the innermost ``options`` block's, else ``config``'s."""
+    over = _OPTIONS.get()
+    value = getattr(config, name)
+    return value if over is None else over.get(name, value)
+
+
 def check_finite() -> bool:
-    over = _OPTIONS.get()
-    if over is None:
-        return config.check_finite
-    return over.get("check_finite", config.check_finite)
-
-
-def max_dense_bytes() -> int | None:
-    over = _OPTIONS.get()
-    if over is None:
-        return config.max_dense_bytes
-    return over.get("max_dense_bytes", config.max_dense_bytes)
+    return get("check_finite")
 
 
 def strict() -> bool:
-    over = _OPTIONS.get()
-    if over is None:
-        return config.strict
-    return over.get("strict", config.strict)
+    return get("strict")
+
+
+def max_dense_bytes() -> int | None:
+    return get("max_dense_bytes")
 
 
 def checking() -> bool:
-    """True when a per-call check is on or a setting differs from its default (the
-    fast paths, built under the defaults, then hand over to the general path)."""
-    return (
-        _OPTIONS.get() is not None
-        or config.check_finite
-        or config.strict
-        or config.max_dense_bytes != DEFAULT_MAX_DENSE_BYTES
-    )
+    """True when a per-call check is on or the size limit differs from its default
+    (the fast paths, built under the defaults, then hand over to the general path)."""
+    if _OPTIONS.get() is None:
+        return (
+            config.check_finite
+            or config.strict
+            or config.max_dense_bytes != DEFAULT_MAX_DENSE_BYTES
+        )
+    return check_finite() or strict() or max_dense_bytes() != DEFAULT_MAX_DENSE_BYTES

@@ -12,15 +12,13 @@ results are the same, only the path changes.
 from __future__ import annotations
 
 import contextlib
-import contextvars
 import functools
 import threading
 from collections import Counter
 from collections.abc import Iterator
 from typing import Any
 
-from . import _checks, _registry
-from ._config import config
+from . import _checks, _config, _registry
 from ._tree import flatten
 
 # Measured on CPU (benchmarks/nested.py, docs/nested.md): the framework's own
@@ -43,9 +41,6 @@ _FORWARD = ("jvp", "value_and_jvp", "derivative", "value_and_derivative")
 _FORWARD += ("second_derivative", "value_derivative_and_second_derivative")
 
 
-_OVERRIDE: contextvars.ContextVar[bool | None] = contextvars.ContextVar(
-    "diffiface_nested_ad", default=None
-)
 _COUNTS: Counter = Counter()
 _LOCK = threading.Lock()
 
@@ -67,16 +62,12 @@ def nested_ad(enabled: bool = True) -> Iterator[None]:
         >>> g.round(6)
         array([4.])
     """
-    token = _OVERRIDE.set(bool(enabled))
-    try:
+    with _config.options(nested_ad=bool(enabled)):
         yield
-    finally:
-        _OVERRIDE.reset(token)
 
 
 def enabled() -> bool:
-    value = _OVERRIDE.get()
-    return config.nested_ad if value is None else value
+    return _config.get("nested_ad")
 
 
 def nested_rule_counts(reset: bool = False) -> dict:

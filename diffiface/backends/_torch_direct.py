@@ -22,10 +22,8 @@ def runner(prob, combo):
     """The direct runner of ``prob.op``, or None where there is none."""
     op = prob.op
     value = op.startswith("value") or op == "gradient_and_hvp"
-    if op in ("gradient", "value_and_gradient"):
-        return _gradient(prob.f, value)
-    if op in ("vjp", "value_and_vjp"):
-        return _vjp(prob.f, value)
+    if op in ("gradient", "value_and_gradient", "vjp", "value_and_vjp"):
+        return _reverse(prob.f, value, cotangent="vjp" in op)
     if op in ("jvp", "value_and_jvp"):
         return _jvp(prob.f, value)
     if op in ("hvp", "gradient_and_hvp") and combo is None:
@@ -81,27 +79,19 @@ def _forward(f, x):
     return xg, y, _reaches_outside(y, (xg,))
 
 
-def _gradient(f, value):
-    def run(x):
-        if not _plain(x) or (got := _forward(f, x)) is None:
-            return SLOW
-        xg, y, attached = got
-        if y.ndim:
-            return SLOW
-        (g,) = _grads(y, (xg,), None, attached, False)
-        return (y if attached else y.detach(), g) if value else g
+def _reverse(f, value, cotangent):
+    """gradient (``cotangent`` False: f(x) must be a scalar) or vjp along w."""
 
-    return run
-
-
-def _vjp(f, value):
-    def run(x, w):
-        if type(w) is not torch.Tensor or w.requires_grad or not _plain(x):
+    def run(x, w=None):
+        if not _plain(x) or (cotangent and (type(w) is not torch.Tensor or w.requires_grad)):
             return SLOW
         if (got := _forward(f, x)) is None:
             return SLOW
         xg, y, attached = got
-        if w.shape != y.shape or w.dtype != y.dtype or w.device != y.device:
+        if cotangent:
+            if w.shape != y.shape or w.dtype != y.dtype or w.device != y.device:
+                return SLOW
+        elif y.ndim:
             return SLOW
         (g,) = _grads(y, (xg,), w, attached, False)
         return (y if attached else y.detach(), g) if value else g

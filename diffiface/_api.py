@@ -394,7 +394,7 @@ def _value_and_jacobian(impl, prob: Problem, xs: tuple, ctx: tuple, chunk_size=N
         return y, _convert.zeros(impl, (*y.shape, *x.shape), x)
     if chunk_size is not None:
         return _dense.jacobian(impl, prob, xs, ctx, chunk_size)
-    m = _dense.output_size(impl, prob, xs, ctx)
+    m = impl.memo_output_size(prob, xs, ctx)
     _dense.check_limit(prob.op, prob.backend, m, n, x, "Jacobian")
     if value:
         return impl.value_and_jacobian(prob, xs, ctx)

@@ -13,16 +13,8 @@ import numbers
 from typing import Any
 
 from . import _checks, _config
+from ._convert import zeros
 from ._fallbacks import _size
-
-_OUT_SIZE = "output size"  # memoized on a problem (a prepared one keeps it)
-
-
-def output_size(impl, prob, xs: tuple, ctx: tuple) -> int:
-    size = prob.fns.get(_OUT_SIZE)
-    if size is None:
-        size = prob.fns[_OUT_SIZE] = impl.output_size(prob, xs, ctx)
-    return size
 
 
 def itemsize(x: Any) -> int:
@@ -67,51 +59,39 @@ def _gib(nbytes: int) -> str:
 
 
 def jacobian(impl, prob, xs: tuple, ctx: tuple, k: int):
-    """(f(x), J) from vjps (reverse) or jvps (forward), k basis vectors at a time."""
+    """(f(x), J) from vjps (reverse) or jvps (forward), k basis vectors at a time
+    (x is not empty: the caller handles that)."""
     (x,) = xs
-    n = _size(x)
     if impl.prefers_reverse(prob, xs, ctx):
         y = prob.flat()(xs, *ctx)
         m = _size(y)
+        if not m:
+            return y, zeros(impl, (*y.shape, *x.shape), x)
         rows = []
         for start in range(0, m, k):
             ws = [impl.basis(y, i) for i in range(start, min(m, start + k))]
-            _, gss = impl.value_and_vjps(prob, xs, ws, ctx, _same)
-            rows += [gs[0] for gs in gss]
-        jac = impl.stack(rows, 0) if rows else None
-        shape = (*y.shape, *x.shape)
+            rows += [gs[0] for gs in impl.value_and_vjps(prob, xs, ws, ctx, _same)[1]]
+        jac = impl.stack(rows, 0)
     else:
-        cols, y = [], None
+        n, cols = _size(x), []
         for start in range(0, n, k):
             vss = [(impl.basis(x, i),) for i in range(start, min(n, start + k))]
             y, ts = impl.value_and_jvps(prob, xs, vss, ctx)
             cols += list(ts)
-        y = prob.flat()(xs, *ctx) if y is None else y
-        jac = impl.stack(cols, -1) if cols else None
-        shape = (*y.shape, *x.shape)
-    if jac is None:  # nothing to stack: an empty output or input
-        from ._convert import zeros
-
-        return y, zeros(impl, shape, x)
-    return y, impl.reshape(jac, shape)
+        jac = impl.stack(cols, -1)
+    return y, impl.reshape(jac, (*y.shape, *x.shape))
 
 
 def hessian(impl, prob, xs: tuple, ctx: tuple, combo, k: int):
-    """(f(x), g, H) from hvps along k basis vectors at a time."""
+    """(f(x), g, H) from hvps along k basis vectors at a time (x is not empty)."""
     (x,) = xs
-    n = _size(x)
-    cols, g = [], None
+    n, cols = _size(x), []
     for start in range(0, n, k):
         vss = [(impl.basis(x, i),) for i in range(start, min(n, start + k))]
         g, hvs = impl.gradient_and_hvps(prob, xs, vss, ctx, combo)
         cols += [hv[0] for hv in hvs]
-    y = prob.flat()(xs, *ctx)
-    if not cols:
-        from ._convert import zeros
-
-        return y, (zeros(impl, x.shape, x),), zeros(impl, (*x.shape, *x.shape), x)
     h = impl.reshape(impl.stack(cols, 0), (*x.shape, *x.shape))
-    return y, g, h
+    return prob.flat()(xs, *ctx), g, h
 
 
 def _same(y, w):

@@ -15,6 +15,7 @@ import numpy as np
 
 from . import _convert
 
+OUT_SIZE = "output size"  # the key of the memoized output size in a problem's fns
 SLOW = object()  # returned by a direct runner that must hand over to the general path
 
 
@@ -243,10 +244,14 @@ class BackendImpl:
             return False
         if type(self).value_and_jvp is BackendImpl.value_and_jvp:
             return True
-        size = prob.fns.get("output size")  # memoized by the dense-size check
+        return self.memo_output_size(prob, xs, ctx) <= sum(_size(x) for x in xs)
+
+    def memo_output_size(self, prob, xs: tuple, ctx: tuple) -> int:
+        """``output_size``, memoized on the problem (a prepared one keeps it)."""
+        size = prob.fns.get(OUT_SIZE)
         if size is None:
-            size = self.output_size(prob, xs, ctx)
-        return size <= sum(_size(x) for x in xs)
+            size = prob.fns[OUT_SIZE] = self.output_size(prob, xs, ctx)
+        return size
 
     def output_size(self, prob, xs: tuple, ctx: tuple) -> int:
         return _size(prob.flat()(xs, *ctx))

@@ -272,25 +272,14 @@ class TorchImpl(BackendImpl):
         fn = prob.flat()
         (x,) = xs
         f1 = lambda x: fn((x,), *ctx)  # noqa: E731
-        y = None
         if x.numel() == 0:  # an empty basis: torch.func cannot batch over it
             y = _call(prob, lambda: f1(x))
             return y, torch.zeros((*y.shape, *x.shape), dtype=x.dtype, device=x.device)
-        if self.mode is None:
-            size = prob.fns.get(_OUT_SIZE)  # memoized on a prepared problem
-            if size is None:
-                y = _call(prob, lambda: f1(x))
-                size = prob.fns[_OUT_SIZE] = y.numel()
-            reverse = size <= x.numel()
-        else:
-            reverse = self.mode == "reverse"
-        if reverse:
+        if self.prefers_reverse(prob, xs, ctx):  # the output size is memoized on prob
             j = _call(prob, lambda: torch.func.jacrev(f1)(x))
         else:
             j = _fwd(prob, lambda: torch.func.jacfwd(f1)(x))
-        if value and y is None:
-            y = _call(prob, lambda: f1(x))
-        return y, j
+        return (_call(prob, lambda: f1(x)) if value else None), j
 
     def value_and_batched_jacobian(self, prob, xs, ctx):
         fn = prob.flat()
@@ -602,7 +591,6 @@ def _grads(y, xg, w, outer, retain):
 
 
 _FORWARD_LOCK = threading.RLock()
-_OUT_SIZE = "output size"  # the key of a problem's memoized output size
 _HESSIAN_WAY = "hessian way"  # and of its Hessian formulation
 
 

@@ -13,9 +13,9 @@ import torch
 import torch.autograd.forward_ad as fwAD
 from torch._C._functorch import is_functorch_wrapped_tensor
 
-from .._fallbacks import SLOW
+from .._fallbacks import OUT_SIZE, SLOW
 from .._tree import unflatten
-from ._torch import _FORWARD_LOCK, _OUT_SIZE, _grads, _reaches_outside
+from ._torch import _FORWARD_LOCK, _grads, _reaches_outside
 
 
 def runner(prob, combo):
@@ -159,7 +159,7 @@ def leaves_runner(prob):
 def _jacobian(prob, value):
     """torch.func.jacrev or jacfwd in the direction the warm-up chose, on a copy of x
     (torch.func would let f write into the caller's tensor)."""
-    size = prob.fns.get(_OUT_SIZE)
+    size = prob.fns.get(OUT_SIZE)
     mode = prob.backend.mode
     if mode is None and size is None:
         return None

@@ -26,6 +26,7 @@ from ._backend_types import AutoTorch as AutoTorch
 from ._backend_types import SecondOrder as SecondOrder
 from ._backend_types import second_order as second_order
 from ._batched import batched_jacobian as batched_jacobian
+from ._bridge import differentiate_with as differentiate_with
 from ._batched import value_and_batched_jacobian as value_and_batched_jacobian
 from ._checks import DiffifaceTypeError as DiffifaceTypeError
 from ._checks import DiffifaceValueError as DiffifaceValueError
@@ -80,6 +81,7 @@ __all__ = [
     "SecondOrder",
     "Tangents",
     "batched_jacobian",
+    "differentiate_with",
     "config",
     "derivative",
     "gradient",

@@ -1,0 +1,172 @@
+"""The torch side of the bridges (see ``diffiface._bridge``).
+
+Inner: a node's jvp, vjp, transpose and vmap are ``torch.func.jvp``,
+``torch.func.vjp`` and ``torch.func.vmap``, which compose with each other.
+
+Outer: a node is one ``torch.autograd.Function``. Its backward calls the
+node's vjp node and its jvp (forward-mode AD) the jvp node, both through the
+same Function, so double backward, ``torch.func.grad``/``jacrev``/``jacfwd``/
+``hessian`` and ``torch.func.vmap`` (which calls the node's batched version)
+cross the bridge at any order.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+
+from .. import _bridge, _checks
+
+
+def to_torch(a: Any) -> torch.Tensor:
+    """Any framework's array as a tensor, without a copy where DLPack allows."""
+    if isinstance(a, torch.Tensor):
+        return a
+    if isinstance(a, np.ndarray | np.generic):
+        return torch.from_numpy(_writable(np.asarray(a)))
+    return torch.from_dlpack(a)
+
+
+def _writable(a: np.ndarray) -> np.ndarray:
+    # torch warns on read-only arrays (XLA's callback buffers are read-only); nothing
+    # here writes to them, so a writable view of the same memory is used
+    if a.flags.writeable:
+        return a
+    view = a.view()
+    try:
+        view.flags.writeable = True
+    except ValueError:  # not the owner's flag to change: a copy (rare)
+        return a.copy()
+    return view
+
+
+class Kit:
+    """torch as the inner framework."""
+
+    name = "torch"
+
+    def __init__(self, backend: Any) -> None:
+        self.backend = backend
+
+    to_inner = staticmethod(to_torch)
+
+    @staticmethod
+    def compile(fn):
+        return fn
+
+    @staticmethod
+    def to_numpy(a: torch.Tensor) -> np.ndarray:
+        return a.detach().cpu().numpy()
+
+    @staticmethod
+    def jvp(fn, n: int):
+        return lambda *a: torch.func.jvp(fn, a[:n], a[n:])[1]
+
+    @staticmethod
+    def vjp(fn, n: int):
+        def run(*a):
+            _, pull = torch.func.vjp(fn, *a[:n])
+            return pull(tuple(a[n:]))
+
+        return run
+
+    @staticmethod
+    def transpose(fn, n: int, lin_avals: tuple):
+        def run(*a):
+            like = a[0] if a else None
+            zeros = [_zeros(s, d, like) for s, d in lin_avals]
+            _, pull = torch.func.vjp(lambda *lin: fn(*a[:n], *lin), *zeros)
+            return pull(tuple(a[n:]))
+
+        return run
+
+    @staticmethod
+    def vmap(fn, dims: tuple):
+        return torch.func.vmap(fn, in_dims=dims)
+
+    @staticmethod
+    def out_avals(fn, avals: tuple) -> list:
+        try:
+            metas = [torch.empty(s, dtype=_torch_dtype(d), device="meta") for s, d in avals]
+            outs = fn(*metas)
+        except Exception:  # an operation without a meta kernel: evaluate at zeros
+            with torch.no_grad():
+                outs = fn(*(torch.zeros(s, dtype=_torch_dtype(d)) for s, d in avals))
+        return [(tuple(o.shape), _np_dtype(o.dtype)) for o in outs]
+
+
+def _zeros(shape, dtype, like):
+    device = like.device if isinstance(like, torch.Tensor) else None
+    return torch.zeros(shape, dtype=_torch_dtype(dtype), device=device)
+
+
+def _torch_dtype(dtype) -> torch.dtype:
+    return torch.from_numpy(np.empty(0, dtype=dtype)).dtype
+
+
+def _np_dtype(dtype: torch.dtype) -> np.dtype:
+    return torch.empty(0, dtype=dtype).numpy().dtype
+
+
+def kit(backend: Any) -> Kit:
+    return Kit(backend)
+
+
+# ---- torch as the outer framework: one autograd.Function ---------------------------------------
+
+
+def call(node: _bridge.Node, arrays: list) -> list:
+    """``node`` applied to tensors (NumPy leaves become tensors): tensors out."""
+    tensors = [to_torch(a) for a in arrays]
+    _same_device(node, tensors)
+    return list(_Bridge.apply(node, *tensors))
+
+
+def _same_device(node, tensors) -> None:
+    devices = {t.device for t in tensors}
+    if len(devices) > 1:
+        raise _checks.DiffifaceValueError(
+            f"a bridged call ({node.kit.name} inside torch) got tensors on "
+            f"{', '.join(sorted(map(str, devices)))}. Move them to one device first "
+            "(tensor.to(device))."
+        )
+
+
+class _Bridge(torch.autograd.Function):
+    @staticmethod
+    def forward(node, *args):
+        kit = node.kit
+        outs = node.fn(*(kit.to_inner(a.detach()) for a in args))
+        return tuple(to_torch(o) for o in outs)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        node, *args = inputs
+        ctx.node = node
+        ctx.meta = [(o.shape, o.dtype, o.device) for o in output]
+        ctx.save_for_backward(*args)
+        ctx.save_for_forward(*args)
+
+    @staticmethod
+    def backward(ctx, *cts):
+        args = ctx.saved_tensors
+        cts = [
+            torch.zeros(s, dtype=d, device=dev) if c is None else c
+            for c, (s, d, dev) in zip(cts, ctx.meta, strict=True)
+        ]
+        return (None, *call(ctx.node.vjp(len(args)), [*args, *cts]))
+
+    @staticmethod
+    def jvp(ctx, _node_tangent, *tangents):
+        args = ctx.saved_tensors
+        ts = [torch.zeros_like(a) if t is None else t for a, t in zip(args, tangents, strict=True)]
+        return tuple(call(ctx.node.jvp(len(args)), [*args, *ts]))
+
+    @staticmethod
+    def vmap(info, in_dims, node, *args):
+        dims = in_dims[1:]
+        args = [a if d is None else a.movedim(d, 0) for a, d in zip(args, dims, strict=True)]
+        outs = call(node.batch(tuple(None if d is None else 0 for d in dims)), args)
+        return tuple(outs), (0,) * len(outs)

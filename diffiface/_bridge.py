@@ -149,26 +149,37 @@ class Bridged:
         self.inner = _INNER.get(backend.framework, backend.framework)
         self.name = name or getattr(f, "__name__", type(f).__name__)
         self._nodes: dict = {}
+        self._plain: dict = {}
 
     def __repr__(self) -> str:
         return f"differentiate_with({self.name}, {self.backend!r})"
 
     def __call__(self, *args: Any) -> Any:
         leaves, tree = flatten(args)
+        try:  # arrays only, seen before: (outer module, node, output structure)
+            hit = self._plain.get((tree, *map(type, leaves)))
+        except TypeError:
+            hit = None
+        if hit is not None:
+            outer, node, out_tree = hit
+            return unflatten(out_tree, outer.call(node, leaves))
+        return self._call(args, leaves, tree)
+
+    def _call(self, args: tuple, leaves: list, tree: Any) -> Any:
         arrays, static = [], []
         for leaf in leaves:
-            if framework_of(leaf) is None:
-                static.append(leaf)
-                arrays.append(None)
-            else:
-                arrays.append(leaf)
+            (static if framework_of(leaf) is None else arrays).append(leaf)
         outer = outer_of(leaves, f"{self!r}(...)")
         if outer == self.inner or (outer == "numpy" and self.inner == "autograd"):
             return self.f(*args)  # the same framework: no crossing
-        where = [i for i, a in enumerate(arrays) if a is not None]
-        node = self._node(tree, tuple(static), tuple(where), len(leaves))
-        outs = module(outer).call(node, [arrays[i] for i in where])
-        return unflatten(node_tree(node), outs)
+        where = tuple(i for i, leaf in enumerate(leaves) if framework_of(leaf) is not None)
+        node = self._node(tree, tuple(static), where, len(leaves))
+        outer_module = module(outer)
+        flat = outer_module.call(node, arrays)  # records the output structure
+        out_tree = node_tree(node)
+        if not static:
+            self._plain[(tree, *map(type, leaves))] = (outer_module, node, out_tree)
+        return unflatten(out_tree, flat)
 
     def _node(self, tree: Any, static: tuple, where: tuple, n: int) -> Node:
         try:

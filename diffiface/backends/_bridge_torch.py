@@ -12,6 +12,7 @@ cross the bridge at any order.
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import numpy as np
@@ -25,21 +26,20 @@ def to_torch(a: Any) -> torch.Tensor:
     if isinstance(a, torch.Tensor):
         return a
     if isinstance(a, np.ndarray | np.generic):
-        return torch.from_numpy(_writable(np.asarray(a)))
+        return torch.from_numpy(np.asarray(a))
+    if _on_cpu(a):  # a NumPy view: 4x cheaper than DLPack, still no copy
+        return torch.from_numpy(np.asarray(a))
     return torch.from_dlpack(a)
 
 
-def _writable(a: np.ndarray) -> np.ndarray:
-    # torch warns on read-only arrays (XLA's callback buffers are read-only); nothing
-    # here writes to them, so a writable view of the same memory is used
-    if a.flags.writeable:
-        return a
-    view = a.view()
-    try:
-        view.flags.writeable = True
-    except ValueError:  # not the owner's flag to change: a copy (rare)
-        return a.copy()
-    return view
+def _on_cpu(a: Any) -> bool:
+    devices = getattr(a, "devices", None)  # a jax array
+    return devices is not None and all(d.platform == "cpu" for d in devices())
+
+
+# torch.from_numpy warns (once) on a read-only array: jax arrays and XLA's callback
+# buffers are read-only, and nothing here writes to them
+warnings.filterwarnings("ignore", "The given NumPy array is not writable", UserWarning)
 
 
 class Kit:
@@ -119,8 +119,11 @@ def kit(backend: Any) -> Kit:
 
 def call(node: _bridge.Node, arrays: list) -> list:
     """``node`` applied to tensors (NumPy leaves become tensors): tensors out."""
-    tensors = [to_torch(a) for a in arrays]
-    _same_device(node, tensors)
+    tensors = [a if type(a) is torch.Tensor else to_torch(a) for a in arrays]
+    if len(tensors) > 1:
+        _same_device(node, tensors)
+    if torch._C._are_functorch_transforms_active():
+        return list(_FuncBridge.apply(node, *tensors))
     return list(_Bridge.apply(node, *tensors))
 
 
@@ -134,35 +137,71 @@ def _same_device(node, tensors) -> None:
         )
 
 
+def _forward(node, args):
+    to_inner = node.kit.to_inner
+    outs = node.fn(*[to_inner(a.detach() if a.requires_grad else a) for a in args])
+    return tuple([to_torch(o) for o in outs])
+
+
+def _save(ctx, node, args, output) -> None:
+    ctx.node = node
+    ctx.meta = [(o.shape, o.dtype, o.device) for o in output]
+    ctx.save_for_backward(*args)
+    ctx.save_for_forward(*args)
+
+
+def _backward(ctx, cts):
+    args = ctx.saved_tensors
+    cts = [
+        torch.zeros(s, dtype=d, device=dev) if c is None else c
+        for c, (s, d, dev) in zip(cts, ctx.meta, strict=True)
+    ]
+    return (None, *call(ctx.node.vjp(len(args)), [*args, *cts]))
+
+
+def _jvp(ctx, tangents):
+    args = ctx.saved_tensors
+    ts = [torch.zeros_like(a) if t is None else t for a, t in zip(args, tangents, strict=True)]
+    return tuple(call(ctx.node.jvp(len(args)), [*args, *ts]))
+
+
 class _Bridge(torch.autograd.Function):
-    @staticmethod
-    def forward(node, *args):
-        kit = node.kit
-        outs = node.fn(*(kit.to_inner(a.detach()) for a in args))
-        return tuple(to_torch(o) for o in outs)
+    """Outside torch.func transforms: the classic form, which torch applies without
+    binding the signature (about 25 µs less per call)."""
 
     @staticmethod
-    def setup_context(ctx, inputs, output):
-        node, *args = inputs
-        ctx.node = node
-        ctx.meta = [(o.shape, o.dtype, o.device) for o in output]
-        ctx.save_for_backward(*args)
-        ctx.save_for_forward(*args)
+    def forward(ctx, node, *args):
+        output = _forward(node, args)
+        _save(ctx, node, args, output)
+        return output
 
     @staticmethod
     def backward(ctx, *cts):
-        args = ctx.saved_tensors
-        cts = [
-            torch.zeros(s, dtype=d, device=dev) if c is None else c
-            for c, (s, d, dev) in zip(cts, ctx.meta, strict=True)
-        ]
-        return (None, *call(ctx.node.vjp(len(args)), [*args, *cts]))
+        return _backward(ctx, cts)
 
     @staticmethod
     def jvp(ctx, _node_tangent, *tangents):
-        args = ctx.saved_tensors
-        ts = [torch.zeros_like(a) if t is None else t for a, t in zip(args, tangents, strict=True)]
-        return tuple(call(ctx.node.jvp(len(args)), [*args, *ts]))
+        return _jvp(ctx, tangents)
+
+
+class _FuncBridge(torch.autograd.Function):
+    """Inside torch.func transforms, which need setup_context and a vmap rule."""
+
+    @staticmethod
+    def forward(node, *args):
+        return _forward(node, args)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        _save(ctx, inputs[0], inputs[1:], output)
+
+    @staticmethod
+    def backward(ctx, *cts):
+        return _backward(ctx, cts)
+
+    @staticmethod
+    def jvp(ctx, _node_tangent, *tangents):
+        return _jvp(ctx, tangents)
 
     @staticmethod
     def vmap(info, in_dims, node, *args):

@@ -26,8 +26,8 @@ from ._backend_types import AutoTorch as AutoTorch
 from ._backend_types import SecondOrder as SecondOrder
 from ._backend_types import second_order as second_order
 from ._batched import batched_jacobian as batched_jacobian
-from ._bridge import differentiate_with as differentiate_with
 from ._batched import value_and_batched_jacobian as value_and_batched_jacobian
+from ._bridge import differentiate_with as differentiate_with
 from ._checks import DiffifaceTypeError as DiffifaceTypeError
 from ._checks import DiffifaceValueError as DiffifaceValueError
 from ._checks import DisconnectedWarning as DisconnectedWarning

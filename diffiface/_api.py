@@ -6,6 +6,7 @@ from collections.abc import Callable
 from typing import Any
 
 from . import _checks, _config, _convert, _dense, _finite, _implicit
+from ._bridge_ops import bridgeable
 from ._contexts import Constant, FixedParams, unfix
 from ._fallbacks import SLOW, _size
 from ._nested import route
@@ -113,6 +114,7 @@ def _like_x(impl, prob: Problem, gs: tuple, kinds: tuple) -> Any:
     return gs[0] if prob.single else unflatten(prob.treedef, gs)
 
 
+@bridgeable
 def value_and_gradient(
     f: Callable, backend: Any, x: Any, *contexts: Any, prep: Any = None
 ) -> tuple[Any, Any]:
@@ -149,6 +151,7 @@ def value_and_gradient(
     return _convert.back(impl, y, _out_kind(kinds)), _like_x(impl, prob, gs, kinds)
 
 
+@bridgeable
 def gradient(f: Callable, backend: Any, x: Any, *contexts: Any, prep: Any = None) -> Any:
     """The gradient of a scalar ``f`` with respect to ``x``, shaped like ``x``.
 
@@ -169,6 +172,7 @@ def gradient(f: Callable, backend: Any, x: Any, *contexts: Any, prep: Any = None
     return _like_x(impl, prob, gs, kinds)
 
 
+@bridgeable
 def value_and_jvp(
     f: Callable, backend: Any, x: Any, v: Any, *contexts: Any, prep: Any = None
 ) -> tuple[Any, Any]:
@@ -197,6 +201,7 @@ def value_and_jvp(
     return _jvp("value_and_jvp", f, backend, x, v, contexts, prep)
 
 
+@bridgeable
 def jvp(f: Callable, backend: Any, x: Any, v: Any, *contexts: Any, prep: Any = None) -> Any:
     """The Jacobian-vector product ``J(x) v``, shaped like ``f(x)``.
 
@@ -266,6 +271,7 @@ class _CheckW:
         return _convert.match(self.op, self.impl, "w", w, y)
 
 
+@bridgeable
 def value_and_vjp(
     f: Callable, backend: Any, x: Any, w: Any, *contexts: Any, prep: Any = None
 ) -> tuple[Any, Any]:
@@ -297,6 +303,7 @@ def value_and_vjp(
     return _convert.back(impl, y, _out_kind(kinds)), g
 
 
+@bridgeable
 def vjp(f: Callable, backend: Any, x: Any, w: Any, *contexts: Any, prep: Any = None) -> Any:
     """The vector-Jacobian product ``wᵀ J(x)``, with the structure of ``x``.
 
@@ -314,6 +321,7 @@ def vjp(f: Callable, backend: Any, x: Any, w: Any, *contexts: Any, prep: Any = N
     return _vjp("vjp", f, backend, x, w, contexts, prep)[4]
 
 
+@bridgeable
 def value_and_jacobian(
     f: Callable, backend: Any, x: Any, *contexts: Any, prep: Any = None, chunk_size: Any = None
 ) -> tuple[Any, Any]:
@@ -356,6 +364,7 @@ def value_and_jacobian(
     return _convert.back(impl, y, k), _convert.back(impl, jac, k)
 
 
+@bridgeable
 def jacobian(
     f: Callable, backend: Any, x: Any, *contexts: Any, prep: Any = None, chunk_size: Any = None
 ) -> Any:
@@ -401,6 +410,7 @@ def _value_and_jacobian(impl, prob: Problem, xs: tuple, ctx: tuple, chunk_size=N
     return None, impl.jacobian(prob, xs, ctx)
 
 
+@bridgeable
 def value_and_derivative(
     f: Callable, backend: Any, x: Any, *contexts: Any, prep: Any = None
 ) -> tuple[Any, Any]:
@@ -431,6 +441,7 @@ def value_and_derivative(
     return _derivative(impl, prob, xs, kinds, ctx)
 
 
+@bridgeable
 def derivative(f: Callable, backend: Any, x: Any, *contexts: Any, prep: Any = None) -> Any:
     """The derivative ``f'(x)`` for a scalar ``x``, shaped like ``f(x)``.
 

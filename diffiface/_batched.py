@@ -8,8 +8,10 @@ from typing import Any
 
 from . import _checks, _convert
 from ._api import _enter, _out_kind
+from ._bridge_ops import bridgeable
 
 
+@bridgeable
 def value_and_batched_jacobian(f: Callable, backend: Any, x: Any, *contexts: Any, prep: Any = None):
     """The value ``f(x)`` and the per-sample Jacobians, of shape ``(B, *out, *in)``.
 
@@ -60,6 +62,7 @@ def value_and_batched_jacobian(f: Callable, backend: Any, x: Any, *contexts: Any
     return _convert.back(impl, y, k), _convert.back(impl, jac, k)
 
 
+@bridgeable
 def batched_jacobian(f: Callable, backend: Any, x: Any, *contexts: Any, prep: Any = None) -> Any:
     """Per-sample Jacobians ``(B, *out, *in)`` of ``f`` over a batch ``x`` (axis 0).
 

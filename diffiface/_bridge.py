@@ -54,7 +54,7 @@ class Node:
     (``len(args)`` when none is); JAX transposes with respect to those.
     """
 
-    __slots__ = ("kit", "fn", "lin", "kind", "base", "key", "out", "_derived", "__weakref__")
+    __slots__ = ("__weakref__", "_derived", "base", "fn", "key", "kind", "kit", "lin", "out")
 
     def __init__(self, kit, fn: Callable, lin: int | None, kind: str, base=None, key=None) -> None:
         self.kit, self.fn, self.lin, self.kind, self.base = kit, fn, lin, kind, base
@@ -88,6 +88,7 @@ class Node:
             return self.base.vjp(self.lin)
         if self.kind == "vjp":  # (x, w) -> Jᵀ w transposes to the jvp of the base
             return self.base.jvp(self.lin)
+
         def build() -> Node:
             fn = self.kit.transpose(self.fn, n, lin_shapes)
             return Node(self.kit, fn, n, "T", self, lin_shapes)
@@ -98,6 +99,7 @@ class Node:
         """The inner framework's vmap of this node over ``dims`` (None: not batched);
         every output is batched along axis 0."""
         lin = self.lin if self.lin is not None else len(dims)
+
         def build() -> Node:
             return Node(self.kit, self.kit.vmap(self.fn, dims), lin, "batch", self, dims)
 
@@ -105,7 +107,7 @@ class Node:
 
 
 def framework_of(leaf: Any) -> str | None:
-    """"jax", "torch", "autograd" (a box), "numpy" or None for a non-array leaf."""
+    """ "jax", "torch", "autograd" (a box), "numpy" or None for a non-array leaf."""
     mod = type(leaf).__module__
     if mod.startswith("jax") or mod.startswith("jaxlib"):
         return "jax"
@@ -246,7 +248,9 @@ def out_avals(node: Node, avals: tuple) -> tuple:
     if node.kind == "batch":
         dims = node.key
         size = next(a[0][0] for a, d in zip(avals, dims, strict=True) if d is not None)
-        inner = tuple(a if d is None else (a[0][1:], a[1]) for a, d in zip(avals, dims, strict=True))
+        inner = tuple(
+            a if d is None else (a[0][1:], a[1]) for a, d in zip(avals, dims, strict=True)
+        )
         return tuple(((size, *s), d) for s, d in out_avals(node.base, inner))
     cache = node._derived.setdefault("avals", {})
     got = cache.get(avals)

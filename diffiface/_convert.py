@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from . import _checks
+from ._bridge_ops import Foreign, foreign
 from ._contexts import Constant
 from ._tree import flatten, paths, unflatten
 from ._within import check_not_foreign
@@ -59,6 +60,8 @@ def point(op: str, impl: Any, leaves: list, tree: Any) -> tuple[tuple, tuple]:
 
 
 def _raise_leaf(op: str, impl: Any, tree: Any, i: int, leaf: Any):
+    if foreign(impl, leaf):
+        raise Foreign  # the operator crosses a bridge (see _bridge_ops)
     path = paths(tree)[i]
     check_not_foreign(_checks.call_form(op, impl.backend), impl.framework, path, leaf)
     if is_complex(leaf):
@@ -116,6 +119,8 @@ def native_tangent(op: str, impl: Any, name: str, leaf: Any) -> Any:
                 f"{_checks.call_form(op, impl.backend)}: {name} is {leaf.dtype}, but {reason}"
             )
         return impl.from_numpy(np.asarray(leaf))
+    if foreign(impl, leaf):
+        raise Foreign
     raise _checks.mismatch(op, impl.backend, name, "kind", impl.native_kind, _checks.describe(leaf))
 
 
@@ -149,6 +154,8 @@ def contexts(op: str, impl: Any, contexts: tuple) -> tuple:
                 continue
             if isinstance(v, np.ndarray):
                 numpy = True
+            elif foreign(impl, v):
+                raise Foreign
             elif not isinstance(v, _PLAIN):
                 check_not_foreign(_checks.call_form(op, impl.backend), impl.framework, _what(i), v)
         if numpy:

@@ -27,6 +27,7 @@ from ._api import (
     value_and_gradient,
 )
 from ._backend_types import AutoFiniteDifferences, SecondOrder
+from ._bridge_ops import bridgeable
 from ._fallbacks import SLOW, _size
 from ._problem import Problem
 from ._registry import implementation
@@ -78,6 +79,7 @@ def _hvp(op: str, f, backend, x, v, contexts, prep):
     return _like_x(impl, prob, g, kinds), _like_x(impl, prob, hv, kinds)
 
 
+@bridgeable
 def gradient_and_hvp(f: Callable, backend: Any, x: Any, v: Any, *contexts: Any, prep: Any = None):
     """The gradient and the Hessian-vector product ``H(x) v`` of a scalar ``f``, in one pass.
 
@@ -103,6 +105,7 @@ def gradient_and_hvp(f: Callable, backend: Any, x: Any, v: Any, *contexts: Any, 
     return _hvp("gradient_and_hvp", f, backend, x, v, contexts, prep)
 
 
+@bridgeable
 def hvp(f: Callable, backend: Any, x: Any, v: Any, *contexts: Any, prep: Any = None) -> Any:
     """The Hessian-vector product ``H(x) v`` of a scalar ``f``, with the structure of ``x``.
 
@@ -118,6 +121,7 @@ def hvp(f: Callable, backend: Any, x: Any, v: Any, *contexts: Any, prep: Any = N
     return _hvp("hvp", f, backend, x, v, contexts, prep)[1]
 
 
+@bridgeable
 def value_gradient_and_hessian(
     f: Callable, backend: Any, x: Any, *contexts: Any, prep: Any = None, chunk_size: Any = None
 ):
@@ -165,6 +169,7 @@ def value_gradient_and_hessian(
     return _convert.back(impl, y, k), _like_x(impl, prob, g, kinds), _convert.back(impl, h, k)
 
 
+@bridgeable
 def hessian(
     f: Callable, backend: Any, x: Any, *contexts: Any, prep: Any = None, chunk_size: Any = None
 ) -> Any:
@@ -198,6 +203,7 @@ def hessian(
     return _convert.back(impl, h, _out_kind(kinds))
 
 
+@bridgeable
 def value_derivative_and_second_derivative(
     f: Callable, backend: Any, x: Any, *contexts: Any, prep: Any = None
 ):
@@ -235,6 +241,7 @@ def value_derivative_and_second_derivative(
     return tuple(_convert.back(impl, a, k) for a in (y, d, d2))
 
 
+@bridgeable
 def second_derivative(f: Callable, backend: Any, x: Any, *contexts: Any, prep: Any = None) -> Any:
     """The second derivative ``f''(x)`` at a scalar ``x``, shaped like ``f(x)``.
 

@@ -126,9 +126,14 @@ bridge_p = Primitive("diffiface_bridge")
 bridge_p.multiple_results = True
 
 
+_JAX = (jax.Array, jax.core.Tracer)
+
+
 def call(node: _bridge.Node, arrays: list) -> list:
     """``node`` applied to jax arrays (or tracers): jax arrays out."""
-    arrays = [a if isinstance(a, jax.Array | jax.core.Tracer) else _jax_array(to_jax(a)) for a in arrays]
+    arrays = [
+        a if isinstance(a, jax.Array | jax.core.Tracer) else _jax_array(to_jax(a)) for a in arrays
+    ]
     avals = tuple((tuple(a.shape), np.dtype(a.dtype)) for a in arrays)
     outs = _bridge.out_avals(node, avals)
     return bridge_p.bind(*arrays, node=node, avals=outs)

@@ -83,7 +83,10 @@ class Kit:
         return run
 
     def transpose(self, fn, n: int, lin_avals: tuple):
-        vjp = self.vjp(lambda *lin_and_a: fn(*lin_and_a[len(lin_avals) :], *lin_and_a[: len(lin_avals)]), len(lin_avals))
+        vjp = self.vjp(
+            lambda *lin_and_a: fn(*lin_and_a[len(lin_avals) :], *lin_and_a[: len(lin_avals)]),
+            len(lin_avals),
+        )
 
         def run(*a):
             zeros = tuple(np.zeros(s, d) for s, d in lin_avals)

@@ -133,8 +133,10 @@ class SecondOrder(AbstractBackend):
     Build it with :func:`second_order`. ``outer.mode`` picks forward ("forward",
     the default) or reverse ("reverse") for the outer pass; ``inner.mode`` picks
     how the gradient is computed (reverse by default, "forward" for a gradient
-    by forward mode). Both must be of the same framework, or ``outer`` must be
-    ``AutoFiniteDifferences()`` (finite differences over any backend's gradient).
+    by forward mode). ``outer`` may be of another framework than ``inner``: it
+    then differentiates ``inner``'s gradient across a bridge (see
+    :func:`differentiate_with`), and ``AutoFiniteDifferences()`` as ``outer``
+    takes finite differences of any backend's gradient.
 
     Examples:
         >>> second_order(AutoJax(mode="forward"), AutoJax(mode="reverse"))
@@ -158,13 +160,6 @@ class SecondOrder(AbstractBackend):
                     f"second_order(outer, inner): {name} must be a first-order backend such as "
                     f"AutoJax(), got {b!r}."
                 )
-        o, i = self.outer.framework, self.inner.framework
-        if o != i and o != "finite_differences":
-            raise ValueError(
-                f"second_order({self.outer!r}, {self.inner!r}): {o} cannot differentiate "
-                f"through {i}'s gradient. Use the same framework for both, or "
-                "AutoFiniteDifferences() as the outer backend."
-            )
 
 
 def second_order(outer: AbstractBackend, inner: AbstractBackend) -> SecondOrder:

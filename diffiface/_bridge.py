@@ -120,6 +120,16 @@ def framework_of(leaf: Any) -> str | None:
     return None
 
 
+def framework_key(backend: Any) -> str:
+    """The bridge module key of a backend's framework."""
+    return _INNER.get(backend.framework, backend.framework)
+
+
+def kind_of(tree: Any) -> str:
+    """The bridge module key for the arrays of ``tree`` ("numpy" for NumPy or floats)."""
+    return outer_of(flatten(tree)[0], "second_order")
+
+
 def outer_of(leaves: list, what: str) -> str:
     """The one framework of the array leaves (``numpy`` when only NumPy arrays)."""
     found = {fw for leaf in leaves if (fw := framework_of(leaf)) not in (None, "numpy")}

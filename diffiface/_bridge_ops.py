@@ -18,6 +18,7 @@ from ._bridge import Bridged, framework_of
 from ._cache import FunctionCache
 from ._contexts import Constant, FixedParams
 from ._tangents import Tangents
+from ._tree import tree_map
 
 _CACHE = FunctionCache()
 
@@ -32,6 +33,10 @@ def foreign(impl: Any, leaf: Any) -> bool:
     return fw not in (None, "numpy", impl.framework)
 
 
+class Crossing(Foreign):
+    """Raised for ``second_order(outer, inner)`` of two frameworks."""
+
+
 def bridgeable(op: Callable) -> Callable:
     """The operator, or on another framework's arrays, the operator run across a bridge."""
 
@@ -39,10 +44,76 @@ def bridgeable(op: Callable) -> Callable:
     def run(f, backend, *args, **kwargs):
         try:
             return op(f, backend, *args, **kwargs)
+        except Crossing:
+            return second_order(op.__name__, f, backend, args, kwargs)
         except Foreign:
             return call(op, f, backend, args, kwargs)
 
     return run
+
+
+def crosses(backend: Any) -> bool:
+    """A ``second_order(outer, inner)`` whose outer framework differentiates another's
+    gradient (finite differences over any gradient has its own path)."""
+    o, i = backend.outer.framework, backend.inner.framework
+    return o != i and o != "finite_differences"
+
+
+def second_order(op: str, f: Callable, backend: Any, args: tuple, kwargs: dict) -> Any:
+    """``op`` for ``second_order(outer, inner)`` across frameworks: ``outer`` differentiates
+    ``x -> di.gradient(f, inner, x)``, which crosses the bridge as one operation; its
+    derivative is computed by ``inner`` (forward over reverse for a forward ``outer``)."""
+    from . import _api, _bridge
+
+    outer, inner = backend.outer, backend.inner
+    if kwargs.get("prep") is not None:
+        raise _checks.DiffifaceValueError(
+            f"{op}(f, {backend!r}, ...): a second_order of two frameworks takes no prep."
+        )
+    to_outer = _bridge.module(_bridge.framework_key(outer)).as_array
+    x_kind = _bridge.kind_of(args[0])
+
+    def move(tree):
+        return tree_map(lambda a: to_outer(a) if framework_of(a) else a, tree)
+
+    moved = [Constant(move(a.value)) if isinstance(a, Constant) else move(a) for a in args]
+    x, rest = moved[0], moved[1:]
+    if op in ("hvp", "gradient_and_hvp"):
+        v, contexts = rest[0], rest[1:]
+        grad = functools.partial(_grad_of, f, inner, contexts)
+        if getattr(outer, "mode", None) == "reverse":  # H symmetric: Hᵀ v = H v
+            g, hv = _api.value_and_vjp(grad, outer, x, v)
+        else:
+            g, hv = _api.value_and_jvp(grad, outer, x, v)
+        out = (g, hv) if op == "gradient_and_hvp" else hv
+    elif op in ("hessian", "value_gradient_and_hessian"):
+        grad = functools.partial(_grad_of, f, inner, rest)
+        g, h = _api.value_and_jacobian(grad, outer, x, **kwargs)
+        out = h if op == "hessian" else (_second_order_value(f, inner, x, rest), g, h)
+    else:
+        d = functools.partial(_derivative_of, f, inner, rest)
+        d1, d2 = _api.value_and_derivative(d, outer, x)
+        out = d2 if op == "second_derivative" else (_second_order_value(f, inner, x, rest), d1, d2)
+    back = _bridge.module(x_kind).as_array
+    return tree_map(lambda a: back(a) if framework_of(a) else a, out)
+
+
+def _grad_of(f, inner, contexts, x):
+    from ._api import gradient
+
+    return gradient(f, inner, x, *contexts)
+
+
+def _derivative_of(f, inner, contexts, x):
+    from ._api import derivative
+
+    return derivative(f, inner, x, *contexts)
+
+
+def _second_order_value(f, inner, x, contexts):
+    from ._bridge import differentiate_with
+
+    return differentiate_with(f, inner)(x, *(c.value for c in contexts))
 
 
 def call(op: Callable, f: Callable, backend: Any, args: tuple, kwargs: dict) -> Any:

@@ -27,7 +27,7 @@ from ._api import (
     value_and_gradient,
 )
 from ._backend_types import AutoFiniteDifferences, SecondOrder
-from ._bridge_ops import bridgeable
+from ._bridge_ops import Crossing, bridgeable, crosses
 from ._fallbacks import SLOW, _size
 from ._problem import Problem
 from ._registry import implementation
@@ -48,6 +48,8 @@ def _enter2(op, f, backend, x, contexts, scalar, prep=None, t=None):
     combo = None
     if isinstance(backend, SecondOrder):
         outer, inner = backend.outer, backend.inner
+        if crosses(backend):
+            raise Crossing  # the outer framework differentiates across a bridge
         if isinstance(outer, AutoFiniteDifferences) and not isinstance(
             inner, AutoFiniteDifferences
         ):

@@ -21,3 +21,8 @@ def unflatten(treedef: Any, leaves: Any) -> Any:
 def paths(treedef: Any) -> list[str]:
     """Readable path of each leaf of a treedef, in flatten order: ``x['a'][0]``."""
     return ["x" + "".join(f"[{k!r}]" for k in p) for p in treedef.paths()]
+
+
+def tree_map(fn: Any, tree: Any) -> Any:
+    """``fn`` applied to every leaf (None stays an empty subtree)."""
+    return optree.tree_map(fn, tree, none_is_leaf=False, namespace=NAMESPACE)

@@ -129,6 +129,11 @@ bridge_p.multiple_results = True
 _JAX = (jax.Array, jax.core.Tracer)
 
 
+def as_array(a: Any) -> Any:
+    """Any framework's array as a jax array."""
+    return a if isinstance(a, _JAX) else _jax_array(to_jax(a))
+
+
 def call(node: _bridge.Node, arrays: list) -> list:
     """``node`` applied to jax arrays (or tracers): jax arrays out."""
     arrays = [

@@ -30,6 +30,9 @@ def to_numpy(a: Any) -> np.ndarray:
     return np.asarray(a)
 
 
+as_array = to_numpy
+
+
 class Kit:
     """autograd or finite differences as the inner framework."""
 

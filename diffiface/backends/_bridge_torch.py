@@ -32,6 +32,9 @@ def to_torch(a: Any) -> torch.Tensor:
     return torch.from_dlpack(a)
 
 
+as_array = to_torch
+
+
 def _on_cpu(a: Any) -> bool:
     devices = getattr(a, "devices", None)  # a jax array
     return devices is not None and all(d.platform == "cpu" for d in devices())

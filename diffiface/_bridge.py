@@ -120,6 +120,12 @@ def framework_of(leaf: Any) -> str | None:
     return None
 
 
+def _container_box(leaf: Any) -> bool:
+    return type(leaf).__module__.startswith("autograd") and isinstance(
+        getattr(leaf, "_value", None), dict | list | tuple
+    )
+
+
 def framework_key(backend: Any) -> str:
     """The bridge module key of a backend's framework."""
     return _INNER.get(backend.framework, backend.framework)
@@ -178,6 +184,11 @@ class Bridged:
         return self._call(args, leaves, tree)
 
     def _call(self, args: tuple, leaves: list, tree: Any) -> Any:
+        if any(_container_box(leaf) for leaf in leaves):  # a dict or tuple autograd boxed
+            from .backends._autograd import open_boxes
+
+            args = open_boxes(args)
+            leaves, tree = flatten(args)
         arrays, static = [], []
         for leaf in leaves:
             (static if framework_of(leaf) is None else arrays).append(leaf)

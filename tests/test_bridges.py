@@ -1,0 +1,339 @@
+"""Bridges between frameworks: differentiate_with, operators on another framework's
+arrays, and second_order(outer, inner) of two frameworks.
+
+References: the same math written in one framework (JAX, float64) and central finite
+differences in float64. AD backends agree with it to 1e-10; a finite-differences inner
+backend to 1e-6 at first order and 1e-4 at second order (differences of differences).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from helpers import HAVE
+
+import diffiface as di
+
+jax = pytest.importorskip("jax")
+torch = pytest.importorskip("torch")
+anp = pytest.importorskip("autograd.numpy")
+autograd = pytest.importorskip("autograd")
+jnp = jax.numpy
+
+X0 = np.linspace(0.1, 1.0, 4)
+V0 = np.array([1.0, -0.5, 0.25, 2.0])
+OPS = {"jax": jnp, "torch": torch, "autograd": anp, "fd": np}
+BACKENDS = {
+    "jax": di.AutoJax(),
+    "torch": di.AutoTorch(),
+    "autograd": di.AutoAutograd(),
+    "fd": di.AutoFiniteDifferences(),
+}
+
+
+def _f(xp):
+    return lambda x: xp.sin(x) * xp.sum(x**2)
+
+
+def _loss(xp, inner):
+    return lambda x: xp.sum(inner(x) ** 3)
+
+
+REF_GRAD = np.asarray(jax.grad(_loss(jnp, _f(jnp)))(X0))
+REF_HESS = np.asarray(jax.hessian(_loss(jnp, _f(jnp)))(X0))
+
+
+def _tol(inner, order):
+    return {1: 1e-6, 2: 1e-4}[order] if inner == "fd" else 1e-10
+
+
+def _pairs():
+    out = []
+    for outer in ("jax", "torch", "autograd"):
+        for inner in ("jax", "torch", "autograd", "fd"):
+            if inner != outer:
+                out.append(pytest.param(outer, inner, id=f"{inner}-inside-{outer}"))
+    return out
+
+
+def _outer_derivatives(outer, loss):
+    """(gradient, Hessian) by the outer framework's own transforms, as NumPy."""
+    if outer == "jax":
+        return np.asarray(jax.grad(loss)(X0)), np.asarray(jax.hessian(loss)(X0))
+    if outer == "torch":
+        x = torch.tensor(X0, requires_grad=True)
+        (g,) = torch.autograd.grad(loss(x), x, create_graph=True)
+        h = torch.func.hessian(loss)(torch.tensor(X0))
+        return g.detach().numpy(), h.numpy()
+    return autograd.grad(loss)(X0), autograd.hessian(loss)(X0)
+
+
+@pytest.mark.parametrize(("outer", "inner"), _pairs())
+def test_first_and_second_order_across_every_ordered_pair(outer, inner):
+    bridged = di.differentiate_with(_f(OPS[inner]), BACKENDS[inner])
+    g, h = _outer_derivatives(outer, _loss(OPS[outer], bridged))
+    np.testing.assert_allclose(g, REF_GRAD, rtol=_tol(inner, 1), atol=_tol(inner, 1))
+    np.testing.assert_allclose(h, REF_HESS, rtol=_tol(inner, 2), atol=_tol(inner, 2))
+
+
+@pytest.mark.parametrize("inner", ["torch", "autograd", "fd"])
+def test_jax_transforms_compose_over_a_bridged_call(inner):
+    """jit, vmap, jvp, reverse-over-reverse and forward-over-reverse, also jitted."""
+    loss = _loss(jnp, di.differentiate_with(_f(OPS[inner]), BACKENDS[inner]))
+    tol1, tol2 = _tol(inner, 1), _tol(inner, 2)
+    np.testing.assert_allclose(jax.jit(jax.grad(loss))(X0), REF_GRAD, rtol=tol1, atol=tol1)
+    np.testing.assert_allclose(jax.jit(jax.hessian(loss))(X0), REF_HESS, rtol=tol2, atol=tol2)
+    rr = jax.jacrev(jax.jacrev(loss))(X0)
+    np.testing.assert_allclose(rr, REF_HESS, rtol=tol2, atol=tol2)
+    _, t = jax.jvp(loss, (X0,), (V0,))
+    np.testing.assert_allclose(t, REF_GRAD @ V0, rtol=tol1)
+    batch = jax.vmap(jax.grad(loss))(jnp.stack([X0, X0]))
+    np.testing.assert_allclose(batch, np.stack([REF_GRAD, REF_GRAD]), rtol=tol1, atol=tol1)
+
+
+def test_torch_func_transforms_compose_over_a_bridged_jax_call():
+    loss = _loss(torch, di.differentiate_with(_f(jnp), di.AutoJax()))
+    x = torch.tensor(X0)
+    np.testing.assert_allclose(torch.func.grad(loss)(x).numpy(), REF_GRAD, rtol=1e-10)
+    rr = torch.func.jacrev(torch.func.jacrev(loss))(x)
+    np.testing.assert_allclose(rr.numpy(), REF_HESS, rtol=1e-10, atol=1e-10)
+    batch = torch.func.vmap(torch.func.grad(loss))(torch.stack([x, x]))
+    np.testing.assert_allclose(batch.numpy(), np.stack([REF_GRAD, REF_GRAD]), rtol=1e-10)
+    _, t = torch.func.jvp(loss, (x,), (torch.tensor(V0),))
+    np.testing.assert_allclose(float(t), REF_GRAD @ V0, rtol=1e-10)
+
+
+def test_bridged_call_against_central_differences():
+    """An independent check of the JAX reference itself, in float64."""
+    loss = _loss(torch, di.differentiate_with(_f(jnp), di.AutoJax()))
+    h = 1e-6
+    fd = [
+        (float(loss(torch.tensor(X0 + h * e))) - float(loss(torch.tensor(X0 - h * e)))) / (2 * h)
+        for e in np.eye(4)
+    ]
+    x = torch.tensor(X0, requires_grad=True)
+    (g,) = torch.autograd.grad(loss(x), x)
+    np.testing.assert_allclose(g.numpy(), fd, rtol=1e-6)
+
+
+def test_dtype_kind_and_pytree_structure_are_kept():
+    def model(p, x):
+        return {"y": jnp.tanh(p["w"] * x), "s": (p["w"] ** 2).sum()}
+
+    bridged = di.differentiate_with(model, di.AutoJax())
+    p = {"w": torch.ones(3, dtype=torch.float32)}
+    out = bridged(p, torch.arange(3, dtype=torch.float32))
+    assert set(out) == {"y", "s"}
+    assert out["y"].dtype == torch.float32 and isinstance(out["s"], torch.Tensor)
+    np.testing.assert_allclose(out["y"].numpy(), np.tanh(np.arange(3.0)), rtol=1e-6)
+
+
+def test_no_copy_on_the_cpu_path():
+    from diffiface.backends._bridge_jax import Kit as JaxKit
+    from diffiface.backends._bridge_numpy import to_numpy
+    from diffiface.backends._bridge_torch import to_torch
+
+    t = torch.ones(1000)
+    assert JaxKit.to_inner(t).ctypes.data == t.data_ptr()  # a view jit takes as it is
+    a = jnp.ones(1000)
+    assert to_torch(a).data_ptr() == a.unsafe_buffer_pointer()
+    assert to_numpy(a).ctypes.data == a.unsafe_buffer_pointer()
+    assert to_numpy(t).ctypes.data == t.data_ptr()
+
+
+def test_repeated_calls_reuse_one_node_and_one_compilation():
+    bridged = di.differentiate_with(lambda x: jnp.sin(x), di.AutoJax())
+    for _ in range(3):
+        bridged(torch.ones(3))
+    assert len(bridged._nodes) == 1
+    (node,) = bridged._nodes.values()
+    assert node.fn._cache_size() == 1
+
+
+# ---- operators on another framework's arrays, and nested rules across frameworks --------------
+
+
+def _model(xp):
+    def model(x, p):
+        return xp.sum(xp.tanh(p["W"] @ x + p["b"]) ** 2)
+
+    return model
+
+
+RNG = np.random.default_rng(0)
+W, B, XS = RNG.normal(size=(5, 3)), RNG.normal(size=5), RNG.normal(size=3)
+
+
+def _nested_loss(model, backend):
+    def loss(x, p):
+        g = di.gradient(di.FixedParams(model, p), backend, x)
+        return (g**2).sum()
+
+    return loss
+
+
+def _reference_nested():
+    loss = _nested_loss(_model(jnp), di.AutoJax())
+    p = {"W": jnp.asarray(W), "b": jnp.asarray(B)}
+    return jax.grad(loss, argnums=(0, 1))(jnp.asarray(XS), p)
+
+
+@pytest.mark.parametrize("strategy", ["auto", "forward_over_reverse"])
+def test_jax_inner_gradient_of_fixed_params_inside_a_torch_loss(strategy):
+    def loss(x, p):
+        g = di.gradient(di.FixedParams(_model(jnp), p, strategy), di.AutoJax(), x)
+        return (g**2).sum()
+
+    x = torch.tensor(XS, requires_grad=True)
+    p = {"W": torch.tensor(W, requires_grad=True), "b": torch.tensor(B, requires_grad=True)}
+    di.nested_rule_counts(reset=True)
+    gx, gw, gb = torch.autograd.grad(loss(x, p), [x, p["W"], p["b"]])
+    rx, rp = _reference_nested()
+    np.testing.assert_allclose(gx.numpy(), rx, rtol=1e-10)
+    np.testing.assert_allclose(gw.numpy(), rp["W"], rtol=1e-10)
+    np.testing.assert_allclose(gb.numpy(), rp["b"], rtol=1e-10)
+    counts = di.nested_rule_counts()
+    want = "forward_over_reverse" if strategy != "auto" else "reverse_over_reverse"
+    assert counts.get(("jax", "gradient", want), 0) >= 1  # JAX ran the rule inside
+
+
+def test_torch_inner_gradient_of_fixed_params_inside_a_jax_loss():
+    loss = _nested_loss(_model(torch), di.AutoTorch())
+    p = {"W": jnp.asarray(W), "b": jnp.asarray(B)}
+    gx, gp = jax.jit(jax.grad(loss, argnums=(0, 1)))(jnp.asarray(XS), p)
+    rx, rp = _reference_nested()
+    np.testing.assert_allclose(gx, rx, rtol=1e-10)
+    np.testing.assert_allclose(gp["W"], rp["W"], rtol=1e-10)
+
+
+def test_operators_on_another_frameworks_arrays_return_that_framework():
+    x = torch.tensor(XS)
+    jv = di.jvp(lambda t: jnp.sin(t), di.AutoJax(), x, torch.ones(3, dtype=torch.float64))
+    assert isinstance(jv, torch.Tensor)
+    np.testing.assert_allclose(jv.numpy(), np.cos(XS), rtol=1e-12)
+    h = di.hessian(lambda t: (t**3).sum(), di.AutoTorch(), jnp.asarray(XS))
+    assert isinstance(h, jax.Array)
+    np.testing.assert_allclose(h, np.diag(6 * XS), rtol=1e-12)
+
+
+def test_prep_with_another_frameworks_arrays_is_an_error():
+    prep = di.prepare_gradient(lambda t: (t**2).sum(), di.AutoJax(), jnp.ones(3))
+    with pytest.raises(di.DiffifaceValueError, match="without prep"):
+        di.gradient(lambda t: (t**2).sum(), di.AutoJax(), torch.ones(3), prep=prep)
+
+
+def test_tangents_across_frameworks_is_an_error_that_says_what_to_do():
+    with pytest.raises(di.DiffifaceValueError, match="pass one tangent per call"):
+        di.jvp(jnp.sin, di.AutoJax(), torch.ones(2), di.Tangents(torch.ones(2), torch.ones(2)))
+
+
+# ---- second_order(outer, inner) of two frameworks ----------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "outer", [di.AutoJax(mode="forward"), di.AutoJax(mode="reverse"), di.AutoAutograd()]
+)
+def test_second_order_with_an_outer_of_another_framework(outer):
+    b = di.second_order(outer, di.AutoTorch())
+    f = _loss(torch, _f(torch))
+    hv = di.hvp(f, b, torch.tensor(X0), torch.tensor(V0))
+    assert isinstance(hv, torch.Tensor)
+    np.testing.assert_allclose(hv.numpy(), REF_HESS @ V0, rtol=1e-10)
+    np.testing.assert_allclose(di.hessian(f, b, torch.tensor(X0)).numpy(), REF_HESS, rtol=1e-10)
+    g, hv2 = di.gradient_and_hvp(f, b, X0, V0)  # NumPy in, NumPy out
+    assert isinstance(hv2, np.ndarray)
+    np.testing.assert_allclose(g, REF_GRAD, rtol=1e-10)
+
+
+def test_second_derivative_with_torch_over_jax():
+    b = di.second_order(di.AutoTorch(), di.AutoJax())
+    d2 = di.second_derivative(lambda t: jnp.sin(t) * t, b, np.array(0.5))
+    np.testing.assert_allclose(d2, -np.sin(0.5) * 0.5 + 2 * np.cos(0.5), rtol=1e-12)
+
+
+# ---- errors -------------------------------------------------------------------------------------
+
+
+def test_arrays_on_different_devices_are_an_error():
+    bridged = di.differentiate_with(lambda a, b: a + b, di.AutoJax())
+    with pytest.raises(di.DiffifaceValueError, match=r"cpu, meta.*tensor\.to\(device\)"):
+        bridged(torch.ones(2), torch.ones(2, device="meta"))
+
+
+def test_arrays_of_two_frameworks_in_one_call_are_an_error():
+    bridged = di.differentiate_with(lambda a, b: a + b, di.AutoAutograd())
+    with pytest.raises(di.DiffifaceTypeError, match="arrays of one framework"):
+        bridged(torch.ones(2), jnp.ones(2))
+
+
+def test_float64_into_jax_without_x64_is_an_error():
+    bridged = di.differentiate_with(jnp.sin, di.AutoJax())
+    with jax.enable_x64(False), pytest.raises(di.DiffifaceValueError, match="jax_enable_x64"):
+        bridged(torch.ones(2, dtype=torch.float64))
+
+
+def test_differentiate_with_checks_its_arguments():
+    with pytest.raises(di.DiffifaceTypeError, match="first-order backend"):
+        di.differentiate_with(jnp.sin, di.second_order(di.AutoJax(), di.AutoJax()))
+    with pytest.raises(di.DiffifaceTypeError, match="f must be callable"):
+        di.differentiate_with(3, di.AutoJax())
+
+
+@pytest.mark.skipif(not HAVE["torch"], reason="torch missing")
+def test_a_bridged_call_whose_framework_is_missing_names_the_extra():
+    code = (
+        "import sys; sys.modules['torch'] = None\n"
+        "import numpy as np, diffiface as di\n"
+        "import autograd.numpy as anp, autograd\n"
+        "b = di.differentiate_with(lambda x: x * 2, di.AutoTorch())\n"
+        "try:\n"
+        "    autograd.grad(lambda x: anp.sum(b(x)))(np.ones(2))\n"
+        "except ImportError as e:\n"
+        "    print(type(e).__name__, e)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert "FrameworkMissingError" in out.stdout and 'pip install "diffiface[torch]"' in out.stdout
+
+
+# ---- the seeds' PINN-style loss: a JAX model trained by a torch optimizer ----------------------
+
+
+def _pinn_loss(model, backend, x, p):
+    """Fit u(x) = model(x, p) to u' = cos x via an inner gradient, plus u(0) = 0."""
+    du = torch.stack([di.gradient(di.FixedParams(model, p), backend, xi) for xi in x])
+    u0 = di.differentiate_with(model, backend)(torch.zeros((), dtype=x.dtype), p)
+    return ((du - torch.cos(x)) ** 2).mean() + u0**2
+
+
+def _train(model, backend, steps=15):
+    torch.manual_seed(0)
+    p = {
+        "w": torch.randn(8, dtype=torch.float64, requires_grad=True),
+        "a": torch.randn(8, dtype=torch.float64, requires_grad=True),
+    }
+    opt = torch.optim.Adam(p.values(), lr=0.05)
+    x = torch.linspace(-1, 1, 6, dtype=torch.float64)
+    losses = []
+    for _ in range(steps):
+        opt.zero_grad()
+        loss = _pinn_loss(model, backend, x, p)
+        loss.backward()
+        opt.step()
+        losses.append(float(loss))
+    return losses
+
+
+def test_pinn_with_a_jax_inner_model_trains_like_the_all_torch_version():
+    def jax_model(x, p):
+        return jnp.sum(p["a"] * jnp.tanh(p["w"] * x))
+
+    def torch_model(x, p):
+        return torch.sum(p["a"] * torch.tanh(p["w"] * x))
+
+    bridged = _train(jax_model, di.AutoJax())
+    native = _train(torch_model, di.AutoTorch())
+    np.testing.assert_allclose(bridged, native, rtol=1e-9)
+    assert bridged[-1] < 0.5 * bridged[0]

@@ -322,7 +322,7 @@ def _train(model, backend, steps=15):
         loss = _pinn_loss(model, backend, x, p)
         loss.backward()
         opt.step()
-        losses.append(float(loss))
+        losses.append(loss.item() if not loss.requires_grad else float(loss.detach()))
     return losses
 
 

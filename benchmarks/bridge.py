@@ -25,14 +25,14 @@ import time
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("XLA_FLAGS", "--xla_cpu_multi_thread_eigen=false")
 
-import jax  # noqa: E402
-import jax.numpy as jnp  # noqa: E402
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
-from nested import REPEATS, SIZES, check, leaves, make_g, problem, to_numpy  # noqa: E402
-from overhead import median_us  # noqa: E402
+import jax
+import jax.numpy as jnp
+import numpy as np
+import torch
+from nested import REPEATS, SIZES, check, leaves, make_g, problem, to_numpy
+from overhead import median_us
 
-import diffiface as di  # noqa: E402
+import diffiface as di
 
 torch.set_num_threads(1)
 ROUNDS = 5

@@ -26,9 +26,9 @@ def to_torch(a: Any) -> torch.Tensor:
     if isinstance(a, torch.Tensor):
         return a
     if isinstance(a, np.ndarray | np.generic):
-        return torch.from_numpy(np.asarray(a))
+        return _from_numpy(np.asarray(a))
     if _on_cpu(a):  # a NumPy view: 4x cheaper than DLPack, still no copy
-        return torch.from_numpy(np.asarray(a))
+        return _from_numpy(np.asarray(a))
     return torch.from_dlpack(a)
 
 
@@ -40,9 +40,20 @@ def _on_cpu(a: Any) -> bool:
     return devices is not None and all(d.platform == "cpu" for d in devices())
 
 
-# torch.from_numpy warns (once) on a read-only array: jax arrays and XLA's callback
-# buffers are read-only, and nothing here writes to them
-warnings.filterwarnings("ignore", "The given NumPy array is not writable", UserWarning)
+_QUIET = []  # non-empty once torch has had its one read-only warning
+
+
+def _from_numpy(a: np.ndarray) -> torch.Tensor:
+    """A tensor viewing ``a``. torch warns once per process on a read-only array (jax
+    arrays and XLA's callback buffers are read-only; nothing here writes to them): that
+    one warning is silenced, and later calls pay nothing for it."""
+    if _QUIET or a.flags.writeable:
+        return torch.from_numpy(a)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        t = torch.from_numpy(a)
+    _QUIET.append(True)
+    return t
 
 
 class Kit:

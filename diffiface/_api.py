@@ -6,7 +6,7 @@ from collections.abc import Callable
 from typing import Any
 
 from . import _checks, _config, _convert, _dense, _finite, _implicit
-from ._bridge_ops import bridgeable
+from ._bridge_ops import Foreign, cross
 from ._contexts import Constant, FixedParams, unfix
 from ._fallbacks import SLOW, _size
 from ._nested import route
@@ -114,7 +114,6 @@ def _like_x(impl, prob: Problem, gs: tuple, kinds: tuple) -> Any:
     return gs[0] if prob.single else unflatten(prob.treedef, gs)
 
 
-@bridgeable
 def value_and_gradient(
     f: Callable, backend: Any, x: Any, *contexts: Any, prep: Any = None
 ) -> tuple[Any, Any]:
@@ -143,15 +142,17 @@ def value_and_gradient(
         >>> float(y), g.round(6)
         (5.0, array([2., 4.]))
     """
-    if (out := _fast(_VG, prep, f, backend, x, contexts)) is not SLOW:
-        return out
-    impl, prob, xs, kinds, ctx = _enter(_VG, f, backend, x, contexts, True, prep)
-    y, gs = impl.value_and_gradient(prob, xs, ctx)
-    _remember(_VG, f, backend, x, impl, prob, kinds, ctx, prep, contexts)
-    return _convert.back(impl, y, _out_kind(kinds)), _like_x(impl, prob, gs, kinds)
+    try:
+        if (out := _fast(_VG, prep, f, backend, x, contexts)) is not SLOW:
+            return out
+        impl, prob, xs, kinds, ctx = _enter(_VG, f, backend, x, contexts, True, prep)
+        y, gs = impl.value_and_gradient(prob, xs, ctx)
+        _remember(_VG, f, backend, x, impl, prob, kinds, ctx, prep, contexts)
+        return _convert.back(impl, y, _out_kind(kinds)), _like_x(impl, prob, gs, kinds)
+    except Foreign as exc:  # arrays of another framework: the call crosses a bridge
+        return cross(exc, value_and_gradient, f, backend, (x, *contexts), {"prep": prep})
 
 
-@bridgeable
 def gradient(f: Callable, backend: Any, x: Any, *contexts: Any, prep: Any = None) -> Any:
     """The gradient of a scalar ``f`` with respect to ``x``, shaped like ``x``.
 
@@ -164,15 +165,17 @@ def gradient(f: Callable, backend: Any, x: Any, *contexts: Any, prep: Any = None
         ...             np.array([1.0, 2.0])).round(5)
         array([ 3., 12.])
     """
-    if (out := _fast("gradient", prep, f, backend, x, contexts)) is not SLOW:
-        return out
-    impl, prob, xs, kinds, ctx = _enter("gradient", f, backend, x, contexts, True, prep)
-    gs = impl.gradient(prob, xs, ctx)
-    _remember("gradient", f, backend, x, impl, prob, kinds, ctx, prep, contexts)
-    return _like_x(impl, prob, gs, kinds)
+    try:
+        if (out := _fast("gradient", prep, f, backend, x, contexts)) is not SLOW:
+            return out
+        impl, prob, xs, kinds, ctx = _enter("gradient", f, backend, x, contexts, True, prep)
+        gs = impl.gradient(prob, xs, ctx)
+        _remember("gradient", f, backend, x, impl, prob, kinds, ctx, prep, contexts)
+        return _like_x(impl, prob, gs, kinds)
+    except Foreign as exc:  # arrays of another framework: the call crosses a bridge
+        return cross(exc, gradient, f, backend, (x, *contexts), {"prep": prep})
 
 
-@bridgeable
 def value_and_jvp(
     f: Callable, backend: Any, x: Any, v: Any, *contexts: Any, prep: Any = None
 ) -> tuple[Any, Any]:
@@ -198,10 +201,12 @@ def value_and_jvp(
         >>> t.round(6)
         array([2., 0.])
     """
-    return _jvp("value_and_jvp", f, backend, x, v, contexts, prep)
+    try:
+        return _jvp("value_and_jvp", f, backend, x, v, contexts, prep)
+    except Foreign as exc:  # arrays of another framework: the call crosses a bridge
+        return cross(exc, value_and_jvp, f, backend, (x, v, *contexts), {"prep": prep})
 
 
-@bridgeable
 def jvp(f: Callable, backend: Any, x: Any, v: Any, *contexts: Any, prep: Any = None) -> Any:
     """The Jacobian-vector product ``J(x) v``, shaped like ``f(x)``.
 
@@ -214,7 +219,10 @@ def jvp(f: Callable, backend: Any, x: Any, v: Any, *contexts: Any, prep: Any = N
         ...        np.array([1.0, 2.0]), np.array([0.0, 1.0])).round(6)
         array([0., 1.])
     """
-    return _jvp("jvp", f, backend, x, v, contexts, prep)[1]
+    try:
+        return _jvp("jvp", f, backend, x, v, contexts, prep)[1]
+    except Foreign as exc:  # arrays of another framework: the call crosses a bridge
+        return cross(exc, jvp, f, backend, (x, v, *contexts), {"prep": prep})
 
 
 def tangents_in(op: str, impl, prob: Problem, xs: tuple, v: Any) -> list:
@@ -271,7 +279,6 @@ class _CheckW:
         return _convert.match(self.op, self.impl, "w", w, y)
 
 
-@bridgeable
 def value_and_vjp(
     f: Callable, backend: Any, x: Any, w: Any, *contexts: Any, prep: Any = None
 ) -> tuple[Any, Any]:
@@ -297,13 +304,15 @@ def value_and_vjp(
         >>> g.round(6)
         array([3., 3.])
     """
-    if prep is not None and (out := _direct(_VV, prep, f, backend, x, contexts, w)) is not SLOW:
-        return out
-    impl, _, kinds, y, g = _vjp(_VV, f, backend, x, w, contexts, prep)
-    return _convert.back(impl, y, _out_kind(kinds)), g
+    try:
+        if prep is not None and (out := _direct(_VV, prep, f, backend, x, contexts, w)) is not SLOW:
+            return out
+        impl, _, kinds, y, g = _vjp(_VV, f, backend, x, w, contexts, prep)
+        return _convert.back(impl, y, _out_kind(kinds)), g
+    except Foreign as exc:  # arrays of another framework: the call crosses a bridge
+        return cross(exc, value_and_vjp, f, backend, (x, w, *contexts), {"prep": prep})
 
 
-@bridgeable
 def vjp(f: Callable, backend: Any, x: Any, w: Any, *contexts: Any, prep: Any = None) -> Any:
     """The vector-Jacobian product ``wᵀ J(x)``, with the structure of ``x``.
 
@@ -316,12 +325,17 @@ def vjp(f: Callable, backend: Any, x: Any, w: Any, *contexts: Any, prep: Any = N
         ...        np.array([1.0, 2.0]), np.array([1.0, 0.0])).round(6)
         array([2., 0.])
     """
-    if prep is not None and (out := _direct("vjp", prep, f, backend, x, contexts, w)) is not SLOW:
-        return out
-    return _vjp("vjp", f, backend, x, w, contexts, prep)[4]
+    try:
+        if (
+            prep is not None
+            and (out := _direct("vjp", prep, f, backend, x, contexts, w)) is not SLOW
+        ):
+            return out
+        return _vjp("vjp", f, backend, x, w, contexts, prep)[4]
+    except Foreign as exc:  # arrays of another framework: the call crosses a bridge
+        return cross(exc, vjp, f, backend, (x, w, *contexts), {"prep": prep})
 
 
-@bridgeable
 def value_and_jacobian(
     f: Callable, backend: Any, x: Any, *contexts: Any, prep: Any = None, chunk_size: Any = None
 ) -> tuple[Any, Any]:
@@ -349,22 +363,33 @@ def value_and_jacobian(
         array([[0., 2.],
                [2., 0.]])
     """
-    if chunk_size is None:
-        if (out := _fast("value_and_jacobian", prep, f, backend, x, contexts)) is not SLOW:
-            return out
-    else:
-        _dense.check_chunk_size("value_and_jacobian", backend, chunk_size)
-    impl, prob, xs, kinds, ctx = _enter("value_and_jacobian", f, backend, x, contexts, prep=prep)
-    if not prob.single:
-        raise _checks.not_single_array(prob.op, backend, len(xs))
-    y, jac = _value_and_jacobian(impl, prob, xs, ctx, chunk_size)
-    if chunk_size is None:  # a chunked call compiled other functions
-        _remember("value_and_jacobian", f, backend, x, impl, prob, kinds, ctx, prep)
-    k = _out_kind(kinds)
-    return _convert.back(impl, y, k), _convert.back(impl, jac, k)
+    try:
+        if chunk_size is None:
+            if (out := _fast("value_and_jacobian", prep, f, backend, x, contexts)) is not SLOW:
+                return out
+        else:
+            _dense.check_chunk_size("value_and_jacobian", backend, chunk_size)
+        impl, prob, xs, kinds, ctx = _enter(
+            "value_and_jacobian", f, backend, x, contexts, prep=prep
+        )
+        if not prob.single:
+            raise _checks.not_single_array(prob.op, backend, len(xs))
+        y, jac = _value_and_jacobian(impl, prob, xs, ctx, chunk_size)
+        if chunk_size is None:  # a chunked call compiled other functions
+            _remember("value_and_jacobian", f, backend, x, impl, prob, kinds, ctx, prep)
+        k = _out_kind(kinds)
+        return _convert.back(impl, y, k), _convert.back(impl, jac, k)
+    except Foreign as exc:  # arrays of another framework: the call crosses a bridge
+        return cross(
+            exc,
+            value_and_jacobian,
+            f,
+            backend,
+            (x, *contexts),
+            {"prep": prep, "chunk_size": chunk_size},
+        )
 
 
-@bridgeable
 def jacobian(
     f: Callable, backend: Any, x: Any, *contexts: Any, prep: Any = None, chunk_size: Any = None
 ) -> Any:
@@ -379,18 +404,23 @@ def jacobian(
         array([[2., 0.],
                [0., 4.]])
     """
-    if chunk_size is None:
-        if (out := _fast("jacobian", prep, f, backend, x, contexts)) is not SLOW:
-            return out
-    else:
-        _dense.check_chunk_size("jacobian", backend, chunk_size)
-    impl, prob, xs, kinds, ctx = _enter("jacobian", f, backend, x, contexts, prep=prep)
-    if not prob.single:
-        raise _checks.not_single_array(prob.op, backend, len(xs))
-    jac = _value_and_jacobian(impl, prob, xs, ctx, chunk_size, value=False)[1]
-    if chunk_size is None:  # a chunked call compiled other functions
-        _remember("jacobian", f, backend, x, impl, prob, kinds, ctx, prep)
-    return _convert.back(impl, jac, _out_kind(kinds))
+    try:
+        if chunk_size is None:
+            if (out := _fast("jacobian", prep, f, backend, x, contexts)) is not SLOW:
+                return out
+        else:
+            _dense.check_chunk_size("jacobian", backend, chunk_size)
+        impl, prob, xs, kinds, ctx = _enter("jacobian", f, backend, x, contexts, prep=prep)
+        if not prob.single:
+            raise _checks.not_single_array(prob.op, backend, len(xs))
+        jac = _value_and_jacobian(impl, prob, xs, ctx, chunk_size, value=False)[1]
+        if chunk_size is None:  # a chunked call compiled other functions
+            _remember("jacobian", f, backend, x, impl, prob, kinds, ctx, prep)
+        return _convert.back(impl, jac, _out_kind(kinds))
+    except Foreign as exc:  # arrays of another framework: the call crosses a bridge
+        return cross(
+            exc, jacobian, f, backend, (x, *contexts), {"prep": prep, "chunk_size": chunk_size}
+        )
 
 
 def _value_and_jacobian(impl, prob: Problem, xs: tuple, ctx: tuple, chunk_size=None, value=True):
@@ -410,7 +440,6 @@ def _value_and_jacobian(impl, prob: Problem, xs: tuple, ctx: tuple, chunk_size=N
     return None, impl.jacobian(prob, xs, ctx)
 
 
-@bridgeable
 def value_and_derivative(
     f: Callable, backend: Any, x: Any, *contexts: Any, prep: Any = None
 ) -> tuple[Any, Any]:
@@ -432,16 +461,20 @@ def value_and_derivative(
         >>> round(y, 6), round(d, 5)
         (8.0, 12.0)
     """
-    if (
-        prep is not None
-        and (out := _direct("value_and_derivative", prep, f, backend, x, contexts)) is not SLOW
-    ):
-        return out
-    impl, prob, xs, kinds, ctx = _enter("value_and_derivative", f, backend, x, contexts, prep=prep)
-    return _derivative(impl, prob, xs, kinds, ctx)
+    try:
+        if (
+            prep is not None
+            and (out := _direct("value_and_derivative", prep, f, backend, x, contexts)) is not SLOW
+        ):
+            return out
+        impl, prob, xs, kinds, ctx = _enter(
+            "value_and_derivative", f, backend, x, contexts, prep=prep
+        )
+        return _derivative(impl, prob, xs, kinds, ctx)
+    except Foreign as exc:  # arrays of another framework: the call crosses a bridge
+        return cross(exc, value_and_derivative, f, backend, (x, *contexts), {"prep": prep})
 
 
-@bridgeable
 def derivative(f: Callable, backend: Any, x: Any, *contexts: Any, prep: Any = None) -> Any:
     """The derivative ``f'(x)`` for a scalar ``x``, shaped like ``f(x)``.
 
@@ -453,13 +486,16 @@ def derivative(f: Callable, backend: Any, x: Any, *contexts: Any, prep: Any = No
         >>> round(di.derivative(np.sin, di.AutoFiniteDifferences(), 0.0), 6)
         1.0
     """
-    if (
-        prep is not None
-        and (out := _direct("derivative", prep, f, backend, x, contexts)) is not SLOW
-    ):
-        return out
-    impl, prob, xs, kinds, ctx = _enter("derivative", f, backend, x, contexts, prep=prep)
-    return _derivative(impl, prob, xs, kinds, ctx)[1]
+    try:
+        if (
+            prep is not None
+            and (out := _direct("derivative", prep, f, backend, x, contexts)) is not SLOW
+        ):
+            return out
+        impl, prob, xs, kinds, ctx = _enter("derivative", f, backend, x, contexts, prep=prep)
+        return _derivative(impl, prob, xs, kinds, ctx)[1]
+    except Foreign as exc:  # arrays of another framework: the call crosses a bridge
+        return cross(exc, derivative, f, backend, (x, *contexts), {"prep": prep})
 
 
 def _derivative(impl, prob: Problem, xs: tuple, kinds: tuple, ctx: tuple):

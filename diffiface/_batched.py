@@ -8,10 +8,9 @@ from typing import Any
 
 from . import _checks, _convert
 from ._api import _enter, _out_kind
-from ._bridge_ops import bridgeable
+from ._bridge_ops import Foreign, cross
 
 
-@bridgeable
 def value_and_batched_jacobian(f: Callable, backend: Any, x: Any, *contexts: Any, prep: Any = None):
     """The value ``f(x)`` and the per-sample Jacobians, of shape ``(B, *out, *in)``.
 
@@ -42,27 +41,29 @@ def value_and_batched_jacobian(f: Callable, backend: Any, x: Any, *contexts: Any
         ((2, 2, 2), array([[6., 0.],
                [4., 3.]]))
     """
-    op = "value_and_batched_jacobian"
-    impl, prob, xs, kinds, ctx = _enter(op, f, backend, x, contexts, prep=prep)
-    if not prob.single:
-        raise _checks.not_single_array(prob.op, backend, len(xs))
-    if len(xs[0].shape) == 0:
-        raise _checks.DiffifaceValueError(
-            f"{_checks.call_form(prob.op, backend)}: x must have a batch axis first, got a "
-            "0-d array. Use derivative or jacobian for a single point."
-        )
-    x0 = xs[0]
-    if math.prod(tuple(x0.shape)) == 0:  # an empty batch or sample: zeros, f(x) once
-        y = prob.flat()(xs, *ctx)
-        check_batch(prob, tuple(x0.shape), tuple(y.shape))
-        jac = _convert.zeros(impl, (*y.shape, *x0.shape[1:]), x0)
-    else:
-        y, jac = impl.value_and_batched_jacobian(prob, xs, ctx)
-    k = _out_kind(kinds)
-    return _convert.back(impl, y, k), _convert.back(impl, jac, k)
+    try:
+        op = "value_and_batched_jacobian"
+        impl, prob, xs, kinds, ctx = _enter(op, f, backend, x, contexts, prep=prep)
+        if not prob.single:
+            raise _checks.not_single_array(prob.op, backend, len(xs))
+        if len(xs[0].shape) == 0:
+            raise _checks.DiffifaceValueError(
+                f"{_checks.call_form(prob.op, backend)}: x must have a batch axis first, got a "
+                "0-d array. Use derivative or jacobian for a single point."
+            )
+        x0 = xs[0]
+        if math.prod(tuple(x0.shape)) == 0:  # an empty batch or sample: zeros, f(x) once
+            y = prob.flat()(xs, *ctx)
+            check_batch(prob, tuple(x0.shape), tuple(y.shape))
+            jac = _convert.zeros(impl, (*y.shape, *x0.shape[1:]), x0)
+        else:
+            y, jac = impl.value_and_batched_jacobian(prob, xs, ctx)
+        k = _out_kind(kinds)
+        return _convert.back(impl, y, k), _convert.back(impl, jac, k)
+    except Foreign as exc:  # arrays of another framework: the call crosses a bridge
+        return cross(exc, value_and_batched_jacobian, f, backend, (x, *contexts), {"prep": prep})
 
 
-@bridgeable
 def batched_jacobian(f: Callable, backend: Any, x: Any, *contexts: Any, prep: Any = None) -> Any:
     """Per-sample Jacobians ``(B, *out, *in)`` of ``f`` over a batch ``x`` (axis 0).
 

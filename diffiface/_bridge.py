@@ -16,9 +16,12 @@ Arrays cross by DLPack (or NumPy views) without copies on the same device.
 from __future__ import annotations
 
 import importlib
+import sys
 import threading
 from collections.abc import Callable
 from typing import Any
+
+import numpy as np
 
 from . import _checks
 from ._tree import flatten, unflatten
@@ -107,23 +110,24 @@ class Node:
 
 
 def framework_of(leaf: Any) -> str | None:
-    """ "jax", "torch", "autograd" (a box), "numpy" or None for a non-array leaf."""
-    mod = type(leaf).__module__
-    if mod.startswith("jax") or mod.startswith("jaxlib"):
-        return "jax"
-    if mod.startswith("torch"):
-        return "torch"
-    if mod.startswith("autograd"):
-        return "autograd"
-    if mod == "numpy":
+    """ "jax", "torch", "autograd" (a box), "numpy" or None for a leaf that is no array
+    (a dtype, a device or a module is no array). Only frameworks already imported are
+    asked."""
+    if isinstance(leaf, np.ndarray | np.generic):
         return "numpy"
+    mod = type(leaf).__module__.partition(".")[0]
+    if mod == "torch":
+        return "torch" if isinstance(leaf, sys.modules["torch"].Tensor) else None
+    if mod in ("jax", "jaxlib"):
+        jax = sys.modules["jax"]
+        return "jax" if isinstance(leaf, jax.Array | jax.core.Tracer) else None
+    if mod == "autograd":
+        return "autograd" if isinstance(leaf, sys.modules["autograd.tracer"].Box) else None
     return None
 
 
 def _container_box(leaf: Any) -> bool:
-    return type(leaf).__module__.startswith("autograd") and isinstance(
-        getattr(leaf, "_value", None), dict | list | tuple
-    )
+    return framework_of(leaf) == "autograd" and isinstance(leaf._value, dict | list | tuple)
 
 
 def framework_key(backend: Any) -> str:
@@ -131,9 +135,9 @@ def framework_key(backend: Any) -> str:
     return _INNER.get(backend.framework, backend.framework)
 
 
-def kind_of(tree: Any) -> str:
+def kind_of(tree: Any, what: str) -> str:
     """The bridge module key for the arrays of ``tree`` ("numpy" for NumPy or floats)."""
-    return outer_of(flatten(tree)[0], "second_order")
+    return outer_of(flatten(tree)[0], what)
 
 
 def outer_of(leaves: list, what: str) -> str:
@@ -164,7 +168,7 @@ class Bridged:
                 f"differentiate_with(f, backend): f must be callable, got {type(f).__name__}."
             )
         self.f, self.backend = f, backend
-        self.inner = _INNER.get(backend.framework, backend.framework)
+        self.inner = framework_key(backend)
         self.name = name or getattr(f, "__name__", type(f).__name__)
         self._nodes: dict = {}
         self._plain: dict = {}
@@ -196,7 +200,7 @@ class Bridged:
         if outer == self.inner or (outer == "numpy" and self.inner == "autograd"):
             return self.f(*args)  # the same framework: no crossing
         where = tuple(i for i, leaf in enumerate(leaves) if framework_of(leaf) is not None)
-        node = self._node(tree, tuple(static), where, len(leaves))
+        node = self._node(tree, tuple(static), where)
         outer_module = module(outer)
         flat = outer_module.call(node, arrays)  # records the output structure
         out_tree = node_tree(node)
@@ -204,7 +208,7 @@ class Bridged:
             self._plain[(tree, *map(type, leaves))] = (outer_module, node, out_tree)
         return unflatten(out_tree, flat)
 
-    def _node(self, tree: Any, static: tuple, where: tuple, n: int) -> Node:
+    def _node(self, tree: Any, static: tuple, where: tuple) -> Node:
         try:
             key = (tree, static, where)
             node = self._nodes.get(key)
@@ -212,14 +216,20 @@ class Bridged:
             key, node = None, None
         if node is None:
             kit = module(self.inner).kit(self.backend)
-            flat = _flat_fn(self.f, tree, static, where, n)
+            flat = _flat_fn(self.f, tree, static, where)
             node = Node(kit, kit.compile(flat), None, "f")
             node.out = flat.out
             if key is not None:
                 with _LOCK:
                     node = self._nodes.setdefault(key, node)
+                    while len(self._nodes) > MAX_NODES:  # oldest first
+                        del self._nodes[next(iter(self._nodes))]
         return node
 
+
+# nodes kept per bridged function: one per structure and set of non-array leaves (a
+# Python float leaf is static, so each new value is a new node, on JAX a compilation)
+MAX_NODES = 64
 
 # the framework whose arrays a backend computes with
 _INNER = {"finite_differences": "numpy"}
@@ -234,14 +244,14 @@ class _OutTree:
         self.tree = None
 
 
-def _flat_fn(f: Callable, tree: Any, static: tuple, where: tuple, n: int) -> Callable:
+def _flat_fn(f: Callable, tree: Any, static: tuple, where: tuple) -> Callable:
     out = _OutTree()
+    template = list(static)  # the static leaves in place, the arrays' places empty
+    for i in where:
+        template.insert(i, None)
 
     def flat(*arrays):
-        leaves = [None] * n
-        it = iter(static)
-        for i in range(n):
-            leaves[i] = next(it) if i not in where else None
+        leaves = template.copy()
         for i, a in zip(where, arrays, strict=True):
             leaves[i] = a
         res, out.tree = flatten(f(*unflatten(tree, leaves)))

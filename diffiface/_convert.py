@@ -16,7 +16,6 @@ from . import _checks
 from ._bridge_ops import Foreign, foreign
 from ._contexts import Constant
 from ._tree import flatten, paths, unflatten
-from ._within import check_not_foreign
 
 NATIVE, NUMPY, PYTHON = 0, 1, 2
 
@@ -63,7 +62,6 @@ def _raise_leaf(op: str, impl: Any, tree: Any, i: int, leaf: Any):
     if foreign(impl, leaf):
         raise Foreign  # the operator crosses a bridge (see _bridge_ops)
     path = paths(tree)[i]
-    check_not_foreign(_checks.call_form(op, impl.backend), impl.framework, path, leaf)
     if is_complex(leaf):
         fix = (
             "Complex x is taken by gradient and value_and_gradient (of a real f); for "
@@ -140,7 +138,7 @@ def match(op: str, impl: Any, name: str, leaf: Any, ref: Any, path: str = "") ->
 def contexts(op: str, impl: Any, contexts: tuple) -> tuple:
     """Unwrap Constant contexts; NumPy leaves become native arrays."""
     out = []
-    for i, c in enumerate(contexts):
+    for c in contexts:
         if not isinstance(c, Constant):
             raise _checks.DiffifaceTypeError(
                 f"{_checks.call_form(op, impl.backend)}: contexts must be di.Constant(...), "
@@ -156,21 +154,12 @@ def contexts(op: str, impl: Any, contexts: tuple) -> tuple:
                 numpy = True
             elif foreign(impl, v):
                 raise Foreign
-            elif not isinstance(v, _PLAIN):
-                check_not_foreign(_checks.call_form(op, impl.backend), impl.framework, _what(i), v)
         if numpy:
             leaves = [_context_leaf(op, impl, v) for v in leaves]
             out.append(unflatten(tree, leaves))
         else:
             out.append(value)
     return tuple(out)
-
-
-_PLAIN = (np.ndarray, np.generic, numbers.Number, str, bytes, type(None))
-
-
-def _what(i: int) -> str:
-    return "a leaf of the FixedParams parameters or Constant" if i == 0 else "a Constant leaf"
 
 
 def _context_leaf(op: str, impl: Any, v: Any) -> Any:

@@ -11,7 +11,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from . import _api, _batched, _second_order
+from . import _api, _batched, _checks, _second_order
+from ._bridge_ops import Foreign
 from ._prep import Prep
 
 _SECOND = ("hvp", "hessian", "second_derivative")
@@ -20,13 +21,21 @@ _SCALAR = ("gradient", "hvp", "hessian")
 
 def _prep(family: str, f: Callable, backend: Any, x: Any, contexts: tuple, t: Any = None) -> Prep:
     scalar = family in _SCALAR
-    if family in _SECOND:
-        impl, combo, prob, _, kinds, _ = _second_order._enter2(
-            family, f, backend, x, contexts, scalar
-        )
-    else:
-        impl, prob, _, kinds, _ = _api._enter(family, f, backend, x, contexts, scalar)
-        combo = None
+    try:
+        if family in _SECOND:
+            impl, combo, prob, _, kinds, _ = _second_order._enter2(
+                family, f, backend, x, contexts, scalar
+            )
+        else:
+            impl, prob, _, kinds, _ = _api._enter(family, f, backend, x, contexts, scalar)
+            combo = None
+    except Foreign:
+        raise _checks.DiffifaceValueError(
+            f"prepare_{family}(f, {backend!r}, ...): the arguments hold arrays of another "
+            "framework (or second_order crosses frameworks), and a preparation holds one "
+            "framework's arrays. Prepare with the backend's arrays, or call the operator "
+            "without prep= (it then crosses a bridge)."
+        ) from None
     return Prep(family, f, backend, impl, combo, prob, x, kinds, contexts, t)
 
 

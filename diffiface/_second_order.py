@@ -27,7 +27,7 @@ from ._api import (
     value_and_gradient,
 )
 from ._backend_types import AutoFiniteDifferences, SecondOrder
-from ._bridge_ops import Crossing, bridgeable, crosses
+from ._bridge_ops import Crossing, Foreign, cross, crosses
 from ._fallbacks import SLOW, _size
 from ._problem import Problem
 from ._registry import implementation
@@ -81,7 +81,6 @@ def _hvp(op: str, f, backend, x, v, contexts, prep):
     return _like_x(impl, prob, g, kinds), _like_x(impl, prob, hv, kinds)
 
 
-@bridgeable
 def gradient_and_hvp(f: Callable, backend: Any, x: Any, v: Any, *contexts: Any, prep: Any = None):
     """The gradient and the Hessian-vector product ``H(x) v`` of a scalar ``f``, in one pass.
 
@@ -104,10 +103,12 @@ def gradient_and_hvp(f: Callable, backend: Any, x: Any, v: Any, *contexts: Any, 
         >>> hv.round(4)
         array([6., 0.])
     """
-    return _hvp("gradient_and_hvp", f, backend, x, v, contexts, prep)
+    try:
+        return _hvp("gradient_and_hvp", f, backend, x, v, contexts, prep)
+    except Foreign as exc:  # arrays of another framework: the call crosses a bridge
+        return cross(exc, gradient_and_hvp, f, backend, (x, v, *contexts), {"prep": prep})
 
 
-@bridgeable
 def hvp(f: Callable, backend: Any, x: Any, v: Any, *contexts: Any, prep: Any = None) -> Any:
     """The Hessian-vector product ``H(x) v`` of a scalar ``f``, with the structure of ``x``.
 
@@ -120,10 +121,12 @@ def hvp(f: Callable, backend: Any, x: Any, v: Any, *contexts: Any, prep: Any = N
         ...        np.array([1.0, 2.0]), np.array([0.0, 1.0])).round(4)
         array([8., 2.])
     """
-    return _hvp("hvp", f, backend, x, v, contexts, prep)[1]
+    try:
+        return _hvp("hvp", f, backend, x, v, contexts, prep)[1]
+    except Foreign as exc:  # arrays of another framework: the call crosses a bridge
+        return cross(exc, hvp, f, backend, (x, v, *contexts), {"prep": prep})
 
 
-@bridgeable
 def value_gradient_and_hessian(
     f: Callable, backend: Any, x: Any, *contexts: Any, prep: Any = None, chunk_size: Any = None
 ):
@@ -151,27 +154,36 @@ def value_gradient_and_hessian(
         array([[6., 2.],
                [2., 0.]])
     """
-    op = "value_gradient_and_hessian"
-    if chunk_size is None:
-        if (out := _fast(op, prep, f, backend, x, contexts)) is not SLOW:
-            return out
-    else:
-        _dense.check_chunk_size(op, backend, chunk_size)
-    impl, combo, prob, xs, kinds, ctx = _enter2(op, f, backend, x, contexts, True, prep)
-    if not prob.single:
-        raise _checks.not_single_array(op, backend, len(xs))
-    if chunk_size is not None and _size(xs[0]):
-        y, g, h = _dense.hessian(impl, prob, xs, ctx, combo, chunk_size)
-    else:
-        _dense.check_limit(op, backend, _size(xs[0]), _size(xs[0]), xs[0], "Hessian")
-        y, g, h = impl.value_gradient_and_hessian(prob, xs, ctx, combo)
-    if chunk_size is None:  # a chunked call compiled other functions
-        _remember(op, f, backend, x, impl, prob, kinds, ctx, prep)
-    k = _out_kind(kinds)
-    return _convert.back(impl, y, k), _like_x(impl, prob, g, kinds), _convert.back(impl, h, k)
+    try:
+        op = "value_gradient_and_hessian"
+        if chunk_size is None:
+            if (out := _fast(op, prep, f, backend, x, contexts)) is not SLOW:
+                return out
+        else:
+            _dense.check_chunk_size(op, backend, chunk_size)
+        impl, combo, prob, xs, kinds, ctx = _enter2(op, f, backend, x, contexts, True, prep)
+        if not prob.single:
+            raise _checks.not_single_array(op, backend, len(xs))
+        if chunk_size is not None and _size(xs[0]):
+            y, g, h = _dense.hessian(impl, prob, xs, ctx, combo, chunk_size)
+        else:
+            _dense.check_limit(op, backend, _size(xs[0]), _size(xs[0]), xs[0], "Hessian")
+            y, g, h = impl.value_gradient_and_hessian(prob, xs, ctx, combo)
+        if chunk_size is None:  # a chunked call compiled other functions
+            _remember(op, f, backend, x, impl, prob, kinds, ctx, prep)
+        k = _out_kind(kinds)
+        return _convert.back(impl, y, k), _like_x(impl, prob, g, kinds), _convert.back(impl, h, k)
+    except Foreign as exc:  # arrays of another framework: the call crosses a bridge
+        return cross(
+            exc,
+            value_gradient_and_hessian,
+            f,
+            backend,
+            (x, *contexts),
+            {"prep": prep, "chunk_size": chunk_size},
+        )
 
 
-@bridgeable
 def hessian(
     f: Callable, backend: Any, x: Any, *contexts: Any, prep: Any = None, chunk_size: Any = None
 ) -> Any:
@@ -187,25 +199,29 @@ def hessian(
         array([[ 6.,  0.],
                [ 0., 12.]])
     """
-    if chunk_size is None:
-        if (out := _fast("hessian", prep, f, backend, x, contexts)) is not SLOW:
-            return out
-    else:
-        _dense.check_chunk_size("hessian", backend, chunk_size)
-    impl, combo, prob, xs, kinds, ctx = _enter2("hessian", f, backend, x, contexts, True, prep)
-    if not prob.single:
-        raise _checks.not_single_array("hessian", backend, len(xs))
-    if chunk_size is not None and _size(xs[0]):
-        h = _dense.hessian(impl, prob, xs, ctx, combo, chunk_size)[2]
-    else:
-        _dense.check_limit("hessian", backend, _size(xs[0]), _size(xs[0]), xs[0], "Hessian")
-        h = impl.hessian(prob, xs, ctx, combo)
-    if chunk_size is None:  # a chunked call compiled other functions
-        _remember("hessian", f, backend, x, impl, prob, kinds, ctx, prep)
-    return _convert.back(impl, h, _out_kind(kinds))
+    try:
+        if chunk_size is None:
+            if (out := _fast("hessian", prep, f, backend, x, contexts)) is not SLOW:
+                return out
+        else:
+            _dense.check_chunk_size("hessian", backend, chunk_size)
+        impl, combo, prob, xs, kinds, ctx = _enter2("hessian", f, backend, x, contexts, True, prep)
+        if not prob.single:
+            raise _checks.not_single_array("hessian", backend, len(xs))
+        if chunk_size is not None and _size(xs[0]):
+            h = _dense.hessian(impl, prob, xs, ctx, combo, chunk_size)[2]
+        else:
+            _dense.check_limit("hessian", backend, _size(xs[0]), _size(xs[0]), xs[0], "Hessian")
+            h = impl.hessian(prob, xs, ctx, combo)
+        if chunk_size is None:  # a chunked call compiled other functions
+            _remember("hessian", f, backend, x, impl, prob, kinds, ctx, prep)
+        return _convert.back(impl, h, _out_kind(kinds))
+    except Foreign as exc:  # arrays of another framework: the call crosses a bridge
+        return cross(
+            exc, hessian, f, backend, (x, *contexts), {"prep": prep, "chunk_size": chunk_size}
+        )
 
 
-@bridgeable
 def value_derivative_and_second_derivative(
     f: Callable, backend: Any, x: Any, *contexts: Any, prep: Any = None
 ):
@@ -225,25 +241,31 @@ def value_derivative_and_second_derivative(
         >>> round(d2, 3)
         12.0
     """
-    op = "value_derivative_and_second_derivative"
-    if (
-        prep is not None
-        and (
-            out := _direct("value_derivative_and_second_derivative", prep, f, backend, x, contexts)
+    try:
+        op = "value_derivative_and_second_derivative"
+        if (
+            prep is not None
+            and (
+                out := _direct(
+                    "value_derivative_and_second_derivative", prep, f, backend, x, contexts
+                )
+            )
+            is not SLOW
+        ):
+            return out
+        impl, _, prob, xs, kinds, ctx = _enter2(op, f, backend, x, contexts, False, prep)
+        if not prob.single or tuple(xs[0].shape) != ():
+            shape = tuple(xs[0].shape) if prob.single else (len(xs),)
+            raise _checks.not_scalar_input(op, backend, shape)
+        y, d, d2 = impl.value_derivative_and_second_derivative(prob, xs, ctx)
+        k = _out_kind(kinds)
+        return tuple(_convert.back(impl, a, k) for a in (y, d, d2))
+    except Foreign as exc:  # arrays of another framework: the call crosses a bridge
+        return cross(
+            exc, value_derivative_and_second_derivative, f, backend, (x, *contexts), {"prep": prep}
         )
-        is not SLOW
-    ):
-        return out
-    impl, _, prob, xs, kinds, ctx = _enter2(op, f, backend, x, contexts, False, prep)
-    if not prob.single or tuple(xs[0].shape) != ():
-        shape = tuple(xs[0].shape) if prob.single else (len(xs),)
-        raise _checks.not_scalar_input(op, backend, shape)
-    y, d, d2 = impl.value_derivative_and_second_derivative(prob, xs, ctx)
-    k = _out_kind(kinds)
-    return tuple(_convert.back(impl, a, k) for a in (y, d, d2))
 
 
-@bridgeable
 def second_derivative(f: Callable, backend: Any, x: Any, *contexts: Any, prep: Any = None) -> Any:
     """The second derivative ``f''(x)`` at a scalar ``x``, shaped like ``f(x)``.
 

@@ -71,34 +71,3 @@ def _torch_differentiated(torch: Any, x: Any) -> bool:
         x = ft.get_unwrapped(x)
         seen += 1
     return bool(x.requires_grad and torch.is_grad_enabled())
-
-
-_AUTO = {"jax": "AutoJax", "torch": "AutoTorch", "autograd": "AutoAutograd"}
-
-
-def differentiated_by(x: Any) -> str | None:
-    """The framework differentiating ``x`` ("jax", "torch", "autograd"), or None.
-    Any JAX tracer counts: no other framework can compute with one."""
-    jax_mod = sys.modules.get("jax")
-    if jax_mod is not None and isinstance(x, jax_mod.core.Tracer):
-        return "jax"
-    if within_gradient(x):
-        return "torch" if type(x).__module__.startswith("torch") else "autograd"
-    return None
-
-
-def check_not_foreign(call: str, framework: str, what: str, x: Any) -> None:
-    """Raise when ``x`` is differentiated by a framework other than ``framework``: that
-    framework cannot see through the call, and its derivative would be lost."""
-    outer = differentiated_by(x)
-    if outer is not None and outer != framework:
-        from ._checks import DiffifaceTypeError
-
-        inner = f"the {framework} backend"
-        if framework == "finite_differences":
-            inner = "finite differences"
-        raise DiffifaceTypeError(
-            f"{call}: {what} is being differentiated by {outer}, which cannot see through "
-            f"{inner}: its derivative would be lost. Use di.{_AUTO[outer]}() for this inner "
-            "call (or compute the value outside the outer differentiation)."
-        )

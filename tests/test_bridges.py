@@ -153,6 +153,47 @@ def test_repeated_calls_reuse_one_node_and_one_compilation():
     assert node.fn._cache_size() == 1
 
 
+@pytest.mark.parametrize("inner", ["torch", "autograd"])
+def test_jax_transposes_a_batched_jvp_of_a_bridged_call(inner):
+    """The general transpose of a node (here vmap of a jvp, which is not the plain jvp):
+    the transpose of v -> J v is w -> Jᵀ w, checked against the all-JAX Jacobian."""
+    b = di.differentiate_with(_f(OPS[inner]), BACKENDS[inner])
+    lin = jax.vmap(lambda v: jax.jvp(b, (X0,), (v,))[1])
+    ws = jnp.stack([V0, 2 * V0])
+    (got,) = jax.linear_transpose(lin, ws)(ws)
+    jac = jax.jacobian(_f(jnp))(X0)
+    np.testing.assert_allclose(got, ws @ jac, rtol=1e-10)  # rows Jᵀ w
+
+
+def test_unused_outputs_and_inputs_without_grad_under_torch():
+    def two(x, c):
+        return jnp.sin(x) * c, jnp.cos(x)
+
+    b = di.differentiate_with(two, di.AutoJax())
+    x = torch.tensor(X0, requires_grad=True)
+    c = torch.tensor(3.0, dtype=torch.float64)  # no grad wanted
+    s, _ = b(x, c)  # the second output is not used: its cotangent is None
+    (g,) = torch.autograd.grad(s.sum(), x)
+    np.testing.assert_allclose(g.numpy(), 3 * np.cos(X0), rtol=1e-12)
+
+
+def test_python_scalars_are_constants_and_the_node_table_is_bounded():
+    from diffiface import _bridge
+
+    b = di.differentiate_with(lambda x, k: jnp.sum(k * x**2), di.AutoJax())
+    x = torch.tensor(X0, requires_grad=True)
+    for k in range(_bridge.MAX_NODES + 5):
+        (g,) = torch.autograd.grad(b(x, float(k)), x)
+        np.testing.assert_allclose(g.numpy(), 2 * k * X0, rtol=1e-12)
+    assert len(b._nodes) == _bridge.MAX_NODES
+
+
+def test_dtypes_and_devices_as_leaves_are_not_arrays():
+    b = di.differentiate_with(lambda x, dtype: x.to(dtype) * 2, di.AutoTorch())
+    out = b(jnp.asarray(X0), torch.float64)
+    np.testing.assert_allclose(np.asarray(out), 2 * X0)
+
+
 # ---- operators on another framework's arrays, and nested rules across frameworks --------------
 
 
@@ -219,6 +260,24 @@ def test_operators_on_another_frameworks_arrays_return_that_framework():
     np.testing.assert_allclose(h, np.diag(6 * XS), rtol=1e-12)
 
 
+def test_operators_crossing_for_many_functions_keep_a_bounded_cache():
+    """Each crossing operator holds its f (its derivatives run after the call returns,
+    when a lambda made inside a loss is gone); the number of functions is bounded."""
+    from diffiface import _bridge_ops
+
+    for k in range(_bridge_ops._CACHE._functions + 8):
+        x = torch.tensor(XS, requires_grad=True)
+        g = di.gradient(lambda t, k=k: k * (t**2).sum(), di.AutoJax(), x)
+        (h,) = torch.autograd.grad(g.sum(), x)
+        np.testing.assert_allclose(h.numpy(), 2.0 * k, rtol=1e-12)
+    assert len(_bridge_ops._CACHE) == _bridge_ops._CACHE._functions
+
+
+def test_prepare_with_another_frameworks_arrays_is_an_error():
+    with pytest.raises(di.DiffifaceValueError, match=r"prepare_gradient.*without prep="):
+        di.prepare_gradient(lambda t: (t**2).sum(), di.AutoJax(), torch.ones(3))
+
+
 def test_prep_with_another_frameworks_arrays_is_an_error():
     prep = di.prepare_gradient(lambda t: (t**2).sum(), di.AutoJax(), jnp.ones(3))
     with pytest.raises(di.DiffifaceValueError, match="without prep"):
@@ -246,6 +305,11 @@ def test_second_order_with_an_outer_of_another_framework(outer):
     g, hv2 = di.gradient_and_hvp(f, b, X0, V0)  # NumPy in, NumPy out
     assert isinstance(hv2, np.ndarray)
     np.testing.assert_allclose(g, REF_GRAD, rtol=1e-10)
+    np.testing.assert_allclose(hv2, REF_HESS @ V0, rtol=1e-10)
+    y, g2, h = di.value_gradient_and_hessian(f, b, torch.tensor(X0))
+    np.testing.assert_allclose(float(y), float(f(torch.tensor(X0))), rtol=1e-12)
+    np.testing.assert_allclose(g2.numpy(), REF_GRAD, rtol=1e-10)
+    np.testing.assert_allclose(h.numpy(), REF_HESS, rtol=1e-10)
 
 
 def test_second_derivative_with_torch_over_jax():

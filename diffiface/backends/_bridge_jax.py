@@ -21,48 +21,35 @@ from jax.extend.core import Primitive
 from jax.interpreters import ad, batching, mlir
 
 from .. import _bridge, _checks
+from .._backend_types import AutoJax
+from .._registry import implementation
+
+_JAX = (jax.Array, jax.core.Tracer)
 
 
-def _x64_reason(a: Any) -> str | None:
-    if _is_f64(a) and not jax.config.jax_enable_x64:
-        return (
-            "JAX has x64 disabled and would silently truncate float64 to float32. Enable x64 "
-            "with jax.config.update('jax_enable_x64', True) at start-up, or pass float32."
-        )
-    return None
-
-
-def _x64_error(reason: str) -> Exception:
-    return _checks.DiffifaceValueError(f"a bridged call into JAX got float64: {reason}")
-
-
-def _from_torch(t: Any) -> Any:
-    if t.device.type != "cpu":
-        return jax.dlpack.from_dlpack(t.detach().contiguous())
-    if t.dtype.itemsize == 8 and not jax.config.jax_enable_x64:
-        raise _x64_error(_x64_reason(t))
-    return t.numpy()  # a NumPy view: jit takes it without a copy (DLPack: 30 µs)
+def _check_dtype(a: Any) -> None:
+    """The JAX backend's dtype check (float64 or complex128 without x64 is an error)."""
+    if getattr(a.dtype, "itemsize", 0) >= 8:  # float64, complex64/128, int64
+        name = str(a.dtype).removeprefix("torch.")
+        reason = implementation(AutoJax()).check_numpy_dtype(np.dtype(name))
+        if reason:
+            raise _checks.DiffifaceValueError(f"a bridged call into JAX got {name}: {reason}")
 
 
 def to_jax(a: Any) -> Any:
     """Any framework's array as an argument of a jitted function, without a copy (a
     CPU array as a NumPy view, which jit takes as it is; others by DLPack)."""
-    if isinstance(a, jax.Array):
+    if isinstance(a, _JAX):
         return a
-    if isinstance(a, jax.core.Tracer):
-        return a
-    reason = _x64_reason(a)
-    if reason:
-        raise _x64_error(reason)
+    _check_dtype(a)
     if isinstance(a, np.ndarray | np.generic):
         return a
     if type(a).__module__.startswith("torch"):
-        return _from_torch(a.detach())
+        a = a.detach()
+        if a.device.type == "cpu":
+            return a.numpy()  # a NumPy view: jit takes it without a copy (DLPack: 30 µs)
+        return jax.dlpack.from_dlpack(a.contiguous())
     return jnp.asarray(a)
-
-
-def _is_f64(a: Any) -> bool:
-    return "float64" in str(getattr(a, "dtype", ""))
 
 
 class Kit:
@@ -70,16 +57,8 @@ class Kit:
 
     name = "jax"
 
-    def __init__(self, backend: Any) -> None:
-        self.backend = backend
-
     compile = staticmethod(jax.jit)
-
-    @staticmethod
-    def to_inner(a: Any) -> Any:
-        if type(a).__name__ == "Tensor":  # the torch outer's common case, first
-            return _from_torch(a)
-        return to_jax(a)
+    to_inner = staticmethod(to_jax)
 
     @staticmethod
     def to_numpy(a: Any) -> np.ndarray:
@@ -117,16 +96,13 @@ class Kit:
 
 
 def kit(backend: Any) -> Kit:
-    return Kit(backend)
+    return Kit()
 
 
 # ---- JAX as the outer framework: one primitive ------------------------------------------------
 
 bridge_p = Primitive("diffiface_bridge")
 bridge_p.multiple_results = True
-
-
-_JAX = (jax.Array, jax.core.Tracer)
 
 
 def as_array(a: Any) -> Any:
@@ -136,9 +112,9 @@ def as_array(a: Any) -> Any:
 
 def call(node: _bridge.Node, arrays: list) -> list:
     """``node`` applied to jax arrays (or tracers): jax arrays out."""
-    arrays = [
-        a if isinstance(a, jax.Array | jax.core.Tracer) else _jax_array(to_jax(a)) for a in arrays
-    ]
+    arrays = [as_array(a) for a in arrays]
+    if not any(isinstance(a, jax.core.Tracer) for a in arrays):  # eager: run it now
+        return _impl(*arrays, node=node, avals=None)
     avals = tuple((tuple(a.shape), np.dtype(a.dtype)) for a in arrays)
     outs = _bridge.out_avals(node, avals)
     return bridge_p.bind(*arrays, node=node, avals=outs)
@@ -196,7 +172,8 @@ def _transpose(cts, *args, node, avals):
         jnp.zeros(s, d) if type(c) is ad.Zero else c for c, (s, d) in zip(cts, avals, strict=True)
     ]
     outs = call(node.transpose(lin, lin_avals), [*args[:lin], *cts])
-    return [None] * lin + list(outs)
+    pairs = zip(args[lin:], outs, strict=True)
+    return [None] * lin + [c if ad.is_undefined_primal(a) else None for a, c in pairs]
 
 
 def _batch(args, dims, *, node, avals):

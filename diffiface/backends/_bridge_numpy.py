@@ -36,8 +36,6 @@ as_array = to_numpy
 class Kit:
     """autograd or finite differences as the inner framework."""
 
-    name = "numpy"
-
     def __init__(self, backend: Any) -> None:
         self.backend = backend
         self.name = backend.framework
@@ -86,14 +84,9 @@ class Kit:
         return run
 
     def transpose(self, fn, n: int, lin_avals: tuple):
-        vjp = self.vjp(
-            lambda *lin_and_a: fn(*lin_and_a[len(lin_avals) :], *lin_and_a[: len(lin_avals)]),
-            len(lin_avals),
-        )
-
-        def run(*a):
+        def run(*a):  # the vjp in the linear arguments, the others closed over
             zeros = tuple(np.zeros(s, d) for s, d in lin_avals)
-            return vjp(*zeros, *a[n:], *a[:n])
+            return self.vjp(lambda *lin: fn(*a[:n], *lin), len(zeros))(*zeros, *a[n:])
 
         return run
 
@@ -124,9 +117,9 @@ def _split(flat: np.ndarray, shapes: list) -> tuple:
 
 
 def _value(a: Any) -> Any:
-    while hasattr(a, "_value"):  # an autograd box, perhaps of another box
-        a = a._value
-    return a
+    from autograd.tracer import getval
+
+    return getval(a)
 
 
 def kit(backend: Any) -> Kit:
@@ -138,9 +131,7 @@ def kit(backend: Any) -> Kit:
 
 def call(node: _bridge.Node, arrays: list) -> list:
     """``node`` applied to NumPy arrays or autograd boxes: the same kind out."""
-    from autograd.tracer import Box
-
-    if not any(isinstance(a, Box) for a in arrays):
+    if not any(_bridge.framework_of(a) == "autograd" for a in arrays):  # no box: NumPy
         kit = node.kit
         return [to_numpy(o) for o in node.fn(*(kit.to_inner(to_numpy(a)) for a in arrays))]
     out = _primitive(node)(*arrays)

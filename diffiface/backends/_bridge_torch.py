@@ -61,9 +61,6 @@ class Kit:
 
     name = "torch"
 
-    def __init__(self, backend: Any) -> None:
-        self.backend = backend
-
     to_inner = staticmethod(to_torch)
 
     @staticmethod
@@ -116,16 +113,22 @@ def _zeros(shape, dtype, like):
     return torch.zeros(shape, dtype=_torch_dtype(dtype), device=device)
 
 
+_DTYPES = (torch.float16, torch.float32, torch.float64, torch.complex64, torch.complex128)
+_DTYPES += (torch.int64, torch.int32, torch.bool)
+_TO_NP = {d: torch.empty(0, dtype=d).numpy().dtype for d in _DTYPES}
+_TO_TORCH = {v: k for k, v in _TO_NP.items()}
+
+
 def _torch_dtype(dtype) -> torch.dtype:
-    return torch.from_numpy(np.empty(0, dtype=dtype)).dtype
+    return _TO_TORCH[np.dtype(dtype)]
 
 
 def _np_dtype(dtype: torch.dtype) -> np.dtype:
-    return torch.empty(0, dtype=dtype).numpy().dtype
+    return _TO_NP[dtype]
 
 
 def kit(backend: Any) -> Kit:
-    return Kit(backend)
+    return Kit()
 
 
 # ---- torch as the outer framework: one autograd.Function ---------------------------------------
@@ -164,21 +167,6 @@ def _save(ctx, node, args, output) -> None:
     ctx.save_for_forward(*args)
 
 
-def _backward(ctx, cts):
-    args = ctx.saved_tensors
-    cts = [
-        torch.zeros(s, dtype=d, device=dev) if c is None else c
-        for c, (s, d, dev) in zip(cts, ctx.meta, strict=True)
-    ]
-    return (None, *call(ctx.node.vjp(len(args)), [*args, *cts]))
-
-
-def _jvp(ctx, tangents):
-    args = ctx.saved_tensors
-    ts = [torch.zeros_like(a) if t is None else t for a, t in zip(args, tangents, strict=True)]
-    return tuple(call(ctx.node.jvp(len(args)), [*args, *ts]))
-
-
 class _Bridge(torch.autograd.Function):
     """Outside torch.func transforms: the classic form, which torch applies without
     binding the signature (about 25 µs less per call)."""
@@ -191,15 +179,24 @@ class _Bridge(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, *cts):
-        return _backward(ctx, cts)
+        args = ctx.saved_tensors
+        cts = [
+            torch.zeros(s, dtype=d, device=dev) if c is None else c
+            for c, (s, d, dev) in zip(cts, ctx.meta, strict=True)
+        ]
+        return (None, *call(ctx.node.vjp(len(args)), [*args, *cts]))
 
     @staticmethod
     def jvp(ctx, _node_tangent, *tangents):
-        return _jvp(ctx, tangents)
+        args = ctx.saved_tensors
+        pairs = zip(args, tangents, strict=True)
+        ts = [torch.zeros_like(a) if t is None else t for a, t in pairs]
+        return tuple(call(ctx.node.jvp(len(args)), [*args, *ts]))
 
 
-class _FuncBridge(torch.autograd.Function):
-    """Inside torch.func transforms, which need setup_context and a vmap rule."""
+class _FuncBridge(_Bridge):
+    """Inside torch.func transforms, which need setup_context and a vmap rule (backward
+    and jvp are _Bridge's)."""
 
     @staticmethod
     def forward(node, *args):
@@ -208,14 +205,6 @@ class _FuncBridge(torch.autograd.Function):
     @staticmethod
     def setup_context(ctx, inputs, output):
         _save(ctx, inputs[0], inputs[1:], output)
-
-    @staticmethod
-    def backward(ctx, *cts):
-        return _backward(ctx, cts)
-
-    @staticmethod
-    def jvp(ctx, _node_tangent, *tangents):
-        return _jvp(ctx, tangents)
 
     @staticmethod
     def vmap(info, in_dims, node, *args):

@@ -10,6 +10,8 @@ import os
 from collections.abc import Iterator
 from typing import Any
 
+DEFAULT_MAX_DENSE_BYTES = 2**30
+
 
 @dataclasses.dataclass
 class Config:
@@ -43,15 +45,14 @@ class Config:
     )
     check_finite: bool = False
     strict: bool = False
-    max_dense_bytes: int | None = 2**30  # DEFAULT_MAX_DENSE_BYTES
+    max_dense_bytes: int | None = DEFAULT_MAX_DENSE_BYTES
 
 
 config = Config()
-DEFAULT_MAX_DENSE_BYTES = 2**30
 _OPTIONS: contextvars.ContextVar[dict | None] = contextvars.ContextVar(
     "diffiface_options", default=None
 )
-_NAMES = ("nested_ad", "check_finite", "strict", "max_dense_bytes")
+_NAMES = tuple(f.name for f in dataclasses.fields(Config))
 
 
 @contextlib.contextmanager

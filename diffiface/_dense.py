@@ -18,13 +18,10 @@ from ._fallbacks import _size
 
 
 def itemsize(x: Any) -> int:
-    size = getattr(x.dtype, "itemsize", None)
-    return size if size is not None else x.element_size()  # torch dtypes
+    return x.dtype.itemsize  # NumPy, jax and torch (>= 2.1) dtypes
 
 
 def check_chunk_size(op: str, backend: Any, chunk_size: Any) -> None:
-    if chunk_size is None:
-        return
     if isinstance(chunk_size, bool) or not isinstance(chunk_size, numbers.Integral):
         got = type(chunk_size).__name__
         raise _checks.DiffifaceTypeError(

@@ -455,20 +455,21 @@ def _only_compiled(prob):
 
 def _numpy_in_out(run, op):
     """``run`` for a NumPy x: jit takes it as is (no separate conversion), the results
-    come back as NumPy. float64 needs x64, checked per call (it is global state)."""
+    come back as NumPy. float64 and complex128 need x64, checked per call (it is global
+    state); without it the general path explains."""
     asarray = np.asarray
     if op.startswith("value"):
 
-        def from_numpy(x):
-            if x.dtype.itemsize == 8 and not jax.config.jax_enable_x64:
-                return SLOW  # the general path explains
-            return tuple(asarray(a) for a in run(x))
+        def back(out):
+            return tuple(asarray(a) for a in out)
     else:
+        back = asarray
 
-        def from_numpy(x):
-            if x.dtype.itemsize == 8 and not jax.config.jax_enable_x64:
-                return SLOW
-            return asarray(run(x))
+    def from_numpy(x):
+        size = x.dtype.itemsize  # float64 (8, "f") or complex128 (16)
+        if (size == 16 or (size == 8 and x.dtype.kind == "f")) and not jax.config.jax_enable_x64:
+            return SLOW
+        return back(run(x))
 
     return from_numpy
 

@@ -249,7 +249,7 @@ class TorchImpl(BackendImpl):
         n = len(ws)
         if y.requires_grad:
             gs = torch.autograd.grad(
-                y, xg, w, is_grads_batched=True, allow_unused=True, create_graph=outer
+                y, xg, w, is_grads_batched=True, allow_unused=True, create_graph=outer or _seen(w)
             )
         else:
             gs = (None,) * len(xg)
@@ -337,7 +337,7 @@ class TorchImpl(BackendImpl):
         if self._plain(xs, ctx, combo):  # double backward: the fastest plain torch hvp
             xg = tuple(_leaf(x) for x in xs)
             with torch.enable_grad():
-                y = _call(prob, lambda: fn(xg, *ctx))
+                y = _apply(prob, fn, xg, ctx)
                 keep = _reaches_outside(y, xg)  # f closes over tensors of an outer pass
                 gs = _grads(y, xg, None, True, True)
                 used = [(g, v) for g, v in zip(gs, vs, strict=True) if g.requires_grad]
@@ -348,7 +348,7 @@ class TorchImpl(BackendImpl):
                     xg,
                     [v for _, v in used],
                     allow_unused=True,
-                    create_graph=keep,
+                    create_graph=keep or any(_seen(v) for v in vs),
                 )
             hv = tuple(torch.zeros_like(x) if h is None else h for h, x in zip(hv, xs, strict=True))
             return (gs if keep else tuple(g.detach() for g in gs)), hv
@@ -366,7 +366,7 @@ class TorchImpl(BackendImpl):
         n = len(vss)
         xg = tuple(_leaf(x) for x in xs)
         with torch.enable_grad():
-            y = _call(prob, lambda: fn(xg, *ctx))
+            y = _apply(prob, fn, xg, ctx)
             keep = _reaches_outside(y, xg)
             gs = _grads(y, xg, None, True, True)
             used = [k for k, g in enumerate(gs) if g.requires_grad]
@@ -379,7 +379,7 @@ class TorchImpl(BackendImpl):
                     vs,
                     is_grads_batched=True,
                     allow_unused=True,
-                    create_graph=keep,
+                    create_graph=keep or any(_seen(v) for v in vs),
                 )
         hv = [
             torch.zeros((n, *x.shape), dtype=x.dtype, device=x.device) if h is None else h
@@ -421,7 +421,7 @@ class TorchImpl(BackendImpl):
         if self._plain(xs, ctx, combo):  # one double backward, batched over the basis
             xg = _leaf(x)
             with torch.enable_grad():
-                y = _call(prob, lambda: fn((xg,), *ctx))
+                y = _apply(prob, fn, (xg,), ctx)
                 keep = _reaches_outside(y, (xg,))
                 (g,) = _grads(y, (xg,), None, True, True)
                 h = None
@@ -491,13 +491,20 @@ def _plain_value_and_grad(prob, fn, xs: tuple, ctx: tuple):
     tensors that an outer pass differentiates."""
     xg = tuple(_leaf(x) for x in xs)
     if torch.is_grad_enabled():
-        y = _call(prob, lambda: fn(xg, *ctx))
+        y = _apply(prob, fn, xg, ctx)
     else:
         with torch.enable_grad():
-            y = _call(prob, lambda: fn(xg, *ctx))
+            y = _apply(prob, fn, xg, ctx)
     if _reaches_outside(y, xg) or _dual(y):  # f closes over tensors of an outer pass
         return y, _grads(y, xg, None, True, False)
     return y.detach(), _grads(y, xg, None, False, False)
+
+
+def _seen(t) -> bool:
+    """A tangent or cotangent ``t`` that an outer differentiation sees."""
+    return isinstance(t, torch.Tensor) and (
+        (t.requires_grad and torch.is_grad_enabled()) or is_functorch_wrapped_tensor(t) or _dual(t)
+    )
 
 
 def _dual(a) -> bool:
@@ -516,9 +523,9 @@ def _tensors(ctx: tuple) -> list:
 
 
 def _functorch(xs: tuple, ctx: tuple) -> bool:
-    if peek_interpreter_stack() is None:  # no torch.func transform is running
-        return False
-    return any(is_functorch_wrapped_tensor(a) for a in (*xs, *_tensors(ctx)))
+    """A torch.func transform is running: it may see this call through x, a context,
+    a tangent or a closure, and it forbids the graph-building calls of a plain pass."""
+    return peek_interpreter_stack() is not None
 
 
 def _outer(xs: tuple, ctx: tuple) -> bool:
@@ -545,7 +552,7 @@ def _reaches_outside(y, xg: tuple) -> bool:
                 continue
             variable = getattr(nxt, "variable", None)
             if variable is not None:  # an accumulating leaf
-                if id(variable) not in own:
+                if id(variable) not in own and not hasattr(variable, _DONE):
                     return True
             elif nxt not in seen:
                 seen.add(nxt)
@@ -553,10 +560,28 @@ def _reaches_outside(y, xg: tuple) -> bool:
     return False
 
 
+_DONE = "_diffiface_done"  # marks a leaf of a finished call (see ``_apply``)
+
+
+def _apply(prob, fn, xg: tuple, ctx: tuple):
+    """f at the leaves this call differentiates. While f runs, a diffiface call nested
+    in f sees them as an outer pass's; once f returned they are this call's own, and a
+    graph that reaches them (an attached inner result) reaches nothing outside."""
+    y = _call(prob, lambda: fn(xg, *ctx))
+    done(xg)
+    return y
+
+
+def done(xg) -> None:
+    """Mark diffiface's own leaves ``xg`` as those of a finished call."""
+    for x in xg:
+        setattr(x, _DONE, True)
+
+
 def _forward(prob, fn, xs, ctx, outer):
     with torch.enable_grad():
         xg = tuple(_own(x, outer) for x in xs)
-        y = _call(prob, lambda: fn(xg, *ctx))
+        y = _apply(prob, fn, xg, ctx)
     return xg, y
 
 
@@ -582,9 +607,15 @@ def _leaf(x):
 
 
 def _grads(y, xg, w, outer, retain):
+    """The pullback of ``w`` (None: a scalar y) to ``xg``. The result stays on the graph
+    when an outer pass sees the call (``outer``) or the cotangent ``w``; a graph built
+    on y's graph keeps y's graph alive (its saved tensors are read again)."""
     if not y.requires_grad:  # f does not depend on x: every derivative is zero
         return tuple(torch.zeros_like(x) for x in xg)
-    gs = torch.autograd.grad(y, xg, w, allow_unused=True, create_graph=outer, retain_graph=retain)
+    create = outer or _seen(w)
+    gs = torch.autograd.grad(
+        y, xg, w, allow_unused=True, create_graph=create, retain_graph=retain or create
+    )
     if any(g is None for g in gs):
         return tuple(torch.zeros_like(x) if g is None else g for g, x in zip(gs, xg, strict=True))
     return gs

@@ -15,7 +15,7 @@ from torch._C._functorch import is_functorch_wrapped_tensor
 
 from .._fallbacks import OUT_SIZE, SLOW
 from .._tree import unflatten
-from ._torch import _FORWARD_LOCK, _grads, _reaches_outside
+from ._torch import _FORWARD_LOCK, _grads, _reaches_outside, done
 
 
 def runner(prob, combo):
@@ -74,6 +74,7 @@ def _forward(f, x):
         y = f(xg)
     except RuntimeError:
         return None
+    done((xg,))
     if type(y) is not torch.Tensor or y.grad_fn is None:
         return None
     return xg, y, _reaches_outside(y, (xg,))
@@ -146,6 +147,7 @@ def leaves_runner(prob):
             y = f(xg[0] if single else unflatten(treedef, xg), *contexts)
         except RuntimeError:
             return SLOW
+        done(xg)
         if type(y) is not torch.Tensor or y.ndim or y.grad_fn is None:
             return SLOW
         attached = _reaches_outside(y, xg)  # a closure or a Constant differentiated outside

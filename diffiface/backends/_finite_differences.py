@@ -91,8 +91,7 @@ class FiniteDifferencesImpl(BackendImpl):
                 xi = x.reshape(-1)[i]
                 step = base * max(1.0, abs(float(xi)))
                 h = float((xi + x.dtype.type(step)) - xi)  # exactly representable
-                d = [np.zeros_like(z) for z in xs]
-                d[k].reshape(-1)[i] = 1
+                d = [_unit(z, i if j == k else None, 1) for j, z in enumerate(xs)]
                 cols[..., i] = self._difference(fn, xs, ctx, y, d, h)
             out.append(cols)
         return y, tuple(out)
@@ -115,8 +114,7 @@ class FiniteDifferencesImpl(BackendImpl):
             for i in range(x.size):
                 h = base * max(1.0, abs(x.reshape(-1)[i]))
                 for unit in units:
-                    d = [np.zeros_like(z) for z in xs]
-                    d[k].reshape(-1)[i] = unit
+                    d = [_unit(z, i if j == k else None, unit) for j, z in enumerate(xs)]
                     g[i] += unit * self._difference(fn, xs, ctx, y, d, h)
             gs.append(g.reshape(x.shape))
         return y, tuple(gs)
@@ -193,8 +191,7 @@ class FiniteDifferencesImpl(BackendImpl):
         for i in range(x.size):
             xi = x.reshape(-1)[i]
             h = float((xi + x.dtype.type(base * max(1.0, abs(float(xi))))) - xi)
-            d = np.zeros_like(x)
-            d.reshape(-1)[i] = h
+            d = _unit(x, i, h)
             gp = self.value_and_gradient(prob, (x + d,), ctx)[1][0]
             gm = self.value_and_gradient(prob, (x - d,), ctx)[1][0]
             cols[:, i] = ((gp - gm) / (2 * h)).reshape(-1)
@@ -213,3 +210,12 @@ class FiniteDifferencesImpl(BackendImpl):
         d = np.asarray((fp - fm) / (2 * h), dtype=dtype)
         d2 = np.asarray((fp - 2 * y + fm) / (h * h), dtype=dtype)
         return y, d, d2
+
+
+def _unit(like: np.ndarray, i: int | None, value: Any) -> np.ndarray:
+    """An array of ``like``'s shape and dtype with ``value`` at flat (C-order) index ``i``
+    and zeros elsewhere (all zeros for None), whatever ``like``'s memory order."""
+    d = np.zeros(like.size, dtype=like.dtype)
+    if i is not None:
+        d[i] = value
+    return d.reshape(like.shape)

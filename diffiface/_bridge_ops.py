@@ -57,6 +57,8 @@ def cross(exc: Foreign, op: Callable, f: Callable, backend: Any, args: tuple, kw
         if not crosses(backend):
             raise exc
         return cross_second_order(op.__name__, f, backend, args, kw)
+    if _fd_over(backend):  # finite differences on NumPy copies, results like x
+        return _fd_over_arrays(exc, op, f, backend, args, kw)
     own = framework_key(backend)
     params = f.params if isinstance(f, FixedParams) else None
     values = [
@@ -66,6 +68,43 @@ def cross(exc: Foreign, op: Callable, f: Callable, backend: Any, args: tuple, kw
     if all(framework_of(a) in (None, "numpy", own) for a in flatten((params, values))[0]):
         raise exc
     return call(op, f, backend, args, kw)
+
+
+def _fd_over(backend: Any) -> bool:
+    """``second_order(AutoFiniteDifferences(), inner)`` over an AD framework's gradient."""
+    return (
+        getattr(backend, "framework", "") == "second_order"
+        and backend.outer.framework == "finite_differences"
+        and backend.inner.framework != "finite_differences"
+    )
+
+
+def _fd_over_arrays(exc: Foreign, op: Callable, f: Callable, backend: Any, args, kw) -> Any:
+    """Finite differences over ``inner`` on arrays of a framework: they run on NumPy
+    copies (the inner backend takes NumPy) and the results come back like x. An outer
+    pass or a trace cannot see through finite differences: a clear error there."""
+    from ._within import within_gradient
+
+    params = f.params if isinstance(f, FixedParams) else None
+    values = [a.value if isinstance(a, Constant) else a for a in args]
+    leaves = flatten((params, values))[0]
+    if all(framework_of(a) in (None, "numpy") for a in leaves):
+        raise exc
+    if any(within_gradient(a) or _is_tracer(a) for a in leaves):
+        name = op.__name__
+        raise _checks.DiffifaceTypeError(
+            f"{name}(f, {backend!r}, ...): finite differences cannot run on arrays that an "
+            "outer differentiation or a trace (jit, vmap) sees. Use an AD outer backend "
+            f"instead: second_order({backend.inner!r}, {backend.inner!r})."
+        )
+    return cross_second_order(op.__name__, f, backend, args, kw)
+
+
+def _is_tracer(a: Any) -> bool:
+    import sys
+
+    jax = sys.modules.get("jax")
+    return jax is not None and isinstance(a, jax.core.Tracer)
 
 
 def crosses(backend: Any) -> bool:
@@ -111,6 +150,8 @@ def cross_second_order(op: str, f: Callable, backend: Any, args: tuple, kwargs: 
         d1, d2 = _api.value_and_derivative(d, outer, x)
         out = d2 if op == "second_derivative" else (_second_order_value(f, inner, x, rest), d1, d2)
     back = _bridge.module(x_kind).as_array
+    if x_kind != "numpy":  # a 0-d result computed on NumPy may be a Python float
+        return tree_map(lambda a: back(a) if framework_of(a) or isinstance(a, float) else a, out)
     return tree_map(lambda a: back(a) if framework_of(a) else a, out)
 
 

@@ -287,7 +287,7 @@ class JaxImpl(BackendImpl):
         """The size of f(x) from jax.eval_shape, cached like a compiled function."""
         dyn, static = _split_contexts(prob, ctx)
         x, single = _arg(prob, xs), prob.single
-        avals = tuple((tuple(a.shape), a.dtype) for a in (*xs, *dyn))
+        avals = tuple((np.shape(a), getattr(a, "dtype", type(a))) for a in (*xs, *dyn))
 
         def build(fget):
             g = prob.flat(fget)

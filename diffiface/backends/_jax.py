@@ -14,6 +14,7 @@ from .._backend_types import AutoJax
 from .._batched import check_batch_of
 from .._cache import FunctionCache
 from .._fallbacks import SLOW, BackendImpl
+from .._reads import fingerprint
 from .._registry import register
 from .._tree import flatten, unflatten
 
@@ -107,6 +108,8 @@ class JaxImpl(BackendImpl):
 
         if _config.strict():  # the disconnected check runs at trace time: trace anew
             tag = (*tag, "strict")
+        if not prob.prepared:  # never stale: compile anew when a value f reads is rebound
+            tag = (*tag, fingerprint(prob.f))
         run = prob.fns.get((tag, static))  # the rest of the key is fixed for prob
         if run is None:
             run = prob.fns[tag, static] = CACHE.get(prob.f, prob.key(*tag, static), build)

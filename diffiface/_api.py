@@ -246,10 +246,23 @@ def _jvp(op: str, f, backend, x, v, contexts, prep):
     k = _out_kind(kinds)
     vss = tangents_in(op, impl, prob, xs, v)
     if isinstance(v, Tangents):
-        y, ts = impl.value_and_jvps(prob, xs, vss, ctx)
+        y, ts = impl.forward_or_reverse(
+            prob,
+            lambda: impl.value_and_jvps(prob, xs, vss, ctx),
+            lambda: _reverse_jvps(impl, prob, xs, vss, ctx),
+        )
         return _convert.back(impl, y, k), Tangents(*(_convert.back(impl, t, k) for t in ts))
-    y, t = impl.value_and_jvp(prob, xs, vss[0], ctx)
+    y, t = impl.forward_or_reverse(
+        prob,
+        lambda: impl.value_and_jvp(prob, xs, vss[0], ctx),
+        lambda: impl.reverse_jvp(prob, xs, vss[0], ctx),
+    )
     return _convert.back(impl, y, k), _convert.back(impl, t, k)
+
+
+def _reverse_jvps(impl, prob: Problem, xs: tuple, vss: list, ctx: tuple):
+    out = [impl.reverse_jvp(prob, xs, vs, ctx) for vs in vss]
+    return out[0][0], [t for _, t in out]
 
 
 def _vjp(op: str, f, backend, x, w, contexts, prep):
@@ -436,8 +449,17 @@ def _value_and_jacobian(impl, prob: Problem, xs: tuple, ctx: tuple, chunk_size=N
     m = impl.memo_output_size(prob, xs, ctx)
     _dense.check_limit(prob.op, prob.backend, m, n, x, "Jacobian")
     if value:
-        return impl.value_and_jacobian(prob, xs, ctx)
-    return None, impl.jacobian(prob, xs, ctx)
+        run = lambda: impl.value_and_jacobian(prob, xs, ctx)  # noqa: E731
+    else:
+        run = lambda: (None, impl.jacobian(prob, xs, ctx))  # noqa: E731
+    return impl.forward_or_reverse(
+        prob, run, lambda: _reverse_jacobian(impl, prob, xs, ctx), impl.mode == "forward"
+    )
+
+
+def _reverse_jacobian(impl, prob: Problem, xs: tuple, ctx: tuple):
+    y, (jac,) = impl.reverse_jacobian(prob, xs, ctx)
+    return y, jac
 
 
 def value_and_derivative(
@@ -502,6 +524,11 @@ def _derivative(impl, prob: Problem, xs: tuple, kinds: tuple, ctx: tuple):
     if not prob.single or tuple(xs[0].shape) != ():
         shape = tuple(xs[0].shape) if prob.single else (len(xs),)
         raise _checks.not_scalar_input(prob.op, prob.backend, shape)
-    y, t = impl.value_and_jvp(prob, xs, (impl.ones_like(xs[0]),), ctx)
+    one = (impl.ones_like(xs[0]),)
+    y, t = impl.forward_or_reverse(
+        prob,
+        lambda: impl.value_and_jvp(prob, xs, one, ctx),
+        lambda: _reverse_jacobian(impl, prob, xs, ctx),
+    )
     k = _out_kind(kinds)
     return _convert.back(impl, y, k), _convert.back(impl, t, k)

@@ -57,7 +57,12 @@ def value_and_batched_jacobian(f: Callable, backend: Any, x: Any, *contexts: Any
             check_batch(prob, tuple(x0.shape), tuple(y.shape))
             jac = _convert.zeros(impl, (*y.shape, *x0.shape[1:]), x0)
         else:
-            y, jac = impl.value_and_batched_jacobian(prob, xs, ctx)
+            y, jac = impl.forward_or_reverse(
+                prob,
+                lambda: impl.value_and_batched_jacobian(prob, xs, ctx),
+                lambda: _reverse(impl, prob, xs, ctx),
+                impl.mode == "forward",
+            )
         k = _out_kind(kinds)
         return _convert.back(impl, y, k), _convert.back(impl, jac, k)
     except Foreign as exc:  # arrays of another framework: the call crosses a bridge
@@ -95,3 +100,14 @@ def check_batch_of(op: str, backend: Any, x_shape: tuple, y_shape: tuple) -> Non
             f"x has shape {tuple(x_shape)}, f(x) has shape {tuple(y_shape)}. Map each sample "
             "to its output along axis 0."
         )
+
+
+def _reverse(impl, prob, xs: tuple, ctx: tuple):
+    """Per-sample Jacobians cut from the full reverse Jacobian (f without forward mode)."""
+    y, (jac,) = impl.reverse_jacobian(prob, xs, ctx)
+    x = xs[0]
+    check_batch(prob, tuple(x.shape), tuple(y.shape))
+    b, n_in, m = x.shape[0], math.prod(tuple(x.shape[1:])), math.prod(tuple(y.shape[1:]))
+    blocks = impl.reshape(jac, (b, m, b, n_in))
+    rows = impl.stack([blocks[i, :, i, :] for i in range(b)], 0)
+    return y, impl.reshape(rows, (*y.shape, *x.shape[1:]))

@@ -13,10 +13,14 @@ from typing import Any
 
 import numpy as np
 
-from . import _convert
+from . import _checks, _convert
+from ._cache import FunctionCache
 
 OUT_SIZE = "output size"  # the key of the memoized output size in a problem's fns
 SLOW = object()  # returned by a direct runner that must hand over to the general path
+# functions whose forward mode failed (a custom_vjp, an autograd.Function without jvp):
+# their forward-mode operators go straight to the reverse formulation
+_REVERSE_ONLY = FunctionCache(per_function=1)
 
 
 class BackendImpl:
@@ -120,6 +124,73 @@ class BackendImpl:
         """Like ``direct``, for an unprepared call: a runner that holds ``f`` only
         weakly (see ``_implicit``), or None."""
         return None
+
+    def forward_unsupported(self, exc: BaseException) -> bool:
+        """``exc`` says that f cannot run under the framework's forward mode (or its
+        batching), where the reverse formulation can (a JAX custom_vjp, a torch
+        autograd.Function without jvp or vmap support)."""
+        return False
+
+    def forward_or_reverse(self, prob, forward, reverse, chosen: bool = False):
+        """``forward()``, or ``reverse()`` where f cannot run in forward mode: the
+        direction is an implementation choice that must not change the answer. A
+        direction the user fixed (``chosen``: mode="forward" for a jacobian) is a clear
+        error instead. The verdict is remembered per f."""
+        if _REVERSE_ONLY.peek(prob.f, True) is None:
+            try:
+                return forward()
+            except Exception as exc:
+                if not self.forward_unsupported(exc):
+                    raise
+                if chosen:
+                    raise _checks.DiffifaceTypeError(
+                        f"{_checks.call_form(prob.op, prob.backend)}: f cannot run in "
+                        f"forward mode ({type(exc).__name__}: {str(exc).splitlines()[0]}). "
+                        "Use mode='reverse' (or mode=None, which picks what f supports)."
+                    ) from exc
+                _REVERSE_ONLY.put(prob.f, True, True)
+        return reverse()
+
+    def reverse_jacobian(self, prob, xs: tuple, ctx: tuple):
+        """(f(x), the Jacobian of each leaf) from one pullback per output element: the
+        formulation every differentiable f supports."""
+        y, pb = self.value_and_pullback(prob, xs, ctx)
+        m = _size(y)
+        rows = [pb(self.basis(y, i)) for i in range(m)]
+        jacs = tuple(
+            self.reshape(self.stack([r[k] for r in rows], 0), (*y.shape, *x.shape))
+            if rows
+            else _convert.zeros(self, (*y.shape, *x.shape), x)
+            for k, x in enumerate(xs)
+        )
+        return y, jacs
+
+    def reverse_jvp(self, prob, xs: tuple, vs: tuple, ctx: tuple):
+        """(f(x), J v) from the reverse Jacobian (m pullbacks)."""
+        y, jacs = self.reverse_jacobian(prob, xs, ctx)
+        m = _size(y)
+        t = None
+        for j, v in zip(jacs, vs, strict=True):
+            n = _size(v)
+            part = (self.reshape(j, (m, n)) * self.reshape(v, (1, n))).sum(1)
+            t = part if t is None else t + part
+        if t is None:
+            return y, _convert.zeros(self, tuple(y.shape), y)
+        return y, self.reshape(t, tuple(y.shape))
+
+    def reverse_second_derivative(self, prob, xs: tuple, ctx: tuple):
+        """(f(x), f'(x), f''(x)) at a scalar x, reverse over reverse."""
+        from ._problem import Problem
+
+        fn = prob.flat()
+
+        def d(x, *c):
+            return self.reverse_jacobian(prob, (x,), c)[1][0]
+
+        y = fn(xs, *ctx)
+        dprob = Problem(prob.op, prob.backend, self, d, prob.treedef, True, False)
+        d1, (d2,) = self.reverse_jacobian(dprob, xs, ctx)
+        return y, d1, d2
 
     # ---- primitives (each backend implements one or both) -------------------
     def value_and_pullback(self, prob, xs: tuple, ctx: tuple):

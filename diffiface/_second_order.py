@@ -257,7 +257,11 @@ def value_derivative_and_second_derivative(
         if not prob.single or tuple(xs[0].shape) != ():
             shape = tuple(xs[0].shape) if prob.single else (len(xs),)
             raise _checks.not_scalar_input(op, backend, shape)
-        y, d, d2 = impl.value_derivative_and_second_derivative(prob, xs, ctx)
+        y, d, d2 = impl.forward_or_reverse(
+            prob,
+            lambda: impl.value_derivative_and_second_derivative(prob, xs, ctx),
+            lambda: impl.reverse_second_derivative(prob, xs, ctx),
+        )
         k = _out_kind(kinds)
         return tuple(_convert.back(impl, a, k) for a in (y, d, d2))
     except Foreign as exc:  # arrays of another framework: the call crosses a bridge

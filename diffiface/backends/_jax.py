@@ -62,6 +62,12 @@ class JaxImpl(BackendImpl):
     def default_float(self, value: float) -> Any:
         return jnp.asarray(value, dtype=jnp.result_type(float))
 
+    def forward_unsupported(self, exc):
+        msg = str(exc)
+        return (isinstance(exc, TypeError) and "forward-mode autodiff" in msg) or (
+            isinstance(exc, NotImplementedError) and "custom_lin" in msg
+        )
+
     def is_traced(self, a: Any) -> bool:
         return isinstance(a, jax.core.Tracer)
 
@@ -86,6 +92,9 @@ class JaxImpl(BackendImpl):
 
     def ones_like(self, a: Any) -> Any:
         return jnp.ones_like(a)
+
+    def stack(self, arrays: list, axis: int) -> Any:
+        return jnp.stack(arrays, axis=axis)
 
     # ---- operators, each one jitted function per (f, op, structure) ----------
     # A single-array x is passed as the array itself and dynamic contexts as

@@ -182,8 +182,8 @@ class TorchImpl(BackendImpl):
         xg, y = _forward(prob, fn, xs, ctx, outer)
         outer = outer or _reaches_outside(y, xg)
 
-        def pb(w, retain=outer):
-            return _grads(y, xg, w, outer, retain)
+        def pb(w):  # the graph is kept for the next w (freed with pb)
+            return _grads(y, xg, w, outer, True)
 
         return (y if outer else y.detach()), pb
 
@@ -195,6 +195,11 @@ class TorchImpl(BackendImpl):
             xg, y = _forward(prob, prob.flat(), xs, ctx, True)
             return y, _grads(y, xg, None, True, True)
         return _plain_value_and_grad(prob, prob.flat(), xs, ctx)
+
+    def forward_unsupported(self, exc):
+        return isinstance(exc, RuntimeError | NotImplementedError) and any(
+            s in str(exc) for s in _NO_FORWARD
+        )
 
     def outer_sees(self, leaves):
         grad = torch.is_grad_enabled()
@@ -621,6 +626,12 @@ def _grads(y, xg, w, outer, retain):
     return gs
 
 
+# torch's words for an autograd.Function that torch.func or forward mode cannot run
+_NO_FORWARD = (
+    "setup_context staticmethod",
+    "must implement the jvp function",
+    "does not have vmap support",
+)
 _FORWARD_LOCK = threading.RLock()
 _HESSIAN_WAY = "hessian way"  # and of its Hessian formulation
 

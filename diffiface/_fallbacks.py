@@ -136,7 +136,7 @@ class BackendImpl:
         direction is an implementation choice that must not change the answer. A
         direction the user fixed (``chosen``: mode="forward" for a jacobian) is a clear
         error instead. The verdict is remembered per f."""
-        if _REVERSE_ONLY.peek(prob.f, True) is None:
+        if chosen or _REVERSE_ONLY.peek(prob.f, True) is None:
             try:
                 return forward()
             except Exception as exc:

@@ -130,6 +130,15 @@ def left_framework(op: str, backend: Any, cause: BaseException) -> DiffifaceType
     )
 
 
+def dropped_derivative(op: str, backend: Any, what: str) -> DiffifaceTypeError:
+    return DiffifaceTypeError(
+        f"{call_form(op, backend)}: f converted a tensor that carries the derivative with "
+        f"{what}, which drops the derivative (the result would silently be wrong). Keep it "
+        "a tensor (torch ops, torch.where for branches), or call .detach() first where no "
+        "derivative is meant (control flow, logging)."
+    )
+
+
 def not_single_array(op: str, backend: Any, path_count: int) -> DiffifaceTypeError:
     return DiffifaceTypeError(
         f"{call_form(op, backend)}: x must be a single array for {op}, got a pytree with "

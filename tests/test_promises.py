@@ -230,12 +230,47 @@ def test_strict_turns_torch_scalar_conversions_into_errors(convert):
     to_py = float if convert == "float" else (lambda t: t.item())
     f = lambda x: to_py(x.sum()) * x.sum()  # noqa: E731
     with di.options(strict=True):
-        with pytest.raises(TypeError, match="converted its input to NumPy or a Python number"):
+        with pytest.raises(TypeError, match=f"carries the derivative with Tensor.*{convert}"):
             di.gradient(f, di.AutoTorch(), x)
-        with pytest.raises(TypeError, match="Python number"):
+        with pytest.raises(TypeError, match="drops the derivative"):
             di.jvp(lambda x: f(x) * x, di.AutoTorch(), x, x)
         g = di.gradient(lambda x: (x**2).sum(), di.AutoTorch(), x)  # others unaffected
     np.testing.assert_allclose(g.numpy(), 2 * X)
+
+
+@pytest.mark.skipif(not HAVE["torch"], reason="torch missing")
+@pytest.mark.parametrize("convert", ["float", "item", "tolist", "numpy"])
+def test_torch_scalar_conversions_are_errors_by_default(convert):
+    """Defect class 6 of the oracle issue: a derivative dropped by a conversion to a number
+    is an error without strict (JAX and autograd raise on the same f); a detached value
+    (torch's stop_gradient) is not; the check runs on f's first call only."""
+    import torch
+
+    from diffiface.backends import _torch
+
+    x = torch.tensor(X)
+    to_py = {
+        "float": float,
+        "item": lambda t: t.item(),
+        "tolist": lambda t: sum(t.reshape(1).tolist()),
+        "numpy": lambda t: float(t.numpy()),
+    }[convert]
+    f = lambda x: to_py(x.sum()) * x.sum()  # noqa: E731
+    for op in (di.gradient, di.hessian):
+        with pytest.raises(TypeError, match="drops the derivative"):
+            op(f, di.AutoTorch(), x)
+    with pytest.raises(TypeError, match="drops the derivative"):
+        di.vjp(lambda x: f(x) * x, di.AutoTorch(), x, x)
+    stop = lambda x: to_py(x.sum().detach()) * x.sum()  # noqa: E731
+    np.testing.assert_allclose(di.gradient(stop, di.AutoTorch(), x).numpy(), np.full(3, X.sum()))
+    entered = []
+    real = _torch._NoScalars.__enter__
+    _torch._NoScalars.__enter__ = lambda self: entered.append(1) or real(self)
+    try:
+        di.gradient(stop, di.AutoTorch(), x)  # already checked: no mode on the hot path
+    finally:
+        _torch._NoScalars.__enter__ = real
+    assert entered == []
 
 
 # ------------------------------------------------------------- leaks

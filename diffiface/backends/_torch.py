@@ -24,6 +24,7 @@ from torch.overrides import TorchFunctionMode
 from .. import _checks, _config
 from .._backend_types import AutoTorch
 from .._batched import check_batch
+from .._cache import FunctionCache
 from .._fallbacks import BackendImpl
 from .._registry import register
 from .._tree import flatten
@@ -149,8 +150,10 @@ class TorchImpl(BackendImpl):
         return y.is_complex()
 
     def connected(self, xs, y):
-        """On torch's graph (the leaves require grad), y must require grad too; under
-        torch.func transforms this cannot be told from y and is not checked."""
+        """In forward mode (the leaves carry tangents, also under torch.func.jvp) y must
+        carry one too; on torch's graph (the leaves require grad) y must require grad."""
+        if any(fwAD.unpack_dual(x).tangent is not None for x in xs):
+            return fwAD.unpack_dual(y).tangent is not None
         if not torch.is_grad_enabled() or not any(x.requires_grad for x in xs):
             return None
         return y.requires_grad
@@ -645,9 +648,10 @@ def _fwd(prob, thunk):
 
 
 class _NoScalars(TorchFunctionMode):
-    """Under strict: a tensor that carries a derivative converted to a Python number or
-    to NumPy is an error (torch itself only warns for float(), and says nothing for
-    .item(), so the derivative through it would silently be dropped)."""
+    """A tensor that carries a derivative converted to a Python number or to NumPy is an
+    error (torch itself only warns for float(), and says nothing for .item(), so the
+    derivative through it would silently be dropped). JAX and autograd raise on the same
+    f. ``.detach()`` is torch's stop_gradient and stays allowed."""
 
     _NAMES = frozenset(("__float__", "__int__", "__complex__", "item", "tolist", "numpy"))
 
@@ -660,16 +664,22 @@ class _NoScalars(TorchFunctionMode):
         if name in self._NAMES and args and isinstance(args[0], torch.Tensor):
             t = args[0]
             if t.requires_grad or is_functorch_wrapped_tensor(t) or _dual(t):
-                raise _checks.left_framework(
-                    self.prob.op, self.prob.backend, TypeError(f"Tensor.{name}")
-                )
+                raise _checks.dropped_derivative(self.prob.op, self.prob.backend, f"Tensor.{name}")
         return func(*args, **(kwargs or {}))
 
 
+# functions whose first call ran under _NoScalars without converting a derivative away
+_CHECKED = FunctionCache(per_function=1)
+
+
 def _call(prob, thunk):
-    if _config.strict():
+    """Run f; its first call (and every call under strict) checks that f converts no
+    tensor carrying a derivative to a number, at no cost to the calls after it."""
+    if _config.strict() or _CHECKED.peek(prob.f, True) is None:
         with _NoScalars(prob):
-            return _call_plain(prob, thunk)
+            out = _call_plain(prob, thunk)
+        _CHECKED.put(prob.f, True, True)
+        return out
     return _call_plain(prob, thunk)
 
 

@@ -281,7 +281,12 @@ def _vjp(op: str, f, backend, x, w, contexts, prep):
 
 
 class _CheckW:
-    """Checks the cotangent against f(x) once f(x) is known (also under jit tracing)."""
+    """Checks the cotangent against f(x) once f(x) is known (also under jit tracing).
+
+    One convention for a complex f(x) on every backend (torch's):
+    ``vjp(f, x, w) == gradient(lambda x: real(vdot(w, f(x))), x)``, the Hermitian
+    product; a backend whose native pullback is bilinear (JAX, autograd, finite
+    differences) gets ``conj(w)``."""
 
     __slots__ = ("impl", "op")
 
@@ -289,7 +294,10 @@ class _CheckW:
         self.op, self.impl = op, impl
 
     def __call__(self, y, w):
-        return _convert.match(self.op, self.impl, "w", w, y)
+        w = _convert.match(self.op, self.impl, "w", w, y)
+        if not self.impl.hermitian_vjp and self.impl.is_complex(w):
+            return w.conj()
+        return w
 
 
 def value_and_vjp(

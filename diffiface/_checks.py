@@ -130,6 +130,14 @@ def left_framework(op: str, backend: Any, cause: BaseException) -> DiffifaceType
     )
 
 
+def integer_output(op: str, backend: Any, dtype: Any) -> DiffifaceTypeError:
+    return DiffifaceTypeError(
+        f"{call_form(op, backend)}: f returns {dtype}, whose values cannot change smoothly: "
+        "derivatives are defined for floating-point outputs. Cast the output to a float "
+        "(its derivative is then zero) or differentiate a floating-point quantity."
+    )
+
+
 def dropped_derivative(op: str, backend: Any, what: str) -> DiffifaceTypeError:
     return DiffifaceTypeError(
         f"{call_form(op, backend)}: f converted a tensor that carries the derivative with "

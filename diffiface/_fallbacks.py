@@ -102,6 +102,7 @@ class BackendImpl:
         return True
 
     flatten_fast = None  # a faster pytree flatten of the framework, if it has one
+    hermitian_vjp = False  # the native pullback of a complex output conjugates w (torch)
     protect = None  # xs -> the leaves f receives, copied where f could change the caller's
 
     def direct(self, prob, numpy=False, combo=None):

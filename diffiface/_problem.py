@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
+
 from . import _checks, _config
 from ._tree import unflatten
 
@@ -65,6 +67,8 @@ def _output_check(op: str, backend: Any, impl: Any, scalar: bool) -> Callable:
     def check(y: Any, xs: tuple) -> Any:
         if not is_output(y):
             raise _checks.not_array(op, backend, y, impl.output_kind)
+        if _discrete(y):
+            raise _checks.integer_output(op, backend, y.dtype)
         if scalar and tuple(getattr(y, "shape", ())) != ():
             raise _checks.not_scalar(op, backend, tuple(y.shape))
         if scalar and is_complex(y):
@@ -74,3 +78,14 @@ def _output_check(op: str, backend: Any, impl: Any, scalar: bool) -> Callable:
         return y
 
     return check
+
+
+def _discrete(y: Any) -> bool:
+    """y holds integers or booleans (NumPy, JAX or torch dtype)."""
+    dtype = getattr(y, "dtype", None)
+    if dtype is None:
+        return False
+    floating = getattr(dtype, "is_floating_point", None)  # a torch dtype
+    if floating is not None:
+        return not (floating or dtype.is_complex)
+    return np.dtype(dtype).kind in "iub"

@@ -127,9 +127,9 @@ class FiniteDifferencesImpl(BackendImpl):
         y, cols = self._columns(prob, xs, ctx)
         axes = tuple(range(y.ndim))
 
-        def pb(w):
+        def pb(w):  # the real part for a real x (a complex f(x) has a complex J)
             return tuple(
-                np.tensordot(w, c, axes=(axes, axes)).reshape(x.shape).astype(x.dtype)
+                _as(np.tensordot(w, c, axes=(axes, axes)).reshape(x.shape), x.dtype)
                 for c, x in zip(cols, xs, strict=True)
             )
 
@@ -219,3 +219,10 @@ def _unit(like: np.ndarray, i: int | None, value: Any) -> np.ndarray:
     if i is not None:
         d[i] = value
     return d.reshape(like.shape)
+
+
+def _as(a: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    """``a`` in ``dtype``, its real part for a real dtype."""
+    if np.iscomplexobj(a) and not np.issubdtype(dtype, np.complexfloating):
+        a = a.real
+    return a.astype(dtype)

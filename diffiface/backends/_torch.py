@@ -113,6 +113,7 @@ class TorchImpl(BackendImpl):
     framework = "torch"
     native_kind = "torch tensors"
     output_kind = "a torch.Tensor"
+    hermitian_vjp = True
 
     def is_native(self, leaf: Any) -> bool:
         return isinstance(leaf, torch.Tensor)

@@ -130,6 +130,39 @@ def left_framework(op: str, backend: Any, cause: BaseException) -> DiffifaceType
     )
 
 
+_OPS = {"jax": "jax.numpy", "torch": "torch", "autograd": "autograd.numpy"}
+_BACKEND = {"jax": "AutoJax", "torch": "AutoTorch", "autograd": "AutoAutograd"}
+
+
+def framework_error(op: str, backend: Any, exc: BaseException) -> DiffifaceTypeError | None:
+    """A clear error for a raw framework error that says f used another framework's
+    functions, or changed its input in place under autograd; None for any other."""
+    msg = str(exc)
+    call = call_form(op, backend)
+    if "does not support item assignment" in msg and "Box" in msg:
+        return DiffifaceTypeError(
+            f"{call}: f changes its input in place ({msg}), which autograd cannot "
+            "differentiate. Your x is unchanged; build a new array instead (e.g. "
+            "np.concatenate, or x * mask) or use AutoJax() / AutoTorch()."
+        )
+    if "must be Tensor, not" in msg:
+        used = "torch"
+    elif "Error interpreting argument" in msg or "as an abstract array" in msg:
+        used = "jax"
+    else:
+        return None
+    own = getattr(backend, "framework", "")
+    if used == own:
+        return None
+    first = msg.strip().splitlines()[0]
+    return DiffifaceTypeError(
+        f"{call}: f calls {used} functions on the arrays of {type(backend).__name__}() "
+        f"({first}). Write f with {_OPS.get(own, 'numpy')} for this backend, pass "
+        f"{_BACKEND[used]}() to differentiate a {used} f, or wrap it as "
+        f"di.differentiate_with(f, {_BACKEND[used]}()) to call it from another framework."
+    )
+
+
 def integer_output(op: str, backend: Any, dtype: Any) -> DiffifaceTypeError:
     return DiffifaceTypeError(
         f"{call_form(op, backend)}: f returns {dtype}, whose values cannot change smoothly: "
@@ -150,8 +183,8 @@ def dropped_derivative(op: str, backend: Any, what: str) -> DiffifaceTypeError:
 def not_single_array(op: str, backend: Any, path_count: int) -> DiffifaceTypeError:
     return DiffifaceTypeError(
         f"{call_form(op, backend)}: x must be a single array for {op}, got a pytree with "
-        f"{path_count} leaves. Flatten x into one array first, or use jvp / vjp, "
-        f"which take pytrees."
+        f"{path_count} leaves. Flatten x into one array first, or use "
+        + ("hvp, which takes pytrees." if "hessian" in op else "jvp / vjp, which take pytrees.")
     )
 
 

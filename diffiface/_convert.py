@@ -8,6 +8,7 @@ out, a Python float in -> a Python float out for 0-d results.
 from __future__ import annotations
 
 import numbers
+import sys
 from typing import Any
 
 import numpy as np
@@ -68,23 +69,38 @@ def _raise_leaf(op: str, impl: Any, tree: Any, i: int, leaf: Any):
             f"{op}, pass the real and imaginary parts as two real leaves."
         )
         raise _checks.bad_leaf(op, impl.backend, path, leaf, fix)
-    if isinstance(leaf, bool | numbers.Integral) or (
-        hasattr(leaf, "dtype") and not _is_floating(leaf)
-    ):
-        fix = "Differentiate with respect to floats only: cast it (e.g. x.astype(float)) "
+    if isinstance(leaf, bool | numbers.Integral):
+        fix = f"Differentiate with respect to floats only: pass {float(leaf)!r} for a number, "
         fix += "or pass it as di.Constant(...)."
+    elif hasattr(leaf, "dtype") and not _is_floating(leaf):
+        cast = "x.float()" if "torch" in type(leaf).__module__ else "x.astype(float)"
+        fix = f"Differentiate with respect to floats only: cast it (e.g. {cast}) "
+        fix += "or pass it as di.Constant(...)."
+    elif _jax_node(leaf):
+        fix = (
+            f"{type(leaf).__name__} is a JAX-registered pytree node, which diffiface does "
+            "not flatten: pass its leaves as a dict, list or tuple (e.g. "
+            "jax.tree_util.tree_leaves), or register the type with optree under "
+            "namespace='diffiface'."
+        )
     else:
         kinds = (
             impl.native_kind
             if impl.native_kind == "NumPy arrays"
             else (f"{impl.native_kind}, NumPy arrays")
         )
-        fix = (
-            f"{type(impl.backend).__name__}() takes {kinds} or Python floats; convert the "
-            "leaf or pick the backend of its framework (an outer differentiation cannot see "
-            "through another framework's call)."
-        )
+        fix = f"{type(impl.backend).__name__}() takes {kinds} or Python floats; convert the leaf."
     raise _checks.bad_leaf(op, impl.backend, path, leaf, fix)
+
+
+def _jax_node(leaf: Any) -> bool:
+    """``leaf`` is an instance of a type registered as a JAX pytree node."""
+    jax = sys.modules.get("jax")
+    if jax is None:
+        return False
+    return jax.tree_util.tree_structure(leaf).num_leaves != 1 or not jax.tree_util.all_leaves(
+        [leaf]
+    )
 
 
 def _is_floating(leaf: Any) -> bool:

@@ -263,7 +263,7 @@ class Prep:
         return MismatchError(
             f"{op}(f, {backend!r}, x, prep=prep): the arguments do not match the "
             "preparation:\n" + "\n".join(rows) + f"\nPrepare again with "
-            f"prepare_{self.family}(...) for these arguments, or call {op} without prep."
+            f"prepare_{FAMILY.get(op, op)}(...) for these arguments, or call {op} without prep."
         )
 
 

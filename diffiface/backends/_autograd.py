@@ -264,6 +264,9 @@ def _call(prob, thunk):
     try:
         return thunk()
     except TypeError as exc:
+        clear = _checks.framework_error(prob.op, prob.backend, exc)
+        if clear is not None:
+            raise clear from exc
         if "Box" in str(exc):
             raise _checks.left_framework(prob.op, prob.backend, exc) from exc
         raise

@@ -85,8 +85,9 @@ class JaxImpl(BackendImpl):
             small = "float32" if dtype == np.float64 else "complex64"
             return (
                 f"JAX has x64 disabled and would silently truncate it to {small}. Enable x64 "
-                "with jax.config.update('jax_enable_x64', True) at start-up, or pass "
-                f"x.astype(np.{small})."
+                "with jax.config.update('jax_enable_x64', True) at start-up, or convert it "
+                f"to {small} first (a.astype(np.{small}) for NumPy, t.to(torch.{small}) for "
+                "torch)."
             )
         return None
 
@@ -496,6 +497,11 @@ def _run(prob, run, *args):
         ) from exc
     except _CONCRETE as exc:
         raise _checks.left_framework(prob.op, prob.backend, exc) from exc
+    except TypeError as exc:
+        clear = _checks.framework_error(prob.op, prob.backend, exc)
+        if clear is None:
+            raise
+        raise clear from exc
 
 
 def _split_contexts(prob, ctx: tuple):

@@ -687,6 +687,11 @@ def _call(prob, thunk):
 def _call_plain(prob, thunk):
     try:
         return thunk()
+    except TypeError as exc:
+        clear = _checks.framework_error(prob.op, prob.backend, exc)
+        if clear is None:
+            raise
+        raise clear from exc
     except RuntimeError as exc:
         if "numpy()" in str(exc) or "NumPy" in str(exc):
             raise _checks.left_framework(prob.op, prob.backend, exc) from exc

@@ -124,6 +124,23 @@ class Scenario:
             object.__setattr__(self, "w", w.astype(y.dtype))
         if not self.operators:
             object.__setattr__(self, "operators", applicable(self))
+        self._check_references()
+
+    def _check_references(self) -> None:
+        """References of the wrong shape are an error here, not a NumPy error later."""
+        n = sum(int(np.size(a)) for a in flatten(self.x)[0])
+        m = int(np.size(self.w))  # w is built like f(x): f is not called again
+        want = {"y": (m,), "jac": (m, n), "hess": (n, n), "second": (m,)}
+        for name, shape in want.items():
+            ref = getattr(self, name)
+            if ref is None:
+                continue
+            got = np.shape(ref)
+            if got != shape and not (name in ("y", "second") and np.size(ref) == m):
+                raise ValueError(
+                    f"Scenario {self.name!r}: {name} must have shape {shape} (flat references: "
+                    f"f(x) has {m} entries, x has {n}), got {got}. See the Scenario docstring."
+                )
 
     def function(self, params: Any = None) -> Callable:
         """The function an operator is given: ``f``, or ``di.FixedParams(f, params)``."""

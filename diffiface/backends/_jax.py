@@ -470,13 +470,15 @@ def _numpy_in_out(run, op):
     """``run`` for a NumPy x: jit takes it as is (no separate conversion), the results
     come back as NumPy. float64 and complex128 need x64, checked per call (it is global
     state); without it the general path explains."""
-    asarray = np.asarray
+    asarray, tracer = np.asarray, jax.core.Tracer
     if op.startswith("value"):
 
-        def back(out):
-            return tuple(asarray(a) for a in out)
+        def back(out):  # a result an outer trace sees (f closes over it) stays a tracer
+            return tuple(a if isinstance(a, tracer) else asarray(a) for a in out)
     else:
-        back = asarray
+
+        def back(out):
+            return out if isinstance(out, tracer) else asarray(out)
 
     def from_numpy(x):
         size = x.dtype.itemsize  # float64 (8, "f") or complex128 (16)

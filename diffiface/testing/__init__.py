@@ -23,6 +23,7 @@ from ._check import check as check
 from ._check import skip_reason as skip_reason
 from ._check import tolerance as tolerance
 from ._defaults import default_scenarios as default_scenarios
+from ._matrix import consistency_matrix as consistency_matrix
 from ._report import Report as Report
 from ._report import Result as Result
 from ._scenario import OPERATORS as OPERATORS
@@ -39,6 +40,7 @@ __all__ = [
     "benchmark",
     "check",
     "compute_references",
+    "consistency_matrix",
     "default_scenarios",
     "namespace",
     "skip_reason",

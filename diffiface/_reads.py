@@ -38,7 +38,7 @@ def watch(f: Any) -> tuple | None:
     elif type(f) is types.FunctionType:
         obj, func = None, f
     else:
-        obj, func = f, getattr(type(f), "__call__", None)
+        obj, func = f, type(f).__call__ if callable(f) else None
     if type(func) is not types.FunctionType:
         return None
     entry = _WATCH.get(id(func))

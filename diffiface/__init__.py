@@ -32,6 +32,7 @@ from ._checks import DiffifaceTypeError as DiffifaceTypeError
 from ._checks import DiffifaceValueError as DiffifaceValueError
 from ._checks import DisconnectedWarning as DisconnectedWarning
 from ._checks import FrameworkMissingError as FrameworkMissingError
+from ._checks import RecompileWarning as RecompileWarning
 from ._config import Config as Config
 from ._config import config as config
 from ._config import options as options
@@ -78,6 +79,7 @@ __all__ = [
     "FrameworkMissingError",
     "MismatchError",
     "Prep",
+    "RecompileWarning",
     "SecondOrder",
     "Tangents",
     "batched_jacobian",

@@ -34,6 +34,11 @@ class DisconnectedWarning(UserWarning):
     """
 
 
+class RecompileWarning(UserWarning):
+    """diffiface compiles the same code again for a new function object on every call
+    (a lambda or a def made inside the loss): define the function once outside."""
+
+
 class FrameworkMissingError(ImportError):
     """A backend's framework is not installed."""
 
@@ -218,6 +223,35 @@ def disconnected(op: str, backend: Any, strict: bool) -> None:
         msg + " If that is intended, ignore this warning (di.options(strict=True) makes it "
         "an error).",
         DisconnectedWarning,
+        frame.f_code.co_filename,
+        frame.f_lineno,
+        module=frame.f_globals.get("__name__"),
+        registry=frame.f_globals.setdefault("__warningregistry__", {}),
+    )
+
+
+_NEW_FUNCTIONS: dict = {}  # code object -> function objects of it compiled so far
+RECOMPILE_AFTER = 5
+
+
+def compiled_new_function(f: Any) -> None:
+    """Count a compilation for a function object new to the cache; warn once per code
+    object when the same code arrives as a new object again and again (a lambda made
+    inside a loss: every call retraces and compiles it anew)."""
+    code = getattr(getattr(f, "__func__", f), "__code__", None)
+    if code is None:
+        return
+    n = _NEW_FUNCTIONS[code] = _NEW_FUNCTIONS.get(code, 0) + 1
+    if n != RECOMPILE_AFTER:
+        return
+    frame = _caller()
+    warnings.warn_explicit(
+        f"diffiface compiled {code.co_name} (defined at {code.co_filename}:"
+        f"{code.co_firstlineno}) anew for {n} function objects of the same code: it is made "
+        "anew on each call (a lambda or def inside the loss), so no compilation is reused and "
+        "every call retraces. Define it once outside and pass what it closes over as "
+        "di.FixedParams(f, params) or di.Constant(...).",
+        RecompileWarning,
         frame.f_code.co_filename,
         frame.f_lineno,
         module=frame.f_globals.get("__name__"),

@@ -106,6 +106,8 @@ class JaxImpl(BackendImpl):
         single = prob.single
 
         def build(fget):
+            if not CACHE.entries(prob.f):
+                _checks.compiled_new_function(prob.f)
             g = prob.flat(fget)
 
             def with_ctx(dyn_leaves):

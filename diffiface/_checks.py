@@ -168,6 +168,15 @@ def framework_error(op: str, backend: Any, exc: BaseException) -> DiffifaceTypeE
     )
 
 
+def complex_jacobian(op: str, backend: Any) -> DiffifaceTypeError:
+    return DiffifaceTypeError(
+        f"{call_form(op, backend)}: f returns complex values; {op} takes real outputs (the "
+        "frameworks disagree on a complex Jacobian, and reverse mode would drop its "
+        "imaginary part). Stack the parts (e.g. stack([y.real, y.imag])), or use jvp, "
+        "which takes complex outputs."
+    )
+
+
 def integer_output(op: str, backend: Any, dtype: Any) -> DiffifaceTypeError:
     return DiffifaceTypeError(
         f"{call_form(op, backend)}: f returns {dtype}, whose values cannot change smoothly: "
@@ -275,7 +284,7 @@ def _caller():
 def complex_output(op: str, backend: Any) -> DiffifaceValueError:
     return DiffifaceValueError(
         f"{call_form(op, backend)}: f returns a complex scalar; {op} needs a real one (a "
-        "gradient is defined for real f). For the derivative of a holomorphic f use "
-        "di.vjp(f, backend, z, 1.0) (or di.jvp), or differentiate the real part, "
-        "f(z).real, or abs(f(z)) ** 2."
+        "gradient is defined for real f). Differentiate a real quantity, such as the real "
+        "part f(z).real or abs(f(z)) ** 2; for the derivative of a holomorphic f, pass the "
+        "real and imaginary parts of z as two real leaves to jacobian or jvp."
     )

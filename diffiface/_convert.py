@@ -195,7 +195,7 @@ def back(impl: Any, a: Any, kind: int) -> Any:
         return a
     arr = impl.to_numpy(a)
     if kind == PYTHON and arr.ndim == 0:
-        return float(arr)
+        return arr.item()  # a float, or a complex for a complex f(x)
     return arr
 
 

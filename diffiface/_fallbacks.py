@@ -103,6 +103,7 @@ class BackendImpl:
 
     flatten_fast = None  # a faster pytree flatten of the framework, if it has one
     hermitian_vjp = False  # the native pullback of a complex output conjugates w (torch)
+    reverse_combo = ("reverse", "reverse")  # second order without forward mode
     protect = None  # xs -> the leaves f receives, copied where f could change the caller's
 
     def direct(self, prob, numpy=False, combo=None):

@@ -63,6 +63,7 @@ class Problem:
 def _output_check(op: str, backend: Any, impl: Any, scalar: bool) -> Callable:
     """Checks f(x): an array of the framework, and a scalar when ``scalar``."""
     is_output, connected, is_complex = impl.is_output, impl.connected, impl.is_complex
+    jacobian = "jacobian" in op
 
     def check(y: Any, xs: tuple) -> Any:
         if not is_output(y):
@@ -73,6 +74,8 @@ def _output_check(op: str, backend: Any, impl: Any, scalar: bool) -> Callable:
             raise _checks.not_scalar(op, backend, tuple(y.shape))
         if scalar and is_complex(y):
             raise _checks.complex_output(op, backend)
+        if jacobian and is_complex(y):
+            raise _checks.complex_jacobian(op, backend)
         if connected(xs, y) is False:
             _checks.disconnected(op, backend, _config.strict())
         return y

@@ -72,13 +72,30 @@ def _hvp(op: str, f, backend, x, v, contexts, prep):
     impl, combo, prob, xs, kinds, ctx = _enter2(op, f, backend, x, contexts, True, prep, v)
     vss = tangents_in(op, impl, prob, xs, v)
     if isinstance(v, Tangents):
-        g, hvs = impl.gradient_and_hvps(prob, xs, vss, ctx, combo)
+        g, hvs = _either(
+            impl, prob, backend, combo, lambda c: impl.gradient_and_hvps(prob, xs, vss, ctx, c)
+        )
         many = Tangents(*(_like_x(impl, prob, hv, kinds) for hv in hvs))
         return _like_x(impl, prob, g, kinds), many
     if op == "hvp":
-        return None, _like_x(impl, prob, impl.hvp(prob, xs, vss[0], ctx, combo), kinds)
-    g, hv = impl.gradient_and_hvp(prob, xs, vss[0], ctx, combo)
+        hv = _either(impl, prob, backend, combo, lambda c: impl.hvp(prob, xs, vss[0], ctx, c))
+        return None, _like_x(impl, prob, hv, kinds)
+    g, hv = _either(
+        impl, prob, backend, combo, lambda c: impl.gradient_and_hvp(prob, xs, vss[0], ctx, c)
+    )
     return _like_x(impl, prob, g, kinds), _like_x(impl, prob, hv, kinds)
+
+
+def _either(impl, prob: Problem, backend: Any, combo, run: Callable) -> Any:
+    """``run(combo)``, or ``run`` reverse over reverse where f has no forward mode (a
+    custom_vjp); a forward mode the user fixed in ``second_order`` is a clear error."""
+    chosen = isinstance(backend, SecondOrder) and "forward" in (
+        getattr(backend.outer, "mode", None),
+        getattr(backend.inner, "mode", None),
+    )
+    return impl.forward_or_reverse(
+        prob, lambda: run(combo), lambda: run(impl.reverse_combo), chosen
+    )
 
 
 def gradient_and_hvp(f: Callable, backend: Any, x: Any, v: Any, *contexts: Any, prep: Any = None):
@@ -168,7 +185,13 @@ def value_gradient_and_hessian(
             y, g, h = _dense.hessian(impl, prob, xs, ctx, combo, chunk_size)
         else:
             _dense.check_limit(op, backend, _size(xs[0]), _size(xs[0]), xs[0], "Hessian")
-            y, g, h = impl.value_gradient_and_hessian(prob, xs, ctx, combo)
+            y, g, h = _either(
+                impl,
+                prob,
+                backend,
+                combo,
+                lambda c: impl.value_gradient_and_hessian(prob, xs, ctx, c),
+            )
         if chunk_size is None:  # a chunked call compiled other functions
             _remember(op, f, backend, x, impl, prob, kinds, ctx, prep)
         k = _out_kind(kinds)
@@ -212,7 +235,7 @@ def hessian(
             h = _dense.hessian(impl, prob, xs, ctx, combo, chunk_size)[2]
         else:
             _dense.check_limit("hessian", backend, _size(xs[0]), _size(xs[0]), xs[0], "Hessian")
-            h = impl.hessian(prob, xs, ctx, combo)
+            h = _either(impl, prob, backend, combo, lambda c: impl.hessian(prob, xs, ctx, c))
         if chunk_size is None:  # a chunked call compiled other functions
             _remember("hessian", f, backend, x, impl, prob, kinds, ctx, prep)
         return _convert.back(impl, h, _out_kind(kinds))

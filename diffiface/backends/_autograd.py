@@ -128,9 +128,9 @@ class AutogradImpl(BackendImpl):
     def value_and_jvp(self, prob, xs, vs, ctx):
         fn = prob.flat()
         if prob.single:
-            y, t = _call(prob, lambda: make_jvp(lambda x: fn((x,), *ctx), xs[0])(vs[0]))
+            y, t = _call(prob, lambda: make_jvp(lambda x: _link(fn((x,), *ctx), x), xs[0])(vs[0]))
         else:
-            y, t = _call(prob, lambda: make_jvp(lambda xs: fn(xs, *ctx), xs)(vs))
+            y, t = _call(prob, lambda: make_jvp(lambda xs: _link(fn(xs, *ctx), xs[0]), xs)(vs))
         return _array(y), _like(t, y)
 
     # ---- second order ------------------------------------------------------------
@@ -188,9 +188,9 @@ class AutogradImpl(BackendImpl):
         def d(x):
             return touch(make_jvp(lambda x: fn((x,), *ctx), x)(one)[1], x)
 
-        y = _call(prob, lambda: fn((x,), *ctx))
+        y = _array(_call(prob, lambda: fn((x,), *ctx)))
         d1, d2 = _call(prob, lambda: make_jvp(d, x)(one))
-        return _array(y), _like(d1, y), _like(d2, y)
+        return y, _like(d1, y), _like(d2, y)
 
 
 def _grad_fn(fn, inner: str):

@@ -114,6 +114,7 @@ class TorchImpl(BackendImpl):
     native_kind = "torch tensors"
     output_kind = "a torch.Tensor"
     hermitian_vjp = True
+    reverse_combo = None  # the plain double backward
 
     def is_native(self, leaf: Any) -> bool:
         return isinstance(leaf, torch.Tensor)

@@ -67,6 +67,8 @@ def _output_check(op: str, backend: Any, impl: Any, scalar: bool) -> Callable:
 
     def check(y: Any, xs: tuple) -> Any:
         if not is_output(y):
+            if _discrete(y):  # a NumPy bool or integer scalar
+                raise _checks.integer_output(op, backend, y.dtype)
             raise _checks.not_array(op, backend, y, impl.output_kind)
         if _discrete(y):
             raise _checks.integer_output(op, backend, y.dtype)

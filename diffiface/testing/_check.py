@@ -129,13 +129,13 @@ def check(
     for i, (b, s, op) in enumerate(jobs):
         results.append(run_one(b, s, op, prepared, inputs))
         if progress is not None:
-            progress(i + 1, len(jobs), f"{_short(b)} {s.name} {op}")
+            progress(i + 1, len(jobs), f"{short_name(b)} {s.name} {op}")
     return Report(results, ops)
 
 
 def run_one(backend: Any, s: Scenario, op: str, prepared: bool, inputs: str) -> Result:
     """One operator of one scenario on one backend (see :func:`check`)."""
-    base = Result(_short(backend), s.name, s.family, op, "skip")
+    base = Result(short_name(backend), s.name, s.family, op, "skip")
     reason = skip_reason(backend, s, op)
     if reason:
         return dataclasses.replace(base, reason=reason)
@@ -150,7 +150,7 @@ def run_one(backend: Any, s: Scenario, op: str, prepared: bool, inputs: str) -> 
         return dataclasses.replace(base, status="error", reason=f"{type(exc).__name__}: {exc}")
     expected = s.expected(op)
     outs = second if len(expected) > 1 else (second,)
-    err = max(_error(o, e) for o, e in zip(outs, expected, strict=True) if e is not None)
+    err = max(relative_error(o, e) for o, e in zip(outs, expected, strict=True) if e is not None)
     tol = tolerance(backend, s.dtype, op)
     if s.reference is not None:  # references are only as accurate as their backend
         tol = max(tol, tolerance(s.reference, s.dtype, op))
@@ -211,7 +211,7 @@ class Case:
         return any(not np.array_equal(a, b) for a, b in pairs)
 
 
-def _error(out: Any, expected: np.ndarray) -> float:
+def relative_error(out: Any, expected: np.ndarray) -> float:
     got = flat_result(out)
     want = np.ravel(np.asarray(expected, dtype=np.float64))
     if got.shape != want.shape:
@@ -253,9 +253,9 @@ def _converter(backend: Any, inputs: str) -> Callable:
     return conv
 
 
-def _short(backend: Any) -> str:
+def short_name(backend: Any) -> str:
     if isinstance(backend, SecondOrder):
-        return f"{_short(backend.outer)}-over-{_short(backend.inner)}"
+        return f"{short_name(backend.outer)}-over-{short_name(backend.inner)}"
     mode = getattr(backend, "mode", None)
     name = type(backend).__name__.removeprefix("Auto")
     return f"{name}({mode})" if mode else name
@@ -299,7 +299,12 @@ def benchmark(
                     times.append(time.perf_counter() - start)
                 seconds = float(np.median(times))
                 group.append(
-                    {"backend": _short(b), "scenario": s.name, "operator": op, "seconds": seconds}
+                    {
+                        "backend": short_name(b),
+                        "scenario": s.name,
+                        "operator": op,
+                        "seconds": seconds,
+                    }
                 )
             fastest = min((r["seconds"] for r in group), default=0.0)
             for r in group:

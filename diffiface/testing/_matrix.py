@@ -11,7 +11,6 @@ the inner call with respect to ``s``, or with respect to the tangent itself.
 from __future__ import annotations
 
 import dataclasses
-import sys
 import warnings
 import zlib
 from collections.abc import Callable
@@ -22,8 +21,10 @@ import numpy as np
 from .._checks import DisconnectedWarning
 from .._contexts import Constant, FixedParams
 from .._prep import FAMILY
-from ._check import _error, _short, available_backends, tolerance
-from ._scenario import SECOND, Scenario, namespace
+from . import _matrix_builtins
+from ._check import available_backends, relative_error, short_name, tolerance
+from ._matrix_builtins import like
+from ._scenario import SECOND, Scenario
 
 # array kinds of x (and of its tangent / cotangent)
 KINDS = ("C", "F", "T", "strided", "0d", "float", "numpy", "numpy_F")
@@ -59,97 +60,27 @@ _NUMPY_NATIVE = ("autograd", "finite_differences")
 _S0 = 0.8
 
 
-# ---- the built-in scenarios: f(x, s), written once for every framework ------------------------
-_QC = np.array([[0.5, -1.0, 0.25], [1.5, 0.75, -0.5]])
-_QX = np.array([[0.3, -0.7, 0.9], [-0.2, 0.45, 1.1]])
-_MM = np.array([[0.4, -1.2, 0.7, 0.1], [1.0, 0.3, -0.6, 0.8], [-0.5, 0.9, 0.2, -1.1]])
-_MX = np.array([[0.6, -0.4, 1.3], [-0.9, 0.2, 0.35]])
-_SA = np.array([1.0, -2.0, 0.5])
-
-
-def _like(c: np.ndarray, z: Any) -> Any:
-    """A NumPy constant usable with ``z`` (a torch tensor needs a tensor)."""
-    torch = sys.modules.get("torch")
-    if torch is not None and isinstance(z, torch.Tensor):
-        return torch.as_tensor(c, dtype=z.dtype, device=z.device)
-    return c
-
-
-def sin_quad(x, s):
-    """array -> scalar: sum(sin(s x)) + s <c, x>^2 (a full, symmetric Hessian)."""
-    z = s * x
-    return namespace(z).sin(z).sum() + s * (_like(_QC, z) * x).sum() ** 2
-
-
-def sin_matmul(x, s):
-    """array -> array: sin(s x) @ m, rows are independent samples (a non-square m)."""
-    z = s * x
-    return namespace(z).sin(z) @ _like(_MM, z)
-
-
-def sin_scaled(x, s):
-    """scalar -> array: sin(s a x)."""
-    z = s * x
-    z = z * _like(_SA, z)
-    return namespace(z).sin(z)
-
-
-def _quad_closed(s, d=False):
-    z, c = _QX.ravel(), _QC.ravel()
-    q = c @ z
-    sz, cz = np.sin(s * z), np.cos(s * z)
-    if not d:
-        return {
-            "y": np.array([sz.sum() + s * q**2]),
-            "jac": (s * cz + 2 * s * q * c)[None, :],
-            "hess": -(s**2) * np.diag(sz) + 2 * s * np.outer(c, c),
-        }
-    return {
-        "y": np.array([(z * cz).sum() + q**2]),
-        "jac": (cz - s * z * sz + 2 * q * c)[None, :],
-        "hess": -2 * s * np.diag(sz) - s**2 * np.diag(z * cz) + 2 * np.outer(c, c),
-    }
-
-
-def _matmul_closed(s, d=False):
-    x, m = _MX, _MM
-    b, n = x.shape
-    k = m.shape[1]
-    if not d:
-        y, dz = np.sin(s * x) @ m, s * np.cos(s * x)
-    else:
-        y, dz = (x * np.cos(s * x)) @ m, np.cos(s * x) - s * x * np.sin(s * x)
-    jac = np.zeros((b, k, b, n))
-    for i in range(b):
-        jac[i, :, i, :] = m.T * dz[i][None, :]
-    return {"y": y.ravel(), "jac": jac.reshape(b * k, b * n)}
-
-
-def _scaled_closed(s, d=False, t=0.35):
-    a = _SA
-    sa, ca = np.sin(s * a * t), np.cos(s * a * t)
-    if not d:
-        return {"y": sa, "jac": (s * a * ca)[:, None], "second": -((s * a) ** 2) * sa}
-    return {
-        "y": a * t * ca,
-        "jac": (a * ca - s * a**2 * t * sa)[:, None],
-        "second": -2 * s * a**2 * sa - s**2 * a**3 * t * ca,
-    }
-
-
 def _builtins() -> list:
+    m = _matrix_builtins
     return [
-        _Spec.make("sin_quad", sin_quad, _QX, _S0, _quad_closed, lambda s: _quad_closed(s, True)),
         _Spec.make(
-            "sin_matmul", sin_matmul, _MX, _S0, _matmul_closed, lambda s: _matmul_closed(s, True)
+            "sin_quad", m.sin_quad, m.QX, _S0, m.quad_closed, lambda s: m.quad_closed(s, True)
+        ),
+        _Spec.make(
+            "sin_matmul",
+            m.sin_matmul,
+            m.MX,
+            _S0,
+            m.matmul_closed,
+            lambda s: m.matmul_closed(s, True),
         ),
         _Spec.make(
             "sin_scaled",
-            sin_scaled,
+            m.sin_scaled,
             np.asarray(0.35),
             _S0,
-            _scaled_closed,
-            lambda s: _scaled_closed(s, True),
+            m.scaled_closed,
+            lambda s: m.scaled_closed(s, True),
         ),
     ]
 
@@ -234,7 +165,7 @@ class MatrixCase:
     @property
     def id(self) -> str:
         prep = "prep" if self.prepared else "unprep"
-        backend = _short(self.backend)
+        backend = short_name(self.backend)
         return f"{self.spec.name}-{self.op}-{backend}-{self.kind}-{prep}-{self.context}"
 
     def __repr__(self) -> str:
@@ -373,7 +304,7 @@ class MatrixCase:
 
             got = self._outer(outer, t0)
             want = _tangent_reference(spec.ref, op, np.ravel(us[-1]))
-        err = _error(got, want)
+        err = relative_error(got, want)
         if np.shape(got) != (() if where.endswith("outer") else np.shape(t_np)):
             return MatrixResult(False, f"the outer derivative has shape {np.shape(got)}", err, tol)
         if not err <= tol:
@@ -420,7 +351,7 @@ class MatrixCase:
             kind = self._kind_problem(out, x, shape)
             if kind:
                 problems.append(f"{name} {kind}")
-            err = _error(out, want)
+            err = relative_error(out, want)
             worst = max(worst, err)
             if not err <= tol:
                 got = _show(out)
@@ -470,7 +401,7 @@ def _reduce(outs: tuple, us: tuple) -> Any:
     """sum_k <u_k, out_k>, in the framework of the outputs."""
     total = None
     for out, u in zip(outs, us, strict=True):
-        term = (out * _like(u, out)).sum() if hasattr(out, "shape") else out * float(u)
+        term = (out * like(u, out)).sum() if hasattr(out, "shape") else out * float(u)
         total = term if total is None else total + term
     return total
 

@@ -154,7 +154,8 @@ class TorchImpl(BackendImpl):
     def connected(self, xs, y):
         """In forward mode (the leaves carry tangents, also under torch.func.jvp) y must
         carry one too; on torch's graph (the leaves require grad) y must require grad."""
-        if any(fwAD.unpack_dual(x).tangent is not None for x in xs):
+        forward = fwAD._current_level >= 0 or peek_interpreter_stack() is not None
+        if forward and any(fwAD.unpack_dual(x).tangent is not None for x in xs):
             return fwAD.unpack_dual(y).tangent is not None
         if not torch.is_grad_enabled() or not any(x.requires_grad for x in xs):
             return None

@@ -24,7 +24,7 @@ from .._prep import FAMILY
 from . import _matrix_builtins
 from ._check import available_backends, relative_error, short_name, tolerance
 from ._matrix_builtins import like
-from ._scenario import SECOND, Scenario
+from ._scenario import SECOND, Scenario, outputs
 
 # array kinds of x (and of its tangent / cotangent)
 KINDS = ("C", "F", "T", "strided", "0d", "float", "numpy", "numpy_F")
@@ -270,7 +270,7 @@ class MatrixCase:
             "hessian": xs + xs,
             "batched_jacobian": ys[:1] + ys[1:] + xs[1:],
         }
-        return tuple(one[name] for name in _names(self.op))
+        return tuple(one[name] for name in outputs(self.op))
 
     def _run(self) -> MatrixResult:
         spec, op, where = self.spec, self.op, self._where
@@ -344,7 +344,7 @@ class MatrixCase:
             return MatrixResult(False, f"{len(outs)} outputs, expected {len(expected)}")
         problems, worst = [], 0.0
         for i, (out, want, shape) in enumerate(zip(outs, expected, self._shapes(), strict=True)):
-            name = _names(self.op)[i]
+            name = outputs(self.op)[i]
             if tuple(np.shape(out) if not hasattr(out, "shape") else out.shape) != shape:
                 problems.append(f"{name} has shape {tuple(np.shape(out))}, not {shape}")
                 continue
@@ -372,20 +372,6 @@ class MatrixCase:
         if dtype != self.dtype.name:
             return f"has dtype {dtype}, not {self.dtype.name}"
         return ""
-
-
-def _names(op: str) -> tuple:
-    return {
-        "value_and_derivative": ("value", "derivative"),
-        "value_and_gradient": ("value", "gradient"),
-        "value_and_jacobian": ("value", "jacobian"),
-        "value_and_jvp": ("value", "jvp"),
-        "value_and_vjp": ("value", "vjp"),
-        "value_and_batched_jacobian": ("value", "batched_jacobian"),
-        "gradient_and_hvp": ("gradient", "hvp"),
-        "value_gradient_and_hessian": ("value", "gradient", "hessian"),
-        "value_derivative_and_second_derivative": ("value", "derivative", "second_derivative"),
-    }.get(op, (op,))
 
 
 def _tangent_reference(ref: Scenario, op: str, u: np.ndarray) -> np.ndarray:

@@ -176,17 +176,7 @@ class Scenario:
             "second_derivative": lambda: self.second,
             "batched_jacobian": lambda: self._batched(jac),
         }
-        names = {
-            "value_and_derivative": ("value", "derivative"),
-            "value_and_gradient": ("value", "gradient"),
-            "value_and_jacobian": ("value", "jacobian"),
-            "value_and_jvp": ("value", "jvp"),
-            "value_and_vjp": ("value", "vjp"),
-            "value_and_batched_jacobian": ("value", "batched_jacobian"),
-            "gradient_and_hvp": ("gradient", "hvp"),
-            "value_gradient_and_hessian": ("value", "gradient", "hessian"),
-            "value_derivative_and_second_derivative": ("value", "derivative", "second_derivative"),
-        }.get(op, (op,))
+        names = outputs(op)
         needs_jac = {"value", "hvp", "hessian", "second_derivative"}
         return tuple(None if jac is None and n not in needs_jac else parts[n]() for n in names)
 
@@ -195,6 +185,24 @@ class Scenario:
         b = x.shape[0]
         j4 = jac.reshape(b, y.size // b, b, x.size // b)
         return np.stack([j4[i, :, i, :] for i in range(b)]).reshape(-1)
+
+
+_OUTPUTS = {
+    "value_and_derivative": ("value", "derivative"),
+    "value_and_gradient": ("value", "gradient"),
+    "value_and_jacobian": ("value", "jacobian"),
+    "value_and_jvp": ("value", "jvp"),
+    "value_and_vjp": ("value", "vjp"),
+    "value_and_batched_jacobian": ("value", "batched_jacobian"),
+    "gradient_and_hvp": ("gradient", "hvp"),
+    "value_gradient_and_hessian": ("value", "gradient", "hessian"),
+    "value_derivative_and_second_derivative": ("value", "derivative", "second_derivative"),
+}
+
+
+def outputs(op: str) -> tuple:
+    """The names of ``op``'s outputs, in order (``("value", "gradient")``, ...)."""
+    return _OUTPUTS.get(op, (op,))
 
 
 def applicable(s: Scenario) -> tuple:

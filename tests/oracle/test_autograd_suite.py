@@ -39,6 +39,7 @@ from autograd import (  # noqa: E402
     value_and_grad,
 )
 from autograd.tracer import isbox  # noqa: E402
+from helpers import assert_tree_close, central_deriv, central_grad  # noqa: E402
 
 import diffiface as di  # noqa: E402
 
@@ -60,41 +61,6 @@ V5 = RNG.standard_normal(5)
 
 def _tol(backend):
     return FD_RTOL if isinstance(backend, di.AutoFiniteDifferences) else AD_RTOL
-
-
-def assert_tree_close(got, want, rtol=AD_RTOL, atol=1e-12):
-    """Same pytree structure (dict / list / tuple) and close leaves."""
-    if isinstance(want, dict):
-        assert isinstance(got, dict), type(got)
-        assert sorted(got) == sorted(want)
-        for k in want:
-            assert_tree_close(got[k], want[k], rtol, atol)
-    elif isinstance(want, (list, tuple)):
-        assert type(got) is type(want), (type(got), type(want))
-        assert len(got) == len(want)
-        for g, w in zip(got, want, strict=True):
-            assert_tree_close(g, w, rtol, atol)
-    elif want is None:
-        assert got is None
-    else:
-        g, w = np.asarray(got), np.asarray(want)
-        assert g.shape == w.shape, (g.shape, w.shape)
-        np.testing.assert_allclose(g, w, rtol=rtol, atol=atol)
-
-
-def central_grad(f, x, h=1e-6):
-    """float64 central differences of a scalar f at an array x."""
-    x = np.array(x, dtype=np.float64)
-    g = np.zeros_like(x)
-    for i in np.ndindex(x.shape):
-        e = np.zeros_like(x)
-        e[i] = h
-        g[i] = (float(f(x + e)) - float(f(x - e))) / (2 * h)
-    return g
-
-
-def central_deriv(f, x, h=1e-6):
-    return (np.asarray(f(x + h)) - np.asarray(f(x - h))) / (2 * h)
 
 
 def _zero_or_clear_error(call, shape):

@@ -24,6 +24,7 @@ import pytest
 
 jax = pytest.importorskip("jax")
 import jax.numpy as jnp  # noqa: E402
+from helpers import assert_tree_close, central_deriv, central_grad  # noqa: E402
 from jax import lax  # noqa: E402
 
 import diffiface as di  # noqa: E402
@@ -54,46 +55,6 @@ def jit_jacfwd(f, *args, **kw):
 
 def jit_jacrev(f, *args, **kw):
     return jax.jit(jax.jacrev(f, *args, **kw))
-
-
-def _np(a):
-    """A leaf as a NumPy array (Python floats stay comparable)."""
-    return np.asarray(a)
-
-
-def assert_tree_close(got, want, rtol=AD_RTOL, atol=1e-12):
-    """Same pytree structure (dict / list / tuple) and close leaves."""
-    if isinstance(want, dict):
-        assert isinstance(got, dict), type(got)
-        assert sorted(got) == sorted(want)
-        for k in want:
-            assert_tree_close(got[k], want[k], rtol, atol)
-    elif isinstance(want, (list, tuple)):
-        assert type(got) is type(want), (type(got), type(want))
-        assert len(got) == len(want)
-        for g, w in zip(got, want, strict=True):
-            assert_tree_close(g, w, rtol, atol)
-    elif want is None:
-        assert got is None
-    else:
-        g, w = _np(got), _np(want)
-        assert g.shape == w.shape, (g.shape, w.shape)
-        np.testing.assert_allclose(g, w, rtol=rtol, atol=atol)
-
-
-def central_grad(f, x, h=1e-6):
-    """float64 central differences of a scalar f at an array x."""
-    x = np.array(x, dtype=np.float64)
-    g = np.zeros_like(x)
-    for i in np.ndindex(x.shape):
-        e = np.zeros_like(x)
-        e[i] = h
-        g[i] = (float(f(x + e)) - float(f(x - e))) / (2 * h)
-    return g
-
-
-def central_deriv(f, x, h=1e-6):
-    return (np.asarray(f(x + h)) - np.asarray(f(x - h))) / (2 * h)
 
 
 CD = {"rtol": 1e-6, "atol": 1e-8}

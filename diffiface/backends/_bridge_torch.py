@@ -19,6 +19,7 @@ import numpy as np
 import torch
 
 from .. import _bridge, _checks
+from ._torch_forward import jvp
 
 
 def to_torch(a: Any) -> torch.Tensor:
@@ -73,7 +74,7 @@ class Kit:
 
     @staticmethod
     def jvp(fn, n: int):
-        return lambda *a: torch.func.jvp(fn, a[:n], a[n:])[1]
+        return lambda *a: jvp(fn, a[:n], a[n:])[1]
 
     @staticmethod
     def vjp(fn, n: int):

@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextvars
 import functools
 import math
-import threading
 import time
 from typing import Any
 
@@ -28,6 +27,7 @@ from .._cache import FunctionCache
 from .._fallbacks import BackendImpl
 from .._registry import register
 from .._tree import flatten
+from ._torch_forward import FORWARD_LOCK
 
 
 def _outside_inference(method):
@@ -638,7 +638,6 @@ _NO_FORWARD = (
     "must implement the jvp function",
     "does not have vmap support",
 )
-_FORWARD_LOCK = threading.RLock()
 _HESSIAN_WAY = "hessian way"  # and of its Hessian formulation
 
 
@@ -646,7 +645,7 @@ def _fwd(prob, thunk):
     """``_call`` for torch.func forward mode (jvp, jacfwd), one thread at a time: torch
     keeps its forward-AD level in a process-wide global that concurrent jvps corrupt
     ("no level exists")."""
-    with _FORWARD_LOCK:
+    with FORWARD_LOCK:
         return _call(prob, thunk)
 
 

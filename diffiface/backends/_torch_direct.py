@@ -15,7 +15,8 @@ from torch._C._functorch import is_functorch_wrapped_tensor
 
 from .._fallbacks import OUT_SIZE, SLOW
 from .._tree import unflatten
-from ._torch import _FORWARD_LOCK, _grads, _reaches_outside, done
+from ._torch import _grads, _reaches_outside, done
+from ._torch_forward import FORWARD_LOCK
 
 
 def runner(prob, combo):
@@ -105,7 +106,7 @@ def _jvp(f, value):
         if not _plain(x) or not _like(v, x):
             return SLOW
         try:
-            with _FORWARD_LOCK:  # torch's forward-AD level is process-wide
+            with FORWARD_LOCK:  # torch's forward-AD level is process-wide
                 y, t = torch.func.jvp(f, (x.clone(),), (v.clone(),))  # f may write to them
         except RuntimeError:
             return SLOW
@@ -175,7 +176,7 @@ def _jacobian(prob, value):
             if reverse:
                 j = torch.func.jacrev(f)(x.clone())
             else:
-                with _FORWARD_LOCK:
+                with FORWARD_LOCK:
                     j = torch.func.jacfwd(f)(x.clone())
             y = f(x.clone()) if value else None
         except Exception:  # the general path runs f again and explains

@@ -16,6 +16,7 @@ import torch
 from .. import _checks
 from .._rules import Kit, register_gradient_rules
 from ._torch import _reaches_outside
+from ._torch_forward import jvp
 
 
 class _Spec:
@@ -52,7 +53,7 @@ class _GradForm(torch.autograd.Function):
         xs, q = leaves[: spec.nx], leaves[spec.nx :]
         full = torch.func.grad(spec.h, argnums=(0, 1))
         # one jvp of the full gradient along (w, 0): q is closed over, so it has no tangent
-        (gx, gq), (hx, hq) = torch.func.jvp(lambda xs: full(xs, q), (tuple(xs),), (tuple(ws),))
+        (gx, gq), (hx, hq) = jvp(lambda xs: full(xs, q), (tuple(xs),), (tuple(ws),))
         cx = [h + dval * g for h, g in zip(hx, gx, strict=True)]
         cq = [h + dval * g for h, g in zip(hq, gq, strict=True)]
         return (None, *cx, *cq)
@@ -72,7 +73,7 @@ register_gradient_rules(
     Kit(
         grad_form=_grad_form,
         is_float=_is_float,
-        directional=lambda fn, xs, vs: torch.func.jvp(fn, (xs,), (vs,))[1],
+        directional=lambda fn, xs, vs: jvp(fn, (xs,), (vs,))[1],
         full_like=torch.full_like,
     ),
 )

@@ -16,6 +16,7 @@ Arrays cross by DLPack (or NumPy views) without copies on the same device.
 from __future__ import annotations
 
 import importlib
+import numbers
 import sys
 import threading
 from collections.abc import Callable
@@ -216,7 +217,7 @@ class Bridged:
             key, node = None, None
         if node is None:
             kit = module(self.inner).kit(self.backend)
-            flat = _flat_fn(self.f, tree, static, where)
+            flat = _flat_fn(self.f, tree, static, where, kit.to_inner)
             node = Node(kit, kit.compile(flat), None, "f")
             node.out = flat.out
             if key is not None:
@@ -244,7 +245,9 @@ class _OutTree:
         self.tree = None
 
 
-def _flat_fn(f: Callable, tree: Any, static: tuple, where: tuple) -> Callable:
+def _flat_fn(f: Callable, tree: Any, static: tuple, where: tuple, to_inner) -> Callable:
+    """f of the array leaves; a Python number f returns (an operator given a Python
+    float returns one) becomes an array of the inner framework."""
     out = _OutTree()
     template = list(static)  # the static leaves in place, the arrays' places empty
     for i in where:
@@ -255,7 +258,7 @@ def _flat_fn(f: Callable, tree: Any, static: tuple, where: tuple) -> Callable:
         for i, a in zip(where, arrays, strict=True):
             leaves[i] = a
         res, out.tree = flatten(f(*unflatten(tree, leaves)))
-        return tuple(res)
+        return tuple(to_inner(r) if isinstance(r, numbers.Number) else r for r in res)
 
     flat.out = out  # type: ignore[attr-defined]
     return flat

@@ -27,7 +27,7 @@ def to_numpy(a: Any) -> np.ndarray:
                 "the CPU: move it with tensor.cpu() first."
             )
         return a.detach().numpy()
-    return np.asarray(a)
+    return np.asarray(a, dtype=getattr(a, "dtype", None))  # JAX's typed literals keep theirs
 
 
 as_array = to_numpy

@@ -12,6 +12,7 @@ cross the bridge at any order.
 
 from __future__ import annotations
 
+import numbers
 import warnings
 from typing import Any
 
@@ -26,8 +27,8 @@ def to_torch(a: Any) -> torch.Tensor:
     """Any framework's array as a tensor, without a copy where DLPack allows."""
     if isinstance(a, torch.Tensor):
         return a
-    if isinstance(a, np.ndarray | np.generic):
-        return _from_numpy(np.asarray(a))
+    if isinstance(a, np.ndarray | np.generic | numbers.Number):  # also JAX's typed literals
+        return _from_numpy(np.asarray(a, dtype=getattr(a, "dtype", None)))
     if _on_cpu(a):  # a NumPy view: 4x cheaper than DLPack, still no copy
         return _from_numpy(np.asarray(a))
     return torch.from_dlpack(a)

@@ -6,12 +6,14 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-from . import _checks, _convert
+from . import _checks, _convert, _dense
 from ._api import _enter, _out_kind
 from ._bridge_ops import Foreign, cross
 
 
-def value_and_batched_jacobian(f: Callable, backend: Any, x: Any, *contexts: Any, prep: Any = None):
+def value_and_batched_jacobian(
+    f: Callable, backend: Any, x: Any, *contexts: Any, prep: Any = None, chunk_size: Any = None
+):
     """The value ``f(x)`` and the per-sample Jacobians, of shape ``(B, *out, *in)``.
 
     ``f`` maps a batch ``x`` of shape ``(B, *in)`` to ``(B, *out)``, sample by
@@ -31,6 +33,9 @@ def value_and_batched_jacobian(f: Callable, backend: Any, x: Any, *contexts: Any
         x: one floating-point array with a batch axis first (ndim >= 1).
         *contexts: ``di.Constant(c)`` arguments.
         prep: a preparation from the matching ``prepare_*`` function (optional).
+        chunk_size: build the Jacobians from ``chunk_size`` jvps (or vjps) at a time,
+            bounding the working memory; without it a result over
+            ``di.config.max_dense_bytes`` (1 GiB) is an error.
 
     Examples:
         >>> import numpy as np
@@ -56,7 +61,13 @@ def value_and_batched_jacobian(f: Callable, backend: Any, x: Any, *contexts: Any
             y = prob.flat()(xs, *ctx)
             check_batch(prob, tuple(x0.shape), tuple(y.shape))
             jac = _convert.zeros(impl, (*y.shape, *x0.shape[1:]), x0)
+        elif chunk_size is not None:
+            _dense.check_chunk_size(op, backend, chunk_size)
+            y, jac = _chunked(impl, prob, xs, ctx, chunk_size)
         else:
+            n_in = math.prod(tuple(x0.shape[1:]))
+            m = impl.memo_output_size(prob, xs, ctx)
+            _dense.check_limit(op, backend, m, n_in, x0, "batched Jacobian")
             y, jac = impl.forward_or_reverse(
                 prob,
                 lambda: impl.value_and_batched_jacobian(prob, xs, ctx),
@@ -66,10 +77,19 @@ def value_and_batched_jacobian(f: Callable, backend: Any, x: Any, *contexts: Any
         k = _out_kind(kinds)
         return _convert.back(impl, y, k), _convert.back(impl, jac, k)
     except Foreign as exc:  # arrays of another framework: the call crosses a bridge
-        return cross(exc, value_and_batched_jacobian, f, backend, (x, *contexts), {"prep": prep})
+        return cross(
+            exc,
+            value_and_batched_jacobian,
+            f,
+            backend,
+            (x, *contexts),
+            {"prep": prep, "chunk_size": chunk_size},
+        )
 
 
-def batched_jacobian(f: Callable, backend: Any, x: Any, *contexts: Any, prep: Any = None) -> Any:
+def batched_jacobian(
+    f: Callable, backend: Any, x: Any, *contexts: Any, prep: Any = None, chunk_size: Any = None
+) -> Any:
     """Per-sample Jacobians ``(B, *out, *in)`` of ``f`` over a batch ``x`` (axis 0).
 
     Same arguments as :func:`value_and_batched_jacobian`.
@@ -84,7 +104,7 @@ def batched_jacobian(f: Callable, backend: Any, x: Any, *contexts: Any, prep: An
                [ 6.,  8.],
                [10., 12.]])
     """
-    return value_and_batched_jacobian(f, backend, x, *contexts, prep=prep)[1]
+    return value_and_batched_jacobian(f, backend, x, *contexts, prep=prep, chunk_size=chunk_size)[1]
 
 
 def check_batch(prob, x_shape: tuple, y_shape: tuple) -> None:
@@ -111,3 +131,31 @@ def _reverse(impl, prob, xs: tuple, ctx: tuple):
     blocks = impl.reshape(jac, (b, m, b, n_in))
     rows = impl.stack([blocks[i, :, i, :] for i in range(b)], 0)
     return y, impl.reshape(rows, (*y.shape, *x.shape[1:]))
+
+
+def _chunked(impl, prob, xs: tuple, ctx: tuple, k: int):
+    """(f(x), per-sample Jacobians) from ``k`` jvps (or vjps) at a time, each along one
+    basis vector repeated in every sample."""
+    (x,) = xs
+    b = x.shape[0]
+    if impl.prefers_reverse(prob, xs, ctx):
+        y = prob.flat()(xs, *ctx)
+        check_batch(prob, tuple(x.shape), tuple(y.shape))
+        n_out, rows = math.prod(tuple(y.shape[1:])), []
+        for start in range(0, n_out, k):
+            ws = [impl.batched_basis(y, o) for o in range(start, min(n_out, start + k))]
+            rows += [gs[0] for gs in impl.value_and_vjps(prob, xs, ws, ctx, _same)[1]]
+        jac = impl.stack(rows, 1) if rows else _convert.zeros(impl, (b, 0, *x.shape[1:]), x)
+        return y, impl.reshape(jac, (*y.shape, *x.shape[1:]))
+    n_in, cols = math.prod(tuple(x.shape[1:])), []
+    y = None
+    for start in range(0, n_in, k):
+        vss = [(impl.batched_basis(x, i),) for i in range(start, min(n_in, start + k))]
+        y, ts = impl.value_and_jvps(prob, xs, vss, ctx)
+        check_batch(prob, tuple(x.shape), tuple(y.shape))
+        cols += [impl.reshape(t, (b, -1)) for t in ts]
+    return y, impl.reshape(impl.stack(cols, -1), (*y.shape, *x.shape[1:]))
+
+
+def _same(y, w):
+    return w

@@ -290,12 +290,12 @@ class BackendImpl:
             y, pb = self.value_and_pullback(prob, xs, ctx)
             check_batch(prob, tuple(x.shape), tuple(y.shape))
             n_out = _size(y) // b
-            rows = [pb(self._batched_basis(y, o))[0] for o in range(n_out)]
+            rows = [pb(self.batched_basis(y, o))[0] for o in range(n_out)]
             jac = self.stack(rows, 1) if rows else self.from_numpy(np.zeros((b, 0, *x.shape[1:])))
             return y, self.reshape(jac, (*y.shape, *x.shape[1:]))
         y, cols = None, []
         for i in range(n_in):
-            y, t = self.value_and_jvp(prob, xs, (self._batched_basis(x, i),), ctx)
+            y, t = self.value_and_jvp(prob, xs, (self.batched_basis(x, i),), ctx)
             check_batch(prob, tuple(x.shape), tuple(t.shape))
             cols.append(self.reshape(t, (b, -1)))
         if y is None:
@@ -303,7 +303,7 @@ class BackendImpl:
         jac = self.stack(cols, -1)
         return y, self.reshape(jac, (*y.shape, *x.shape[1:]))
 
-    def _batched_basis(self, like: Any, i: int) -> Any:
+    def batched_basis(self, like: Any, i: int) -> Any:
         """Basis vector i of one sample, repeated for every sample of the batch."""
         b = like.shape[0]
         e = np.zeros((b, _size(like) // max(b, 1)), dtype=_np_dtype(like))

@@ -206,7 +206,10 @@ class Bridged:
         flat = outer_module.call(node, arrays)  # records the output structure
         out_tree = node_tree(node)
         if not static:
-            self._plain[(tree, *map(type, leaves))] = (outer_module, node, out_tree)
+            with _LOCK:
+                self._plain[(tree, *map(type, leaves))] = (outer_module, node, out_tree)
+                while len(self._plain) > MAX_NODES:  # oldest first, as the nodes
+                    del self._plain[next(iter(self._plain))]
         return unflatten(out_tree, flat)
 
     def _node(self, tree: Any, static: tuple, where: tuple) -> Node:

@@ -23,7 +23,8 @@ _LAZY = {
 FRAMEWORKS = {backend: extra for backend, (_, extra) in _LAZY.items()}
 _IMPLS: dict[type, type] = {}
 _RULES: dict[tuple[str, str], Any] = {}  # (outer framework, inner operator method) -> rule
-_INSTANCES: dict[Any, Any] = {}
+_INSTANCES: dict[Any, Any] = {}  # backend value -> implementation, newest last
+MAX_INSTANCES = 256  # distinct backend values kept (AutoFiniteDifferences(step=s) per s)
 _LOCK = threading.Lock()
 
 
@@ -67,6 +68,8 @@ def implementation(backend: Any) -> Any:
         if impl is None:
             impl = _load(type(backend))(backend)
             _INSTANCES[backend] = impl
+            while len(_INSTANCES) > MAX_INSTANCES:  # the oldest first
+                del _INSTANCES[next(iter(_INSTANCES))]
     return impl
 
 

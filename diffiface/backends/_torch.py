@@ -346,7 +346,7 @@ class TorchImpl(BackendImpl):
     def gradient_and_hvp(self, prob, xs, vs, ctx, combo):
         fn = prob.flat()
         if self._plain(xs, ctx, combo):  # double backward: the fastest plain torch hvp
-            xg = tuple(_leaf(x) for x in xs)
+            xg = tuple(leaf(x) for x in xs)
             with torch.enable_grad():
                 y = _apply(prob, fn, xg, ctx)
                 keep = _reaches_outside(y, xg)  # f closes over tensors of an outer pass
@@ -375,7 +375,7 @@ class TorchImpl(BackendImpl):
             return super().gradient_and_hvps(prob, xs, vss, ctx, combo)
         fn = prob.flat()
         n = len(vss)
-        xg = tuple(_leaf(x) for x in xs)
+        xg = tuple(leaf(x) for x in xs)
         with torch.enable_grad():
             y = _apply(prob, fn, xg, ctx)
             keep = _reaches_outside(y, xg)
@@ -430,7 +430,7 @@ class TorchImpl(BackendImpl):
         (x,) = xs
         n = x.numel()
         if self._plain(xs, ctx, combo):  # one double backward, batched over the basis
-            xg = _leaf(x)
+            xg = leaf(x)
             with torch.enable_grad():
                 y = _apply(prob, fn, (xg,), ctx)
                 keep = _reaches_outside(y, (xg,))
@@ -500,7 +500,7 @@ def _func_grad(fn, inner: str):
 def _plain_value_and_grad(prob, fn, xs: tuple, ctx: tuple):
     """One graph and torch.autograd.grad; detached results unless f closes over
     tensors that an outer pass differentiates."""
-    xg = tuple(_leaf(x) for x in xs)
+    xg = tuple(leaf(x) for x in xs)
     if torch.is_grad_enabled():
         y = _apply(prob, fn, xg, ctx)
     else:
@@ -605,16 +605,14 @@ def _own(x, outer: bool):
         if x.requires_grad:  # a view of a leaf refuses in-place ops; a non-leaf is copied
             return x.view_as(x) if x.is_leaf else x.clone()
         return x.clone().requires_grad_()
-    return _leaf(x)
+    return leaf(x)
 
 
-def _leaf(x):
-    """A detached leaf that requires grad (a copy for an inference tensor used outside
-    inference mode, which torch would not let require grad)."""
-    d = x.detach()
-    if d.is_inference() and not torch.is_inference_mode_enabled():
-        d = d.clone()
-    return d.requires_grad_()
+def leaf(x):
+    """A leaf that requires grad, on a copy of x's data: torch refuses in-place ops on a
+    leaf, but f could still write to its storage through ``.detach()`` or ``.data``,
+    which would change the caller's tensor (or NumPy array: it shares the storage)."""
+    return x.detach().clone().requires_grad_()
 
 
 def _grads(y, xg, w, outer, retain):

@@ -15,7 +15,7 @@ from torch._C._functorch import is_functorch_wrapped_tensor
 
 from .._fallbacks import OUT_SIZE, SLOW
 from .._tree import unflatten
-from ._torch import _grads, _reaches_outside, done
+from ._torch import _grads, _reaches_outside, done, leaf
 from ._torch_forward import FORWARD_LOCK
 
 
@@ -70,7 +70,7 @@ def _forward(f, x):
     """(leaf, f(leaf), attached) when f(leaf) is a tensor on a graph through leaf, else
     None; ``attached`` when the graph also reaches tensors an outer pass differentiates
     (a closure over a model's parameters): the results must then stay on the graph."""
-    xg = x.detach().requires_grad_()
+    xg = leaf(x)
     try:
         y = f(xg)
     except RuntimeError:
@@ -143,7 +143,7 @@ def leaves_runner(prob):
     def run(xs, _, contexts):
         if not _all_plain(xs):
             return SLOW
-        xg = [x.detach().requires_grad_() for x in xs]
+        xg = [leaf(x) for x in xs]
         try:
             y = f(xg[0] if single else unflatten(treedef, xg), *contexts)
         except RuntimeError:

@@ -15,7 +15,7 @@ import torch
 
 from .. import _checks
 from .._rules import Kit, register_gradient_rules
-from ._torch import _reaches_outside
+from ._torch import _reaches_outside, leaf
 from ._torch_forward import jvp
 
 
@@ -35,7 +35,7 @@ class _GradForm(torch.autograd.Function):
         ctx.save_for_backward(*leaves)
         nx = spec.nx
         with torch.enable_grad():
-            xs = tuple(a.detach().requires_grad_() for a in leaves[:nx])
+            xs = tuple(leaf(a) for a in leaves[:nx])
             val = spec.h(xs, tuple(a.detach() for a in leaves[nx:]))
             if _reaches_outside(val, xs):
                 raise _checks.closed_over("torch")

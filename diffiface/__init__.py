@@ -33,6 +33,7 @@ from ._checks import DiffifaceValueError as DiffifaceValueError
 from ._checks import DisconnectedWarning as DisconnectedWarning
 from ._checks import FrameworkMissingError as FrameworkMissingError
 from ._checks import RecompileWarning as RecompileWarning
+from ._cache import clear_caches as clear_caches
 from ._config import Config as Config
 from ._config import config as config
 from ._config import options as options
@@ -83,6 +84,7 @@ __all__ = [
     "SecondOrder",
     "Tangents",
     "batched_jacobian",
+    "clear_caches",
     "config",
     "derivative",
     "differentiate_with",

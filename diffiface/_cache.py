@@ -18,6 +18,20 @@ from typing import Any
 
 MAX_PER_FUNCTION = 64
 MAX_FUNCTIONS = 1024
+_ALL: weakref.WeakSet = weakref.WeakSet()  # every FunctionCache, for clear_caches
+
+
+def clear_caches() -> None:
+    """Drop every function diffiface has compiled, prepared implicitly or bridged (the
+    bridges hold their last 32 functions strongly, closures included, because their
+    derivatives run after the call returns). Prepared ``Prep`` objects are unaffected.
+
+    Examples:
+        >>> import diffiface as di
+        >>> di.clear_caches()
+    """
+    for cache in list(_ALL):
+        cache.clear()
 
 
 class FunctionCache:
@@ -29,6 +43,7 @@ class FunctionCache:
         self._data: OrderedDict[int, tuple[weakref.ref, dict]] = OrderedDict()
         self.hits = 0
         self.misses = 0
+        _ALL.add(self)
 
     def get(self, f: Callable, key: Hashable, build: Callable[[Callable], Any]) -> Any:
         """Return the entry for ``(f, key)``; ``build(fget)`` makes it once if missing."""

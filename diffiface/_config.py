@@ -29,8 +29,12 @@ class Config:
             framework's graph) is an error rather than a ``DisconnectedWarning``
             with zero derivatives (default False).
         max_dense_bytes: the largest dense Jacobian or Hessian (in bytes) that
-            ``jacobian`` and ``hessian`` build without ``chunk_size`` (default
-            1 GiB; None for no limit).
+            ``jacobian``, ``hessian`` and ``batched_jacobian`` build without
+            ``chunk_size`` (default 1 GiB; None for no limit).
+        max_compiled_shapes: AutoJax keeps the compilations of at most this many
+            input shapes per function and operator (default 64); past it they are
+            dropped and compiled again on use, so a new shape per call does not
+            grow memory without bound (None: no limit).
 
     Examples:
         >>> import diffiface as di
@@ -46,6 +50,7 @@ class Config:
     check_finite: bool = False
     strict: bool = False
     max_dense_bytes: int | None = DEFAULT_MAX_DENSE_BYTES
+    max_compiled_shapes: int | None = 64
 
 
 config = Config()
@@ -60,8 +65,8 @@ def options(**settings: Any) -> Iterator[None]:
     """Override settings of :data:`config` inside a ``with`` block (this thread or task).
 
     Args:
-        **settings: ``nested_ad``, ``check_finite``, ``strict`` and
-            ``max_dense_bytes``, as in :class:`Config`.
+        **settings: ``nested_ad``, ``check_finite``, ``strict``,
+            ``max_dense_bytes`` and ``max_compiled_shapes``, as in :class:`Config`.
 
     Examples:
         >>> import numpy as np

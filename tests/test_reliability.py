@@ -187,3 +187,47 @@ def test_bridges_take_python_floats():
 
     # a Python float x takes torch's default dtype (float32)
     assert float(jax.grad(inner_torch)(1.0)) == pytest.approx(np.cos(0.5), rel=1e-6)
+
+
+@pytest.mark.skipif(not HAVE["jax"], reason="jax missing")
+def test_autojax_keeps_a_bounded_number_of_shapes_and_numpy_compiles_once():
+    import jax.numpy as jnp
+
+    from diffiface.backends import _jax
+
+    f = lambda x: (jnp.sin(x) * x).sum()  # noqa: E731
+    with di.options(max_compiled_shapes=4):
+        for n in range(1, 12):
+            g = di.gradient(f, di.AutoJax(), np.ones(n, dtype=np.float32))
+            np.testing.assert_allclose(g, np.full(n, np.sin(1) + np.cos(1)), rtol=1e-6)
+    runs = [v for k, v in _jax.CACHE._data[id(f)][1].items() if hasattr(v, "_cache_size")]
+    assert runs and all(r._cache_size() <= 4 for r in runs)
+    compiled = []
+    for n in (20, 21, 22):
+        di.gradient(f, di.AutoJax(), np.ones(n, dtype=np.float32))
+        compiled.append(sum(r._cache_size() for r in runs))
+    assert compiled[1] - compiled[0] == 1 and compiled[2] - compiled[1] == 1  # one per shape
+
+
+@pytest.mark.skipif(not (HAVE["jax"] and HAVE["torch"]), reason="jax and torch needed")
+def test_clear_caches_releases_a_bridged_closure():
+    """An operator on another framework's arrays holds its f strongly (its derivative
+    runs after the call returns): di.clear_caches() lets it go."""
+    import gc
+    import weakref
+
+    import jax.numpy as jnp
+    import torch
+
+    def call():
+        big = torch.ones(1000, dtype=torch.float64)
+        g = di.gradient(lambda x: (torch.sin(x) * big[:3]).sum(), di.AutoTorch(), jnp.asarray(X))
+        np.testing.assert_allclose(np.asarray(g), np.cos(X), rtol=1e-12)
+        return weakref.ref(big)
+
+    alive = call()
+    gc.collect()
+    assert alive() is not None  # held by the bridge table
+    di.clear_caches()
+    gc.collect()
+    assert alive() is None

@@ -57,7 +57,7 @@ class JaxImpl(BackendImpl):
         return dtype in _FLOATS or jnp.issubdtype(dtype, jnp.floating)
 
     def from_numpy(self, a: np.ndarray) -> Any:
-        return jnp.asarray(a)
+        return jax.device_put(a)  # jnp.asarray would compile a copy program per shape
 
     def default_float(self, value: float) -> Any:
         return jnp.asarray(value, dtype=jnp.result_type(float))
@@ -493,7 +493,7 @@ def _numpy_in_out(run, op):
 
 def _run(prob, run, *args):
     try:
-        return run(*args)
+        out = run(*args)
     except jax.errors.TracerBoolConversionError as exc:
         raise _checks.DiffifaceTypeError(
             f"{_checks.call_form(prob.op, prob.backend)}: f branches in Python on a traced "
@@ -506,6 +506,10 @@ def _run(prob, run, *args):
         if clear is None:
             raise
         raise clear from exc
+    limit = _config.get("max_compiled_shapes")
+    if limit is not None and run._cache_size() > limit:  # one compilation per shape
+        run.clear_cache()
+    return out
 
 
 def _split_contexts(prob, ctx: tuple):

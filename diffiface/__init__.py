@@ -28,12 +28,12 @@ from ._backend_types import second_order as second_order
 from ._batched import batched_jacobian as batched_jacobian
 from ._batched import value_and_batched_jacobian as value_and_batched_jacobian
 from ._bridge import differentiate_with as differentiate_with
+from ._cache import clear_caches as clear_caches
 from ._checks import DiffifaceTypeError as DiffifaceTypeError
 from ._checks import DiffifaceValueError as DiffifaceValueError
 from ._checks import DisconnectedWarning as DisconnectedWarning
 from ._checks import FrameworkMissingError as FrameworkMissingError
 from ._checks import RecompileWarning as RecompileWarning
-from ._cache import clear_caches as clear_caches
 from ._config import Config as Config
 from ._config import config as config
 from ._config import options as options

@@ -6,10 +6,16 @@ This module imports no framework, so creating a backend costs nothing.
 from __future__ import annotations
 
 import dataclasses
+import math
+import numbers
 from typing import ClassVar
 
 _MODES = (None, "forward", "reverse")
 _FD_METHODS = ("central", "forward", "backward")
+# The smallest relative step AutoFiniteDifferences accepts: 1e-13 is about 450 float64
+# epsilons, where the rounding error of a difference (eps / step) is already 2e-3 of the
+# result; under eps (2.2e-16) x + step * max(1, |x|) == x and the differences are 0 / 0.
+FD_MIN_STEP = 1e-13
 
 
 @dataclasses.dataclass(frozen=True)
@@ -101,8 +107,10 @@ class AutoFiniteDifferences(AbstractBackend):
 
     Args:
         method: "central" (error O(step**2)), "forward" or "backward" (O(step)).
-        step: relative step; None picks it from the dtype (eps**(1/3) for
-            central, eps**(1/2) otherwise), scaled by max(1, |x|).
+        step: relative step, a finite float from 1e-13 up (smaller steps are lost
+            to rounding in float64; a step that cannot change x in x's own dtype is
+            an error at the call); None picks it from the dtype (eps**(1/3) for
+            central, eps**(1/2) otherwise). It is scaled by max(1, |x|).
 
     Examples:
         >>> AutoFiniteDifferences()
@@ -119,10 +127,23 @@ class AutoFiniteDifferences(AbstractBackend):
                 f"AutoFiniteDifferences(method={self.method!r}): method must be 'central', "
                 f"'forward' or 'backward', got {self.method!r}."
             )
-        if self.step is not None and not (isinstance(self.step, int | float) and self.step > 0):
-            raise ValueError(
-                f"AutoFiniteDifferences(step={self.step!r}): step must be a positive float "
-                "or None (chosen from the dtype)."
+        step = self.step
+        if step is None:
+            return
+        if not (
+            isinstance(step, numbers.Real)
+            and not isinstance(step, bool)
+            and math.isfinite(step)
+            and step >= FD_MIN_STEP
+        ):
+            from ._checks import DiffifaceValueError  # (imports this module)
+
+            raise DiffifaceValueError(
+                f"AutoFiniteDifferences(step={step!r}): step must be a positive float, "
+                f"finite and at least {FD_MIN_STEP:g}, or None (chosen from the dtype). A "
+                f"positive step under {FD_MIN_STEP:g} is lost to rounding in float64 (under "
+                "2.2e-16 it cannot change x at all); step=None picks about 6e-06 for central "
+                "differences in float64."
             )
 
 

@@ -35,7 +35,12 @@ def main(argv: list | None = None) -> int:
     bench.add_argument("--backends", help="comma-separated: jax,torch,autograd,fd")
     bench.add_argument("--operators", default="gradient,jacobian,jvp,vjp,hvp,hessian")
     bench.add_argument("--repeat", type=int, default=20)
-    bench.add_argument("--out", default=".", help="folder for bench.json and bench.png")
+    bench.add_argument(
+        "--out", default=".", help="folder for bench.json and bench.png (default: .)"
+    )
+    bench.add_argument(
+        "--force", action="store_true", help="overwrite bench.json and bench.png in --out"
+    )
     info = sub.add_parser("info", help="versions, available backends, JAX's x64 setting")
     info.add_argument("--support", action="store_true", help="print the support matrix (markdown)")
     args = parser.parse_args(argv)
@@ -100,6 +105,7 @@ def _bench(args) -> int:
 
     backends = _backends(args.backends)
     ops = tuple(o.strip() for o in args.operators.split(","))
+    out_json, png = _bench_paths(args.out, args.force)  # before the minutes of timing
     rows = benchmark(backends, default_scenarios(("float32",)), ops, repeat=args.repeat)
     print(f"{'scenario':<28} {'operator':<12} {'backend':<18} {'µs':>10} {'ratio':>7}")
     for r in rows:
@@ -108,14 +114,29 @@ def _bench(args) -> int:
             f"{r['seconds'] * 1e6:>10.1f} {r['ratio']:>7.2f}"
         )
     os.makedirs(args.out, exist_ok=True)
-    with open(os.path.join(args.out, "bench.json"), "w") as fh:
+    with open(out_json, "w") as fh:
         json.dump(rows, fh, indent=1)
-    png = os.path.join(args.out, "bench.png")
     if _chart(rows, png):
-        print(f"wrote {args.out}/bench.json and {png}")
+        print(f"wrote {out_json} and {png}")
     else:
-        print(f"wrote {args.out}/bench.json (pip install matplotlib for the chart)")
+        print(f"wrote {out_json} (pip install matplotlib for the chart)")
     return 0
+
+
+def _bench_paths(out: str, force: bool) -> tuple[str, str]:
+    """The paths of bench.json and bench.png in ``out``; an error (exit status 1) when
+    ``out`` is a file, or when either file exists and ``force`` is off."""
+    if os.path.exists(out) and not os.path.isdir(out):
+        raise SystemExit(f"diffiface bench: --out {out} is a file; pass a folder.")
+    paths = os.path.join(out, "bench.json"), os.path.join(out, "bench.png")
+    existing = [p for p in paths if os.path.exists(p)]
+    if existing and not force:
+        raise SystemExit(
+            f"diffiface bench: {' and '.join(existing)} already "
+            f"{'exist' if len(existing) > 1 else 'exists'}; pass --force to overwrite, or "
+            "--out DIR to write elsewhere."
+        )
+    return paths
 
 
 def _chart(rows: list, path: str) -> bool:

@@ -35,6 +35,8 @@ def point(op: str, impl: Any, leaves: list, tree: Any) -> tuple[tuple, tuple]:
     out, kinds = [], []
     complex_ok = op in COMPLEX_OPS
     for i, leaf in enumerate(leaves):
+        if is_masked(leaf):
+            raise masked(op, impl, paths(tree)[i], paths(tree)[i])
         if impl.is_native(leaf):
             if not impl.is_float(leaf) and not (complex_ok and is_complex(leaf)):
                 _raise_leaf(op, impl, tree, i, leaf)
@@ -57,6 +59,24 @@ def point(op: str, impl: Any, leaves: list, tree: Any) -> tuple[tuple, tuple]:
         else:
             _raise_leaf(op, impl, tree, i, leaf)
     return tuple(out), tuple(kinds)
+
+
+def is_masked(leaf: Any) -> bool:
+    """``leaf`` is a NumPy masked array (a subclass of ndarray that every backend
+    would take for its data, mask ignored)."""
+    ma = sys.modules.get("numpy.ma")  # none can exist before numpy.ma is imported
+    return ma is not None and isinstance(leaf, ma.MaskedArray)
+
+
+def masked(op: str, impl: Any, where: str, name: str) -> _checks.DiffifaceTypeError:
+    """The error for a masked array at ``where``, spelt ``name`` in the fix."""
+    return _checks.DiffifaceTypeError(
+        f"{_checks.call_form(op, impl.backend)}: {where} is a NumPy masked array "
+        "(numpy.ma.MaskedArray), whose mask no backend honours: the derivative would "
+        f"silently use the data under the mask. Pass {name}.filled(value) to choose the "
+        f"masked entries' values, or np.asarray({name}) for the data as it is (and apply "
+        "the mask inside f, e.g. with np.where)."
+    )
 
 
 def _raise_leaf(op: str, impl: Any, tree: Any, i: int, leaf: Any):
@@ -124,6 +144,8 @@ def tangent(op: str, impl: Any, name: str, like: tuple, leaves: list, tree, ref_
 
 def native_tangent(op: str, impl: Any, name: str, leaf: Any) -> Any:
     """A tangent leaf as a native array; a Python float stays a float (cast later)."""
+    if is_masked(leaf):
+        raise masked(op, impl, name, name)
     if isinstance(leaf, float) or impl.is_native(leaf):
         return leaf
     if isinstance(leaf, np.ndarray | np.generic):
@@ -154,7 +176,7 @@ def match(op: str, impl: Any, name: str, leaf: Any, ref: Any, path: str = "") ->
 def contexts(op: str, impl: Any, contexts: tuple) -> tuple:
     """Unwrap Constant contexts; NumPy leaves become native arrays."""
     out = []
-    for c in contexts:
+    for n, c in enumerate(contexts):
         if not isinstance(c, Constant):
             raise _checks.DiffifaceTypeError(
                 f"{_checks.call_form(op, impl.backend)}: contexts must be di.Constant(...), "
@@ -164,6 +186,8 @@ def contexts(op: str, impl: Any, contexts: tuple) -> tuple:
         leaves, tree = flatten(value)
         numpy = False
         for v in leaves:
+            if is_masked(v):
+                raise masked(op, impl, f"a leaf c of Constant #{n}", "c")
             if impl.is_native(v):
                 continue
             if isinstance(v, np.ndarray):

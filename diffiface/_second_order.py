@@ -352,6 +352,12 @@ class _FiniteDifferencesOver:
         g, h = self.fd.value_and_jacobian(self._inner(prob, value_and_gradient, 1), xs, ())
         return y, (g,), h
 
+    def chunked_hessian(self, prob, xs, ctx, combo, k: int):
+        """The Hessian built k columns at a time, as the dense one is (for chunk_size)."""
+        y = self._inner(prob, value_and_gradient, 0).flat()(xs)
+        g, h = self.fd.chunked_jacobian(self._inner(prob, value_and_gradient, 1), xs, (), k)
+        return y, (g,), h
+
     def value_derivative_and_second_derivative(self, prob, xs, ctx):
         y = self._inner(prob, value_and_derivative, 0).flat()(xs)
         dprob = self._inner(prob, value_and_derivative, 1)

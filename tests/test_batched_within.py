@@ -63,7 +63,8 @@ def test_finite_difference_batched_jacobian_cost():
         return x**2
 
     di.batched_jacobian(f, di.AutoFiniteDifferences(), np.ones((100, 3)))
-    assert len(calls) == 1 + 2 * 3  # f(x) and 2 per input of one sample, not 2 * 100 * 3
+    # the output size (the dense-size check), f(x) and 2 per input of one sample, not 2*100*3
+    assert len(calls) == 2 + 2 * 3
 
 
 def test_batched_jacobian_errors(backend):

@@ -13,6 +13,7 @@ from autograd.tracer import Box
 
 from .. import _checks
 from .._backend_types import AutoAutograd
+from .._convert import is_masked
 from .._fallbacks import SLOW, BackendImpl
 from .._registry import register
 from .._tree import flatten
@@ -25,7 +26,9 @@ class AutogradImpl(BackendImpl):
     output_kind = "an array (autograd.numpy)"
 
     def is_native(self, leaf: Any) -> bool:
-        return isinstance(leaf, np.ndarray | ArrayBox) or (
+        if isinstance(leaf, np.ndarray):  # a masked array is refused at the boundary
+            return not is_masked(leaf)
+        return isinstance(leaf, ArrayBox) or (
             isinstance(leaf, np.generic) and not isinstance(leaf, np.bool_)
         )
 

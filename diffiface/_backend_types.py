@@ -10,6 +10,8 @@ import math
 import numbers
 from typing import ClassVar
 
+from ._errors import DiffifaceValueError
+
 _MODES = (None, "forward", "reverse")
 _FD_METHODS = ("central", "forward", "backward")
 # The smallest relative step AutoFiniteDifferences accepts: 1e-13 is about 450 float64
@@ -136,8 +138,6 @@ class AutoFiniteDifferences(AbstractBackend):
             and math.isfinite(step)
             and step >= FD_MIN_STEP
         ):
-            from ._checks import DiffifaceValueError  # (imports this module)
-
             raise DiffifaceValueError(
                 f"AutoFiniteDifferences(step={step!r}): step must be a positive float, "
                 f"finite and at least {FD_MIN_STEP:g}, or None (chosen from the dtype). A "

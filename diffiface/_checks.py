@@ -10,6 +10,21 @@ import warnings
 from typing import Any
 
 from ._backend_types import AbstractBackend, SecondOrder
+from ._errors import (  # the classes live in a leaf module
+    DiffifaceTypeError,
+    DiffifaceValueError,
+    DisconnectedWarning,
+    FrameworkMissingError,
+    RecompileWarning,
+)
+
+__all__ = [
+    "DiffifaceTypeError",
+    "DiffifaceValueError",
+    "DisconnectedWarning",
+    "FrameworkMissingError",
+    "RecompileWarning",
+]
 
 _CALL = {
     "jvp": "{op}(f, {b}, x, v)",
@@ -17,30 +32,6 @@ _CALL = {
     "vjp": "{op}(f, {b}, x, w)",
     "value_and_vjp": "{op}(f, {b}, x, w)",
 }
-
-
-class DiffifaceTypeError(TypeError):
-    """A wrong type was passed to a diffiface operator."""
-
-
-class DiffifaceValueError(ValueError):
-    """A wrong value was passed to a diffiface operator."""
-
-
-class DisconnectedWarning(UserWarning):
-    """f's output does not depend on x: every derivative is zero.
-
-    ``di.options(strict=True)`` (or ``di.config.strict = True``) makes it an error.
-    """
-
-
-class RecompileWarning(UserWarning):
-    """diffiface compiles the same code again for a new function object on every call
-    (a lambda or a def made inside the loss): define the function once outside."""
-
-
-class FrameworkMissingError(ImportError):
-    """A backend's framework is not installed."""
 
 
 def call_form(op: str, backend: Any) -> str:

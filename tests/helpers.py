@@ -89,3 +89,22 @@ def central_grad(f, x, h=1e-6):
 def central_deriv(f, x, h=1e-6):
     """float64 central difference of f at a scalar x."""
     return (np.asarray(f(x + h)) - np.asarray(f(x - h))) / (2 * h)
+
+
+def zero_or_clear_error(call, shape):
+    """An integer-valued or constant f: diffiface gives numeric zeros (a float output
+    off the graph, with its DisconnectedWarning) or one of its own errors."""
+    import warnings
+
+    import diffiface as di
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", di.DisconnectedWarning)
+        try:
+            out = call()
+        except (di.DiffifaceTypeError, di.DiffifaceValueError):
+            return
+    arr = np.asarray(out)
+    assert np.issubdtype(arr.dtype, np.number), f"leaked dtype {arr.dtype!r} (float0?)"
+    assert arr.shape == shape
+    assert not arr.any()

@@ -39,7 +39,12 @@ from autograd import (  # noqa: E402
     value_and_grad,
 )
 from autograd.tracer import isbox  # noqa: E402
-from helpers import assert_tree_close, central_deriv, central_grad  # noqa: E402
+from helpers import (  # noqa: E402
+    assert_tree_close,
+    central_deriv,
+    central_grad,
+    zero_or_clear_error,
+)
 
 import diffiface as di  # noqa: E402
 
@@ -61,20 +66,6 @@ V5 = RNG.standard_normal(5)
 
 def _tol(backend):
     return FD_RTOL if isinstance(backend, di.AutoFiniteDifferences) else AD_RTOL
-
-
-def _zero_or_clear_error(call, shape):
-    """An integer-valued f: diffiface gives numeric zeros or one of its own errors."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", di.DisconnectedWarning)
-        try:
-            out = call()
-        except ERRORS:
-            return
-    arr = np.asarray(out)
-    assert np.issubdtype(arr.dtype, np.number), f"leaked dtype {arr.dtype!r}"
-    assert arr.shape == shape
-    assert not arr.any()
 
 
 # ------------------------------------------------------------------ test_core.py
@@ -122,8 +113,8 @@ def test_core_comparisons(cmp):
         except TypeError:  # autograd under NumPy 2 has no vector space for np.bool
             pass
     for backend in (A, FD):
-        _zero_or_clear_error(lambda b=backend: di.gradient(cmp, b, 0.7, di.Constant(1.8)), ())
-        _zero_or_clear_error(
+        zero_or_clear_error(lambda b=backend: di.gradient(cmp, b, 0.7, di.Constant(1.8)), ())
+        zero_or_clear_error(
             lambda b=backend: di.gradient(lambda x: anp.sum(cmp(x, 0.0)) * 1.0, b, X5), (5,)
         )
 
@@ -1180,7 +1171,7 @@ def test_integer_valued_outputs(op, backend):
     # upstream: test_logic.py::test_nograd / test_core.py::test_eq (integer- and bool-valued
     # outputs: numeric zeros, with a DisconnectedWarning, or diffiface's own error)
     call, shape = INT_OPS[op]
-    _zero_or_clear_error(lambda: call(backend), shape)
+    zero_or_clear_error(lambda: call(backend), shape)
 
 
 @pytest.mark.parametrize("op", ["derivative", "jvp"])

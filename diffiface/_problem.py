@@ -66,12 +66,10 @@ def _output_check(op: str, backend: Any, impl: Any, scalar: bool) -> Callable:
     jacobian = "jacobian" in op
 
     def check(y: Any, xs: tuple) -> Any:
-        if not is_output(y):
-            if _discrete(y):  # a NumPy bool or integer scalar
-                raise _checks.integer_output(op, backend, y.dtype)
-            raise _checks.not_array(op, backend, y, impl.output_kind)
-        if _discrete(y):
+        if _discrete(y):  # also a NumPy bool or integer scalar, which is no output
             raise _checks.integer_output(op, backend, y.dtype)
+        if not is_output(y):
+            raise _checks.not_array(op, backend, y, impl.output_kind)
         if scalar and tuple(getattr(y, "shape", ())) != ():
             raise _checks.not_scalar(op, backend, tuple(y.shape))
         if scalar and is_complex(y):

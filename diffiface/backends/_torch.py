@@ -181,7 +181,7 @@ class TorchImpl(BackendImpl):
     # ---- primitives -----------------------------------------------------------
     def value_and_pullback(self, prob, xs, ctx):
         fn = prob.flat()
-        if _functorch(xs, ctx):
+        if _functorch():
             y, pb = torch.func.vjp(lambda xs: fn(xs, *ctx), xs)
             return y, lambda w: pb(w)[0]
         outer = _outer(xs, ctx)
@@ -194,7 +194,7 @@ class TorchImpl(BackendImpl):
         return (y if outer else y.detach()), pb
 
     def value_and_gradient(self, prob, xs, ctx):
-        if _functorch(xs, ctx):
+        if _functorch():
             y, pb = self.value_and_pullback(prob, xs, ctx)
             return y, pb(None)
         if _outer(xs, ctx):  # attached results, as value_and_pullback builds them
@@ -216,7 +216,7 @@ class TorchImpl(BackendImpl):
         )
 
     def can_run_rule(self, xs, ctx):
-        return not _functorch(xs, ctx) and not any(_dual(a) for a in (*xs, *_tensors(ctx)))
+        return not _functorch() and not any(_dual(a) for a in (*xs, *_tensors(ctx)))
 
     def direct(self, prob, numpy=False, combo=None):
         """For a prepared plain call: see ``_torch_direct``."""
@@ -250,7 +250,7 @@ class TorchImpl(BackendImpl):
         return y, list(ts.unbind(0))
 
     def value_and_vjps(self, prob, xs, ws, ctx, check_w):
-        if _functorch(xs, ctx):
+        if _functorch():
             return super().value_and_vjps(prob, xs, ws, ctx, check_w)
         fn = prob.flat()
         outer = _outer(xs, ctx)
@@ -313,7 +313,7 @@ class TorchImpl(BackendImpl):
             check_batch(prob, tuple(x.shape), tuple(y.shape))
             jac = cols.reshape(n_in, b, math.prod(y.shape[1:])).movedim(0, 2)
             return y, jac.reshape((*y.shape, *rest))
-        if _functorch(xs, ctx):
+        if _functorch():
             y, pb = torch.func.vjp(f1, x)
             check_batch(prob, tuple(x.shape), tuple(y.shape))
             n_out = math.prod(y.shape[1:])
@@ -341,7 +341,7 @@ class TorchImpl(BackendImpl):
 
     # ---- second order ------------------------------------------------------------
     def _plain(self, xs, ctx, combo) -> bool:
-        return combo is None and not _functorch(xs, ctx) and not _outer(xs, ctx)
+        return combo is None and not _functorch() and not _outer(xs, ctx)
 
     def gradient_and_hvp(self, prob, xs, vs, ctx, combo):
         fn = prob.flat()
@@ -533,7 +533,7 @@ def _tensors(ctx: tuple) -> list:
     return [c for c in flatten(ctx)[0] if isinstance(c, torch.Tensor)] if ctx else []
 
 
-def _functorch(xs: tuple, ctx: tuple) -> bool:
+def _functorch() -> bool:
     """A torch.func transform is running: it may see this call through x, a context,
     a tangent or a closure, and it forbids the graph-building calls of a plain pass."""
     return peek_interpreter_stack() is not None

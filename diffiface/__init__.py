@@ -8,16 +8,16 @@ Examples:
     array([2., 4.])
 """
 
-from ._api import derivative as derivative
-from ._api import gradient as gradient
-from ._api import jacobian as jacobian
-from ._api import jvp as jvp
-from ._api import value_and_derivative as value_and_derivative
-from ._api import value_and_gradient as value_and_gradient
-from ._api import value_and_jacobian as value_and_jacobian
-from ._api import value_and_jvp as value_and_jvp
-from ._api import value_and_vjp as value_and_vjp
-from ._api import vjp as vjp
+from .operators.first_order import derivative as derivative
+from .operators.first_order import gradient as gradient
+from .operators.first_order import jacobian as jacobian
+from .operators.first_order import jvp as jvp
+from .operators.first_order import value_and_derivative as value_and_derivative
+from .operators.first_order import value_and_gradient as value_and_gradient
+from .operators.first_order import value_and_jacobian as value_and_jacobian
+from .operators.first_order import value_and_jvp as value_and_jvp
+from .operators.first_order import value_and_vjp as value_and_vjp
+from .operators.first_order import vjp as vjp
 from ._backend_types import AbstractBackend as AbstractBackend
 from ._backend_types import AutoAutograd as AutoAutograd
 from ._backend_types import AutoFiniteDifferences as AutoFiniteDifferences
@@ -25,9 +25,9 @@ from ._backend_types import AutoJax as AutoJax
 from ._backend_types import AutoTorch as AutoTorch
 from ._backend_types import SecondOrder as SecondOrder
 from ._backend_types import second_order as second_order
-from ._batched import batched_jacobian as batched_jacobian
-from ._batched import value_and_batched_jacobian as value_and_batched_jacobian
-from ._bridge import differentiate_with as differentiate_with
+from .operators.batched import batched_jacobian as batched_jacobian
+from .operators.batched import value_and_batched_jacobian as value_and_batched_jacobian
+from .bridge.node import differentiate_with as differentiate_with
 from ._cache import clear_caches as clear_caches
 from ._checks import DiffifaceTypeError as DiffifaceTypeError
 from ._checks import DiffifaceValueError as DiffifaceValueError
@@ -39,27 +39,27 @@ from ._config import config as config
 from ._config import options as options
 from ._contexts import Constant as Constant
 from ._contexts import FixedParams as FixedParams
-from ._nested import nested_ad as nested_ad
-from ._nested import nested_rule_counts as nested_rule_counts
-from ._prep import MismatchError as MismatchError
-from ._prep import Prep as Prep
-from ._prepare import prepare_batched_jacobian as prepare_batched_jacobian
-from ._prepare import prepare_derivative as prepare_derivative
-from ._prepare import prepare_gradient as prepare_gradient
-from ._prepare import prepare_hessian as prepare_hessian
-from ._prepare import prepare_hvp as prepare_hvp
-from ._prepare import prepare_jacobian as prepare_jacobian
-from ._prepare import prepare_jvp as prepare_jvp
-from ._prepare import prepare_second_derivative as prepare_second_derivative
-from ._prepare import prepare_vjp as prepare_vjp
-from ._second_order import gradient_and_hvp as gradient_and_hvp
-from ._second_order import hessian as hessian
-from ._second_order import hvp as hvp
-from ._second_order import second_derivative as second_derivative
-from ._second_order import (
+from .nested.route import nested_ad as nested_ad
+from .nested.route import nested_rule_counts as nested_rule_counts
+from .core.plan import MismatchError as MismatchError
+from .core.plan import Prep as Prep
+from .operators.prepare import prepare_batched_jacobian as prepare_batched_jacobian
+from .operators.prepare import prepare_derivative as prepare_derivative
+from .operators.prepare import prepare_gradient as prepare_gradient
+from .operators.prepare import prepare_hessian as prepare_hessian
+from .operators.prepare import prepare_hvp as prepare_hvp
+from .operators.prepare import prepare_jacobian as prepare_jacobian
+from .operators.prepare import prepare_jvp as prepare_jvp
+from .operators.prepare import prepare_second_derivative as prepare_second_derivative
+from .operators.prepare import prepare_vjp as prepare_vjp
+from .operators.second_order import gradient_and_hvp as gradient_and_hvp
+from .operators.second_order import hessian as hessian
+from .operators.second_order import hvp as hvp
+from .operators.second_order import second_derivative as second_derivative
+from .operators.second_order import (
     value_derivative_and_second_derivative as value_derivative_and_second_derivative,
 )
-from ._second_order import value_gradient_and_hessian as value_gradient_and_hessian
+from .operators.second_order import value_gradient_and_hessian as value_gradient_and_hessian
 from ._tangents import Tangents as Tangents
 from ._within import within_gradient as within_gradient
 

@@ -25,6 +25,10 @@ class AbstractBackend:
     """Base of every backend type. Never instantiated itself."""
 
     framework: ClassVar[str] = ""
+    # the module that registers the implementation (imported on first use), and the
+    # package it needs (the pip extra; None: NumPy only)
+    package: ClassVar[str | None] = None
+    needs: ClassVar[str | None] = None
 
     def __post_init__(self) -> None:
         if type(self) is AbstractBackend:
@@ -57,6 +61,8 @@ class AutoJax(AbstractBackend):
 
     mode: str | None = None
     framework: ClassVar[str] = "jax"
+    package: ClassVar[str | None] = "diffiface.backends.jax"
+    needs: ClassVar[str | None] = "jax"
 
     def __post_init__(self) -> None:
         _check_mode(self, self.mode)
@@ -76,6 +82,8 @@ class AutoTorch(AbstractBackend):
 
     mode: str | None = None
     framework: ClassVar[str] = "torch"
+    package: ClassVar[str | None] = "diffiface.backends.torch"
+    needs: ClassVar[str | None] = "torch"
 
     def __post_init__(self) -> None:
         _check_mode(self, self.mode)
@@ -95,6 +103,8 @@ class AutoAutograd(AbstractBackend):
 
     mode: str | None = None
     framework: ClassVar[str] = "autograd"
+    package: ClassVar[str | None] = "diffiface.backends.autograd"
+    needs: ClassVar[str | None] = "autograd"
 
     def __post_init__(self) -> None:
         _check_mode(self, self.mode)
@@ -122,6 +132,8 @@ class AutoFiniteDifferences(AbstractBackend):
     method: str = "central"
     step: float | None = None
     framework: ClassVar[str] = "finite_differences"
+    package: ClassVar[str | None] = "diffiface.backends.finite_differences"
+    needs: ClassVar[str | None] = None
 
     def __post_init__(self) -> None:
         if self.method not in _FD_METHODS:
@@ -191,3 +203,7 @@ def second_order(outer: AbstractBackend, inner: AbstractBackend) -> SecondOrder:
         SecondOrder(outer=AutoTorch(mode='reverse'), inner=AutoTorch(mode=None))
     """
     return SecondOrder(outer, inner)
+
+
+# the built-in backends, in the order shown to users
+BUILTIN = (AutoJax, AutoTorch, AutoAutograd, AutoFiniteDifferences)

@@ -10,7 +10,7 @@ import warnings
 from typing import Any
 
 from ._backend_types import AbstractBackend, SecondOrder
-from ._errors import (  # the classes live in a leaf module
+from ._errors import (
     DiffifaceTypeError,
     DiffifaceValueError,
     DisconnectedWarning,

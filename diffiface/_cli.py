@@ -10,7 +10,7 @@ import os
 import sys
 
 from ._backend_types import AutoJax
-from ._registry import FRAMEWORKS
+from .core.registry import FRAMEWORKS
 
 # command-line name -> (backend type, framework or None)
 BACKENDS = {(module or "fd"): (backend, module) for backend, module in FRAMEWORKS.items()}

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import importlib.util
 
-from ._fallbacks import BackendImpl
-from ._nested import METHOD
-from ._registry import FRAMEWORKS, _load, rule_methods
+from .core.backend import BackendImpl
+from .nested.route import METHOD
+from .core.registry import FRAMEWORKS, _load, rule_methods
 
 # operator -> the implementation methods that compute it
 METHODS = {

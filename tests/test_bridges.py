@@ -132,9 +132,9 @@ def test_dtype_kind_and_pytree_structure_are_kept():
 
 
 def test_no_copy_on_the_cpu_path():
-    from diffiface.backends._bridge_jax import Kit as JaxKit
-    from diffiface.backends._bridge_numpy import to_numpy
-    from diffiface.backends._bridge_torch import to_torch
+    from diffiface.backends.jax.bridge import Kit as JaxKit
+    from diffiface.backends.autograd.bridge import to_numpy
+    from diffiface.backends.torch.bridge import to_torch
 
     t = torch.ones(1000)
     assert JaxKit.to_inner(t).ctypes.data == t.data_ptr()  # a view jit takes as it is
@@ -178,7 +178,7 @@ def test_unused_outputs_and_inputs_without_grad_under_torch():
 
 
 def test_python_scalars_are_constants_and_the_node_table_is_bounded():
-    from diffiface import _bridge
+    from diffiface.bridge import node as _bridge
 
     b = di.differentiate_with(lambda x, k: jnp.sum(k * x**2), di.AutoJax())
     x = torch.tensor(X0, requires_grad=True)
@@ -263,7 +263,7 @@ def test_operators_on_another_frameworks_arrays_return_that_framework():
 def test_operators_crossing_for_many_functions_keep_a_bounded_cache():
     """Each crossing operator holds its f (its derivatives run after the call returns,
     when a lambda made inside a loss is gone); the number of functions is bounded."""
-    from diffiface import _bridge_ops
+    from diffiface.bridge import operators as _bridge_ops
 
     for k in range(_bridge_ops._CACHE._functions + 8):
         x = torch.tensor(XS, requires_grad=True)

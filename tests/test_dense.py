@@ -73,7 +73,7 @@ def test_chunked_hessian_equals_dense(backend, k):
 
 def test_chunks_bound_the_products_per_pass(monkeypatch):
     pytest.importorskip("jax")
-    from diffiface.backends._jax import JaxImpl
+    from diffiface.backends.jax.impl import JaxImpl
 
     seen = []
     vjps, hvps = JaxImpl.value_and_vjps, JaxImpl.gradient_and_hvps

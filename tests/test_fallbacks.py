@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 import diffiface as di
-from diffiface._fallbacks import BackendImpl
-from diffiface._registry import register
+from diffiface.core.backend import BackendImpl
+from diffiface.core.registry import register
 
 autograd = pytest.importorskip("autograd")
 anp = autograd.numpy

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import diffiface as di
-from diffiface import _implicit
+from diffiface.core import unprepared as _implicit
 
 X = np.array([0.3, -0.7, 1.1, 0.2])
 V = np.array([1.0, 0.5, -2.0, 0.25])
@@ -25,7 +25,7 @@ def _sin_grad(x):
 # ----------------------------------------------------------------- implicit
 def test_unprepared_jax_calls_skip_the_general_path():
     jax = pytest.importorskip("jax")
-    from diffiface.backends._jax import CACHE
+    from diffiface.backends.jax.impl import CACHE
 
     def f(x):
         return jax.numpy.sin(x).sum()
@@ -66,7 +66,7 @@ def test_implicit_entries_die_with_their_function():
 
 def test_implicit_numpy_in_numpy_out():
     jax = pytest.importorskip("jax")
-    from diffiface.backends._jax import CACHE
+    from diffiface.backends.jax.impl import CACHE
 
     def f(x):
         return jax.numpy.sin(x).sum()
@@ -121,7 +121,7 @@ def _fail(*args, **kwargs):
 
 def _torch_general_path_fails(monkeypatch):
     """From here on only direct runners can answer a prepared torch call."""
-    from diffiface.backends._torch import TorchImpl
+    from diffiface.backends.torch.impl import TorchImpl
 
     for name in ("value_and_pullback", "value_and_gradient", "value_and_jvp", "gradient_and_hvp"):
         monkeypatch.setattr(TorchImpl, name, _fail)
@@ -207,7 +207,7 @@ def _mlp_reference(p, batch):
 
 def test_prepared_pytree_with_constant_jax(monkeypatch):
     jax = pytest.importorskip("jax")
-    from diffiface.backends._jax import JaxImpl
+    from diffiface.backends.jax.impl import JaxImpl
 
     p, batch, loss = _mlp_case(jax.numpy, jax.numpy.asarray)
     b = di.AutoJax()
@@ -288,7 +288,7 @@ def test_square_jacobians_go_reverse(monkeypatch):
 
 def test_jax_prepared_vjp_goes_to_the_compiled_function(monkeypatch):
     jax = pytest.importorskip("jax")
-    from diffiface.backends._jax import JaxImpl
+    from diffiface.backends.jax.impl import JaxImpl
 
     b, x, w = di.AutoJax(), jax.numpy.asarray(X), jax.numpy.asarray(V[:2])
     f = lambda x: jax.numpy.sin(x[:2]) * x[2]  # noqa: E731
@@ -305,7 +305,7 @@ def test_jax_prepared_vjp_goes_to_the_compiled_function(monkeypatch):
 
 def test_unprepared_jax_pytree_calls_skip_the_general_path():
     jax = pytest.importorskip("jax")
-    from diffiface.backends._jax import CACHE
+    from diffiface.backends.jax.impl import CACHE
 
     p, batch, loss = _mlp_case(jax.numpy, jax.numpy.asarray)
     b = di.AutoJax()
@@ -337,7 +337,7 @@ def test_unprepared_jax_pytree_calls_skip_the_general_path():
 @pytest.mark.parametrize("shape", [(4, 2), (2, 4)], ids=["reverse", "forward"])
 def test_torch_prepared_jacobian_runner(monkeypatch, shape):
     torch = pytest.importorskip("torch")
-    from diffiface.backends._torch import TorchImpl
+    from diffiface.backends.torch.impl import TorchImpl
 
     n, m = shape
     A = np.arange(1.0, n * m + 1).reshape(m, n) / 10

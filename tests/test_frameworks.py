@@ -56,7 +56,7 @@ def test_jax_compiles_once_for_repeated_calls():
 
 def test_jax_cache_forgets_dead_functions():
     pytest.importorskip("jax")
-    from diffiface.backends._jax import CACHE
+    from diffiface.backends.jax.impl import CACHE
 
     def f(x):
         return (x**3).sum()
@@ -73,7 +73,7 @@ def test_jax_cache_forgets_dead_functions():
 
 def test_jax_cache_hits_bound_methods():
     pytest.importorskip("jax")
-    from diffiface.backends._jax import CACHE
+    from diffiface.backends.jax.impl import CACHE
 
     class Model:
         def __init__(self):

@@ -246,7 +246,7 @@ def test_torch_scalar_conversions_are_errors_by_default(convert):
     (torch's stop_gradient) is not; the check runs on f's first call only."""
     import torch
 
-    from diffiface.backends import _torch
+    from diffiface.backends.torch import impl as _torch
 
     x = torch.tensor(X)
     to_py = {

@@ -107,7 +107,7 @@ def test_f_writing_through_detach_leaves_the_callers_array(how, op, kind):
 
 # ---- 3. bounded tables ----------------------------------------------------------------
 def test_distinct_backend_values_keep_a_bounded_table():
-    from diffiface import _registry
+    from diffiface.core import registry as _registry
 
     for i in range(_registry.MAX_INSTANCES + 50):
         step = 1e-6 * (1 + i / 1000)
@@ -121,7 +121,7 @@ def test_a_bridged_functions_plain_table_is_bounded():
     import jax.numpy as jnp
     import torch
 
-    from diffiface import _bridge
+    from diffiface.bridge import node as _bridge
 
     layer = di.differentiate_with(
         lambda d: sum(torch.sin(v).sum() for v in d.values()), di.AutoTorch()
@@ -193,7 +193,7 @@ def test_bridges_take_python_floats():
 def test_autojax_keeps_a_bounded_number_of_shapes_and_numpy_compiles_once():
     import jax.numpy as jnp
 
-    from diffiface.backends import _jax
+    from diffiface.backends.jax import impl as _jax
 
     f = lambda x: (jnp.sin(x) * x).sum()  # noqa: E731
     with di.options(max_compiled_shapes=4):

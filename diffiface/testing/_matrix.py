@@ -20,7 +20,7 @@ import numpy as np
 
 from .._checks import DisconnectedWarning
 from .._contexts import Constant, FixedParams
-from .._prep import FAMILY
+from ..core.plan import FAMILY
 from . import _matrix_builtins
 from ._check import available_backends, relative_error, short_name, tolerance
 from ._matrix_builtins import like

@@ -255,7 +255,8 @@ def compute_references(scenario: Scenario, backend: Any) -> Scenario:
         >>> compute_references(s, di.AutoFiniteDifferences()).jac.round(4)
         array([[ 3., 12.]])
     """
-    from .. import _api, _second_order
+    from ..operators import first_order as _api
+    from ..operators import second_order as _second_order
 
     leaves, tree = flatten(scenario.x)
     sizes = [int(np.size(a)) for a in leaves]

@@ -1,0 +1,275 @@
+"""autograd (HIPS) backend: make_vjp for reverse mode, make_jvp for forward mode."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import autograd.numpy as anp
+import numpy as np
+from autograd.builtins import tuple as ag_tuple
+from autograd.core import JVPNode, make_jvp, make_vjp
+from autograd.numpy.numpy_boxes import ArrayBox
+from autograd.tracer import Box
+
+from ... import _checks
+from ..._backend_types import AutoAutograd
+from ...core.convert import is_masked
+from ...core.backend import SLOW, BackendImpl
+from ...core.registry import register
+from ..._tree import flatten
+
+
+@register(AutoAutograd)
+class AutogradImpl(BackendImpl):
+    framework = "autograd"
+    native_kind = "NumPy arrays"
+    output_kind = "an array (autograd.numpy)"
+
+    def is_native(self, leaf: Any) -> bool:
+        if isinstance(leaf, np.ndarray):  # a masked array is refused at the boundary
+            return not is_masked(leaf)
+        return isinstance(leaf, ArrayBox) or (
+            isinstance(leaf, np.generic) and not isinstance(leaf, np.bool_)
+        )
+
+    def open(self, tree: Any) -> Any:
+        return open_boxes(tree)
+
+    def stack(self, arrays: list, axis: int) -> Any:
+        return anp.stack(arrays, axis=axis)  # boxes inside an outer pass
+
+    def from_numpy(self, a: np.ndarray) -> Any:
+        return a
+
+    def default_float(self, value: float) -> Any:
+        return np.asarray(value, dtype=np.float64)
+
+    def forward_unsupported(self, exc):
+        return isinstance(exc, NotImplementedError) and str(exc).startswith("JVP of ")
+
+    def is_traced(self, a: Any) -> bool:
+        return isinstance(a, Box)
+
+    def is_complex(self, y):
+        while isinstance(y, Box):  # a box's own dtype attribute is slow (microseconds)
+            y = y._value
+        return np.iscomplexobj(y)
+
+    def connected(self, xs, y):
+        """y is a box of the trace that differentiates x."""
+        traces = [x._trace for x in xs if isinstance(x, Box)]
+        if not traces:
+            return None
+        return isinstance(y, Box) and y._trace in traces
+
+    def can_run_rule(self, xs, ctx):
+        """Not under an outer forward-mode trace (the rules define vjps only)."""
+        leaves = [*xs, *flatten(ctx)[0]]
+        return not any(isinstance(getattr(a, "_node", None), JVPNode) for a in leaves)
+
+    def ones_like(self, a: Any) -> Any:
+        return np.ones(np.shape(a), dtype=a.dtype)
+
+    @staticmethod
+    def protect(xs: tuple) -> tuple:
+        """f gets copies of the caller's NumPy arrays (boxes are autograd's own)."""
+        return tuple(np.array(x, copy=True) if type(x) is np.ndarray else x for x in xs)
+
+    def value_and_gradient(self, prob, xs, ctx):
+        """diffiface's convention for complex x is df/dRe + i df/dIm: autograd gives its
+        conjugate."""
+        y, pb = self.value_and_pullback(prob, xs, ctx)
+        gs = pb(np.ones(np.shape(y), dtype=y.dtype))
+        if any(np.iscomplexobj(x) for x in xs):
+            gs = tuple(anp.conj(g) if np.iscomplexobj(g) else g for g in gs)
+        return y, gs
+
+    def direct(self, prob, numpy=False, combo=None):
+        """For a prepared plain gradient: one make_vjp of f itself. Anything unusual
+        (a box from an outer pass, complex x, an error, f off the graph, a non-scalar
+        output) returns SLOW for the general path."""
+        if prob.op not in ("gradient", "value_and_gradient") or not prob.single:
+            return None
+        f, value = prob.f, prob.op == "value_and_gradient"
+
+        def run(x):
+            if type(x) is not np.ndarray or x.dtype.kind != "f":
+                return SLOW
+            seen = []
+
+            def traced(xb):
+                y = f(xb)
+                if not (isinstance(y, Box) and y._trace == xb._trace):
+                    seen.append(False)
+                    return _link(y, xb)  # the general path warns
+                return y
+
+            try:
+                pb, y = make_vjp(traced, x)
+            except TypeError:
+                return SLOW
+            if seen or (type(y) is not np.ndarray and not isinstance(y, np.floating)):
+                return SLOW
+            if np.ndim(y) or y.dtype.kind != "f":
+                return SLOW
+            g = _like(pb(np.ones((), dtype=y.dtype)), x)
+            return (np.asarray(y), g) if value else g
+
+        return run
+
+    # A single array is differentiated directly (no tuple container to box).
+    def value_and_pullback(self, prob, xs, ctx):
+        fn = prob.flat()
+        if not xs:  # an empty pytree: nothing to differentiate (autograd cannot box it)
+            return _array(_call(prob, lambda: fn((), *ctx))), lambda w: ()
+        if prob.single:
+            pb, y = _call(prob, lambda: make_vjp(lambda x: _link(fn((x,), *ctx), x), xs[0]))
+            return _array(y), lambda w: (_like(pb(w), xs[0]),)
+        pb, y = _call(prob, lambda: make_vjp(lambda xs: _link(fn(xs, *ctx), xs[0]), xs))
+        return _array(y), lambda w: tuple(_like(g, x) for g, x in zip(pb(w), xs, strict=True))
+
+    def value_and_jvp(self, prob, xs, vs, ctx):
+        fn = prob.flat()
+        if prob.single:
+            y, t = _call(prob, lambda: make_jvp(lambda x: _link(fn((x,), *ctx), x), xs[0])(vs[0]))
+        else:
+            y, t = _call(prob, lambda: make_jvp(lambda xs: _link(fn(xs, *ctx), xs[0]), xs)(vs))
+        return _array(y), _like(t, y)
+
+    # ---- second order ------------------------------------------------------------
+    def gradient_and_hvp(self, prob, xs, vs, ctx, combo):
+        outer, inner = combo or ("forward", "reverse")
+        fn = prob.flat()
+        if prob.single:  # differentiate the array itself, not a 1-tuple
+            x, v = xs[0], vs[0]
+            gf = _grad_fn(lambda x: fn((x,), *ctx), inner)
+        else:
+            if inner == "forward":
+                raise _checks.not_single_array(prob.op, prob.backend, len(xs))
+            x, v = xs, vs
+            gf = _grad_fn(lambda xs: fn(xs, *ctx), inner)
+        if outer == "reverse":
+            pb, g = _call(prob, lambda: make_vjp(gf, x))
+            hv = pb(v)
+        else:
+            g, hv = _call(prob, lambda: make_jvp(gf, x)(v))
+        if prob.single:
+            g, hv = (g,), (hv,)
+        return tuple(_like(a, x) for a, x in zip(g, xs, strict=True)), tuple(
+            _like(a, x) for a, x in zip(hv, xs, strict=True)
+        )
+
+    def value_gradient_and_hessian(self, prob, xs, ctx, combo):
+        # default: reverse over reverse, one trace and one pullback per row
+        outer, inner = combo or ("reverse", "reverse")
+        fn = prob.flat()
+        (x,) = xs
+        f1 = lambda x: fn((x,), *ctx)  # noqa: E731
+        gf = _grad_fn(f1, inner)
+        basis = np.eye(x.size, dtype=x.dtype).reshape((x.size, *x.shape))
+        if outer == "reverse":
+            pb, g = _call(prob, lambda: make_vjp(gf, x))
+            rows = [pb(e) for e in basis]
+        else:
+            jvp = make_jvp(gf, x)
+            g, rows = None, []
+            for e in basis:
+                g, col = _call(prob, lambda e=e: jvp(e))
+                rows.append(col)  # columns of a symmetric matrix
+            g = gf(x) if g is None else g
+        y = f1(x)
+        if not rows:
+            return _array(y), (_like(g, x),), np.zeros((*x.shape, *x.shape), dtype=x.dtype)
+        h = anp.reshape(anp.stack(rows), (*x.shape, *x.shape))  # boxes inside an outer pass
+        return _array(y), (_like(g, x),), _like(h, np.empty((*x.shape, *x.shape), x.dtype))
+
+    def value_derivative_and_second_derivative(self, prob, xs, ctx):
+        fn = prob.flat()
+        (x,) = xs
+        one = np.ones_like(x)
+
+        def d(x):
+            return touch(make_jvp(lambda x: fn((x,), *ctx), x)(one)[1], x)
+
+        y = _array(_call(prob, lambda: fn((x,), *ctx)))
+        d1, d2 = _call(prob, lambda: make_jvp(d, x)(one))
+        return y, _like(d1, y), _like(d2, y)
+
+
+def _grad_fn(fn, inner: str):
+    """x -> gradient of the scalar fn, by reverse mode or by forward mode (n jvps)."""
+    if inner == "forward":
+
+        def grad_fwd(x):
+            basis = np.eye(x.size, dtype=x.dtype).reshape((x.size, *x.shape))
+            cols = [make_jvp(fn, x)(e)[1] for e in basis]
+            return touch(anp.reshape(anp.stack(cols), np.shape(x)), x)
+
+        return grad_fwd
+
+    def grad_rev(x):
+        pb, y = make_vjp(fn, x)
+        return touch(pb(np.ones(np.shape(y), dtype=y.dtype)), x)
+
+    return grad_rev
+
+
+def touch(g: Any, x: Any) -> Any:
+    """``g + 0 x``: a derivative that is constant in x (f linear) still depends on x for
+    autograd, which would otherwise warn "Output seems independent of input" when it
+    differentiates it again; the next derivative is then an exact zero."""
+    if isinstance(getattr(x, "_value", x), tuple):  # a tuple of leaves, maybe boxed
+        return ag_tuple([g[i] + 0 * x[i] for i in range(len(x))])  # stays one box
+    return g + 0 * x
+
+
+def _link(y: Any, x: Any) -> Any:
+    """y, tied to x by ``+ 0 * sum(x)`` when f's output does not depend on x
+    (diffiface has warned): autograd then gives the zeros without a second warning."""
+    if not isinstance(x, Box) or (isinstance(y, Box) and y._trace == x._trace):
+        return y
+    return y + (0 * anp.sum(x)).astype(np.result_type(y))
+
+
+def open_boxes(v: Any) -> Any:
+    """Containers boxed by an outer autograd pass (a dict or tuple passed to
+    ``autograd.grad``) opened into containers of boxed arrays."""
+    if isinstance(v, Box):
+        inner = v._value
+        if isinstance(inner, dict):
+            return {k: open_boxes(v[k]) for k in inner}
+        if isinstance(inner, list | tuple):
+            return type(inner)(open_boxes(v[i]) for i in range(len(inner)))
+        return v
+    if isinstance(v, dict):
+        return {k: open_boxes(a) for k, a in v.items()}
+    if isinstance(v, list | tuple) and not hasattr(v, "_fields"):
+        return type(v)(open_boxes(a) for a in v)
+    return v
+
+
+def _array(y: Any) -> Any:
+    return y if isinstance(y, Box) else np.asarray(y)
+
+
+def _like(g: Any, ref: Any) -> Any:
+    """Keep the reference dtype and shape (autograd promotes and returns scalars)."""
+    dtype = ref.dtype
+    if isinstance(g, Box):
+        return g if g.dtype == dtype else g.astype(dtype)
+    g = np.asarray(g)
+    if g.dtype != dtype:
+        g = g.astype(dtype)
+    return g.reshape(np.shape(ref))
+
+
+def _call(prob, thunk):
+    try:
+        return thunk()
+    except TypeError as exc:
+        clear = _checks.framework_error(prob.op, prob.backend, exc)
+        if clear is not None:
+            raise clear from exc
+        if "Box" in str(exc):
+            raise _checks.left_framework(prob.op, prob.backend, exc) from exc
+        raise

@@ -1,0 +1,3 @@
+"""The finite-differences backend (NumPy)."""
+
+from . import impl as impl

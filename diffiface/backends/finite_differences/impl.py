@@ -1,0 +1,371 @@
+"""Finite differences on NumPy: any function of NumPy arrays, no framework needed.
+
+``f`` always receives copies, so ``x`` is never mutated. Cost: a jvp takes 2
+evaluations (central) or 1 (forward / backward) besides f(x); a gradient,
+jacobian or vjp perturbs each coordinate: 2n evaluations central, n otherwise.
+
+Nesting: each difference divides the rounding noise of what it differences by its
+step, so finite differences of finite differences lose digits level by level (a
+first-order operator is one level; hvp, hessian and second_derivative are two). A nest
+whose relative steps multiply to less than ``FD_MIN_STEP`` (1e-13, the bound on one
+step) is an error: its noise, about eps / (product of the steps), would be over 2e-3 of
+the result, and at 3 levels of default steps of the order of the result.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import functools
+import numbers
+from typing import Any
+
+import numpy as np
+
+from ... import _checks
+from ..._backend_types import FD_MIN_STEP, AutoFiniteDifferences
+from ...core.convert import is_masked
+from ...core.backend import BackendImpl
+from ...core.registry import register
+
+_EPS64 = float(np.finfo(np.float64).eps)
+# the float64 default steps: first order (by method), the outer level of second order
+_DEFAULT_STEP = {"central": _EPS64 ** (1 / 3), "forward": _EPS64**0.5, "backward": _EPS64**0.5}
+_DEFAULT_OUTER = _EPS64**0.25
+
+# (levels of differencing around the running f, the product of their relative steps)
+_NEST: contextvars.ContextVar[tuple[int, float]] = contextvars.ContextVar(
+    "diffiface_fd_nest", default=(0, 1.0)
+)
+# (problem, levels, product of steps) of the finite-difference operator running in this
+# context; None while f runs (an operator that f calls is a new, nested one)
+_RUNNING: contextvars.ContextVar[tuple | None] = contextvars.ContextVar(
+    "diffiface_fd_running", default=None
+)
+
+
+def _operator(kind: str):
+    """Marks an operator: "first" differences once, "second" (hvp, hessian) and
+    "second_derivative" twice. One operator that calls another (an hvp that calls
+    gradient) counts once, as the outermost."""
+    levels = 1 if kind == "first" else 2
+
+    def wrap(method):
+        @functools.wraps(method)
+        def run(self, prob, *args):
+            if _RUNNING.get() is not None:
+                return method(self, prob, *args)
+            token = _RUNNING.set((prob, levels, self._nest_steps(kind)))
+            try:
+                return method(self, prob, *args)
+            finally:
+                _RUNNING.reset(token)
+
+        return run
+
+    return wrap
+
+
+def _nest_too_fine(prob, levels: int, steps: float) -> _checks.DiffifaceValueError:
+    return _checks.DiffifaceValueError(
+        f"{_checks.call_form(prob.op, prob.backend)}: finite differences {levels} levels "
+        f"deep (nested operators; hvp, hessian and second_derivative count as two) with "
+        f"relative steps whose product, {steps:.2g}, is under {FD_MIN_STEP:g}: each level "
+        "divides the rounding noise of the level inside it by its step, so the result "
+        f"would carry noise of about {_EPS64 / steps:.1g} of its size (the default steps "
+        "resolve two central levels, not three). Use an AD backend for at least one level "
+        "(AutoJax(), AutoTorch(), AutoAutograd(), or second_order(AutoFiniteDifferences(), "
+        "AutoJax()) for a Hessian), or coarser steps (AutoFiniteDifferences(step=1e-3) at "
+        "each level)."
+    )
+
+
+@register(AutoFiniteDifferences)
+class FiniteDifferencesImpl(BackendImpl):
+    framework = "finite_differences"
+    native_kind = "NumPy arrays"
+    output_kind = "a NumPy array or number"
+
+    def __init__(self, backend: AutoFiniteDifferences) -> None:
+        super().__init__(backend)
+        self.method = backend.method
+        self.step = backend.step
+
+    def is_native(self, leaf: Any) -> bool:
+        # a masked array is an ndarray whose mask f would never see: the boundary
+        # (_convert) refuses it, naming .filled() and np.asarray
+        return (isinstance(leaf, np.ndarray) and not is_masked(leaf)) or (
+            isinstance(leaf, np.generic) and not isinstance(leaf, np.bool_)
+        )
+
+    def is_output(self, y: Any) -> bool:
+        return isinstance(y, np.ndarray | np.generic | numbers.Real) and not isinstance(
+            y, bool | np.bool_
+        )
+
+    def from_numpy(self, a: np.ndarray) -> Any:
+        return a
+
+    def default_float(self, value: float) -> Any:
+        return np.asarray(value, dtype=np.float64)
+
+    def _rel_step(self, prob, dtype: np.dtype) -> float:
+        if self.step is not None:
+            return self._checked_step(prob, dtype)
+        eps = np.finfo(dtype).eps
+        return float(eps ** (1 / 3) if self.method == "central" else eps**0.5)
+
+    def _checked_step(self, prob, dtype: np.dtype) -> float:
+        """The explicit step, which must change x in x's dtype: step * max(1, |x_i|)
+        over eps * |x_i| (the constructor already refuses steps under 1e-13)."""
+        eps = float(np.finfo(dtype).eps)
+        if self.step <= eps:
+            raise _checks.DiffifaceValueError(
+                f"{_checks.call_form(prob.op, prob.backend)}: step={self.step!r} cannot "
+                f"change x in {np.dtype(dtype).name} (its eps is {eps:.3g}): x + step * "
+                f"max(1, |x|) == x and the differences divide by zero. Pass a step over "
+                f"{eps:.3g} for {np.dtype(dtype).name} x (step=None picks one from the dtype), "
+                "or x in float64."
+            )
+        return float(self.step)
+
+    @staticmethod
+    def protect(xs: tuple) -> tuple:
+        """f always gets copies: it may even change its argument in place."""
+        return tuple(np.array(x, copy=True) for x in xs)
+
+    def _eval(self, fn, xs, ctx):
+        """f at xs (fn copies: protect), inside the levels of the running operator."""
+        running = _RUNNING.get()
+        if running is None:  # not under an operator of this backend
+            return np.asarray(fn(xs, *ctx))
+        prob, levels, steps = running
+        depth, product = _NEST.get()
+        depth, product = depth + levels, product * steps
+        if product < FD_MIN_STEP:
+            raise _nest_too_fine(prob, depth, product)
+        inside = _NEST.set((depth, product))
+        fresh = _RUNNING.set(None)  # an operator that f calls is nested
+        try:
+            return np.asarray(fn(xs, *ctx))
+        finally:
+            _RUNNING.reset(fresh)
+            _NEST.reset(inside)
+
+    def _nest_steps(self, kind: str) -> float:
+        """The product of this operator's relative steps (float64 defaults for None)."""
+        first = self.step if self.step is not None else _DEFAULT_STEP[self.method]
+        outer = self.step if self.step is not None else _DEFAULT_OUTER
+        if kind == "first":
+            return first
+        return outer * (first if kind == "second" else outer)
+
+    def _difference(self, fn, xs, ctx, y, direction, h):
+        """(f(x + h d) - f(x - h d)) / (2h) or the one-sided version, with exact h."""
+        lo, hi = (-1, 1) if self.method == "central" else (0, 1)
+        if self.method == "backward":
+            lo, hi = -1, 0
+        plus = tuple(x + hi * h * d for x, d in zip(xs, direction, strict=True))
+        minus = tuple(x + lo * h * d for x, d in zip(xs, direction, strict=True))
+        f_hi = y if hi == 0 else self._eval(fn, plus, ctx)
+        f_lo = y if lo == 0 else self._eval(fn, minus, ctx)
+        return np.asarray((f_hi - f_lo) / ((hi - lo) * h))
+
+    @_operator("first")
+    def value_and_jvp(self, prob, xs, vs, ctx):
+        fn = prob.flat()
+        y = self._eval(fn, xs, ctx)
+        scale = max((float(np.max(np.abs(v), initial=0)) for v in vs), default=0.0)
+        if scale == 0.0:
+            return y, np.zeros_like(y)
+        dtype = np.result_type(*xs)
+        size = max((float(np.max(np.abs(x), initial=0)) for x in xs), default=0.0)
+        h = self._rel_step(prob, dtype) * max(1.0, size) / scale
+        t = self._difference(fn, xs, ctx, y, vs, h)
+        return y, np.asarray(t, dtype=np.result_type(y, np.float32))
+
+    def _columns(self, prob, xs, ctx):
+        """f(x) and the Jacobian columns of each leaf, one perturbed coordinate at a time."""
+        fn = prob.flat()
+        y = self._eval(fn, xs, ctx)
+        return y, tuple(
+            self._leaf_columns(prob, fn, xs, ctx, y, k, 0, x.size) for k, x in enumerate(xs)
+        )
+
+    def _leaf_columns(self, prob, fn, xs, ctx, y, k, start, stop):
+        """Columns ``start:stop`` of the Jacobian of leaf k: each column depends on its
+        coordinate alone, so columns built in chunks equal those built at once."""
+        x = xs[k]
+        cols = np.empty((*y.shape, stop - start), dtype=np.result_type(y, x))
+        base = self._rel_step(prob, x.dtype)
+        for i in range(start, stop):
+            xi = x.reshape(-1)[i]
+            step = base * max(1.0, abs(float(xi)))
+            h = float((xi + x.dtype.type(step)) - xi)  # exactly representable
+            d = [_unit(z, i if j == k else None, 1) for j, z in enumerate(xs)]
+            cols[..., i - start] = self._difference(fn, xs, ctx, y, d, h)
+        return cols
+
+    @_operator("first")
+    def value_and_gradient(self, prob, xs, ctx):
+        if any(np.iscomplexobj(x) for x in xs):
+            return self._complex_gradient(prob, xs, ctx)
+        y, cols = self._columns(prob, xs, ctx)
+        return y, tuple(c.reshape(x.shape).astype(x.dtype) for c, x in zip(cols, xs, strict=True))
+
+    def _complex_gradient(self, prob, xs, ctx):
+        """df/dRe + i df/dIm for complex leaves (real f), one coordinate at a time."""
+        fn = prob.flat()
+        y = self._eval(fn, xs, ctx)
+        gs = []
+        for k, x in enumerate(xs):
+            units = (1.0, 1j) if np.iscomplexobj(x) else (1.0,)
+            base = self._rel_step(prob, np.finfo(x.dtype).dtype)
+            g = np.zeros(x.size, dtype=x.dtype)
+            for i in range(x.size):
+                h = base * max(1.0, abs(x.reshape(-1)[i]))
+                for unit in units:
+                    d = [_unit(z, i if j == k else None, unit) for j, z in enumerate(xs)]
+                    g[i] += unit * self._difference(fn, xs, ctx, y, d, h)
+            gs.append(g.reshape(x.shape))
+        return y, tuple(gs)
+
+    def value_and_jacobian(self, prob, xs, ctx):
+        return self.chunked_jacobian(prob, xs, ctx, max(xs[0].size, 1))
+
+    @_operator("first")
+    def chunked_jacobian(self, prob, xs, ctx, k: int):
+        """(f(x), J) built ``k`` columns at a time; the dense jacobian is k = n, so a
+        chunked one equals it exactly (used by ``chunk_size``, see ``_dense``)."""
+        (x,) = xs
+        fn = prob.flat()
+        y = self._eval(fn, xs, ctx)
+        cols = np.empty((*y.shape, x.size), dtype=np.result_type(y, x))
+        for start in range(0, x.size, k):
+            stop = min(x.size, start + k)
+            cols[..., start:stop] = self._leaf_columns(prob, fn, xs, ctx, y, 0, start, stop)
+        return y, cols.reshape(y.shape + x.shape).astype(np.result_type(y, x))
+
+    @_operator("first")
+    def value_and_pullback(self, prob, xs, ctx):
+        y, cols = self._columns(prob, xs, ctx)
+        axes = tuple(range(y.ndim))
+
+        def pb(w):  # the real part for a real x (a complex f(x) has a complex J)
+            return tuple(
+                _as(np.tensordot(w, c, axes=(axes, axes)).reshape(x.shape), x.dtype)
+                for c, x in zip(cols, xs, strict=True)
+            )
+
+        return y, pb
+
+    def prefers_reverse(self, prob, xs, ctx) -> bool:
+        return False
+
+    @_operator("first")
+    def value_and_batched_jacobian(self, prob, xs, ctx):
+        """Every sample perturbed at once: 2 * in calls of f (central), besides f(x)."""
+        from ...operators.batched import check_batch
+
+        (x,) = xs
+        fn = prob.flat()
+        y = self._eval(fn, xs, ctx)
+        check_batch(prob, x.shape, y.shape)
+        b = x.shape[0]
+        n_in = x.size // max(b, 1)
+        flat = x.reshape(b, n_in)
+        base = self._rel_step(prob, x.dtype)
+        cols = np.empty((b, y.size // max(b, 1), n_in), dtype=np.result_type(y, x))
+        for i in range(n_in):
+            step = base * np.maximum(1.0, np.abs(flat[:, i]))
+            h = (flat[:, i] + step.astype(x.dtype)) - flat[:, i]  # exact per-sample steps
+            d = np.zeros_like(flat)
+            d[:, i] = h
+            t = self._difference(fn, xs, ctx, y, (d.reshape(x.shape),), 1.0)
+            cols[:, :, i] = t.reshape(b, -1) / h[:, None]
+        return y, cols.reshape((*y.shape, *x.shape[1:]))
+
+    # ---- second order: finite differences of finite-difference gradients -------
+    def _outer_step(self, prob, dtype) -> float:
+        if self.step is not None:
+            return self._checked_step(prob, dtype)
+        return float(np.finfo(dtype).eps ** 0.25)
+
+    @_operator("second")
+    def gradient_and_hvp(self, prob, xs, vs, ctx, combo):
+        _, g = self.value_and_gradient(prob, xs, ctx)
+        scale = max((float(np.max(np.abs(v), initial=0)) for v in vs), default=0.0)
+        if scale == 0.0:
+            return g, tuple(np.zeros_like(x) for x in xs)
+        size = max((float(np.max(np.abs(x), initial=0)) for x in xs), default=0.0)
+        h = self._outer_step(prob, np.result_type(*xs)) * max(1.0, size) / scale
+        plus = self.value_and_gradient(
+            prob, tuple(x + h * v for x, v in zip(xs, vs, strict=True)), ctx
+        )[1]
+        minus = self.value_and_gradient(
+            prob, tuple(x - h * v for x, v in zip(xs, vs, strict=True)), ctx
+        )[1]
+        hv = tuple(
+            np.asarray((p - m) / (2 * h), dtype=x.dtype)
+            for p, m, x in zip(plus, minus, xs, strict=True)
+        )
+        return g, hv
+
+    def value_gradient_and_hessian(self, prob, xs, ctx, combo):
+        return self.chunked_hessian(prob, xs, ctx, combo, max(xs[0].size, 1))
+
+    @_operator("second")
+    def chunked_hessian(self, prob, xs, ctx, combo, k: int):
+        """(f(x), g, H) with H's columns built ``k`` at a time, then symmetrized; the
+        dense Hessian is k = n, so a chunked one equals it exactly (see ``_dense``)."""
+        (x,) = xs
+        y, (g,) = self.value_and_gradient(prob, xs, ctx)
+        cols = np.empty((x.size, x.size), dtype=x.dtype)
+        for start in range(0, x.size, k):
+            stop = min(x.size, start + k)
+            cols[:, start:stop] = self._hessian_columns(prob, x, ctx, start, stop)
+        h_mat = (cols + cols.T) / 2  # symmetric by construction of the exact Hessian
+        return y, (g,), h_mat.reshape(x.shape + x.shape)
+
+    def _hessian_columns(self, prob, x, ctx, start, stop):
+        """Columns ``start:stop`` of the unsymmetrized Hessian: central differences of
+        gradients along each coordinate, each column on its own."""
+        cols = np.empty((x.size, stop - start), dtype=x.dtype)
+        base = self._outer_step(prob, x.dtype)
+        for i in range(start, stop):
+            xi = x.reshape(-1)[i]
+            h = float((xi + x.dtype.type(base * max(1.0, abs(float(xi))))) - xi)
+            d = _unit(x, i, h)
+            gp = self.value_and_gradient(prob, (x + d,), ctx)[1][0]
+            gm = self.value_and_gradient(prob, (x - d,), ctx)[1][0]
+            cols[:, i - start] = ((gp - gm) / (2 * h)).reshape(-1)
+        return cols
+
+    @_operator("second_derivative")
+    def value_derivative_and_second_derivative(self, prob, xs, ctx):
+        (x,) = xs
+        fn = prob.flat()
+        y = self._eval(fn, xs, ctx)
+        xv = float(x)
+        h = float((x + x.dtype.type(self._outer_step(prob, x.dtype) * max(1.0, abs(xv)))) - x)
+        fp = self._eval(fn, (x + h,), ctx)
+        fm = self._eval(fn, (x - h,), ctx)
+        dtype = np.result_type(y, np.float32)
+        d = np.asarray((fp - fm) / (2 * h), dtype=dtype)
+        d2 = np.asarray((fp - 2 * y + fm) / (h * h), dtype=dtype)
+        return y, d, d2
+
+
+def _unit(like: np.ndarray, i: int | None, value: Any) -> np.ndarray:
+    """An array of ``like``'s shape and dtype with ``value`` at flat (C-order) index ``i``
+    and zeros elsewhere (all zeros for None), whatever ``like``'s memory order."""
+    d = np.zeros(like.size, dtype=like.dtype)
+    if i is not None:
+        d[i] = value
+    return d.reshape(like.shape)
+
+
+def _as(a: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    """``a`` in ``dtype``, its real part for a real dtype."""
+    if np.iscomplexobj(a) and not np.issubdtype(dtype, np.complexfloating):
+        a = a.real
+    return a.astype(dtype)

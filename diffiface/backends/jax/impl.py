@@ -1,0 +1,572 @@
+"""JAX backend: jax.jvp / jax.vjp / jax.value_and_grad, jit-compiled and cached."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ... import _checks
+from ... import _config
+from ..._backend_types import AutoJax
+from ...operators.batched import check_batch_of
+from ..._cache import FunctionCache
+from ...core.backend import SLOW, BackendImpl
+from ..._reads import fingerprint
+from ...core.registry import register
+from ..._tree import flatten, unflatten
+
+CACHE = FunctionCache()
+_FLOATS = frozenset(np.dtype(t) for t in ("float16", "float32", "float64"))
+
+# operators whose compiled function returns the result as is
+_AS_IS = frozenset(
+    (
+        "gradient",
+        "value_and_gradient",
+        "jacobian",
+        "value_and_jacobian",
+        "hessian",
+        "value_gradient_and_hessian",
+        "value_derivative_and_second_derivative",
+    )
+)
+
+_CONCRETE = (
+    jax.errors.ConcretizationTypeError,
+    jax.errors.TracerArrayConversionError,
+    jax.errors.TracerIntegerConversionError,
+)
+
+
+@register(AutoJax)
+class JaxImpl(BackendImpl):
+    framework = "jax"
+    native_kind = "jax arrays"
+    output_kind = "a jax array"
+
+    flatten_fast = staticmethod(jax.tree_util.tree_flatten)
+
+    def is_native(self, leaf: Any) -> bool:
+        return isinstance(leaf, jax.Array)
+
+    def is_float(self, leaf: Any) -> bool:
+        dtype = leaf.dtype
+        return dtype in _FLOATS or jnp.issubdtype(dtype, jnp.floating)
+
+    def from_numpy(self, a: np.ndarray) -> Any:
+        return jax.device_put(a)  # jnp.asarray would compile a copy program per shape
+
+    def default_float(self, value: float) -> Any:
+        return jnp.asarray(value, dtype=jnp.result_type(float))
+
+    def forward_unsupported(self, exc):
+        msg = str(exc)
+        return (isinstance(exc, TypeError) and "forward-mode autodiff" in msg) or (
+            isinstance(exc, NotImplementedError) and "custom_lin" in msg
+        )
+
+    def is_traced(self, a: Any) -> bool:
+        return isinstance(a, jax.core.Tracer)
+
+    def connected(self, xs, y):
+        """y is a tracer of the trace that differentiates x (stop_gradient, a constant
+        or a closure-only output are not)."""
+        traces = [t for x in xs if (t := getattr(x, "_trace", None)) is not None]
+        if not traces:
+            return None
+        trace = getattr(y, "_trace", None)
+        return trace is not None and any(trace is t for t in traces)
+
+    def check_numpy_dtype(self, dtype: np.dtype) -> str | None:
+        if dtype in (np.float64, np.complex128) and not jax.config.jax_enable_x64:
+            small = "float32" if dtype == np.float64 else "complex64"
+            return (
+                f"JAX has x64 disabled and would silently truncate it to {small}. Enable x64 "
+                "with jax.config.update('jax_enable_x64', True) at start-up, or convert it "
+                f"to {small} first (a.astype(np.{small}) for NumPy, t.to(torch.{small}) for "
+                "torch)."
+            )
+        return None
+
+    def ones_like(self, a: Any) -> Any:
+        return jnp.ones_like(a)
+
+    def stack(self, arrays: list, axis: int) -> Any:
+        return jnp.stack(arrays, axis=axis)
+
+    # ---- operators, each one jitted function per (f, op, structure) ----------
+    # A single-array x is passed as the array itself and dynamic contexts as
+    # trailing arguments, so a plain call dispatches like the native jit call.
+    def _compiled(self, prob, tag: tuple, ctx: tuple, make):
+        """The cached jitted ``run(x, ..., *dyn_ctx)`` and the dynamic contexts."""
+        dyn, static = _split_contexts(prob, ctx)
+        single = prob.single
+
+        def build(fget):
+            if not CACHE.entries(prob.f):
+                _checks.compiled_new_function(prob.f)
+            g = prob.flat(fget)
+
+            def with_ctx(dyn_leaves):
+                c = _join_contexts(static, dyn_leaves)
+                if single:
+                    return lambda x: g((x,), *c)
+                return lambda xs: g(xs, *c)
+
+            return jax.jit(make(with_ctx))
+
+        if _config.strict():  # the disconnected check runs at trace time: trace anew
+            tag = (*tag, "strict")
+        if not prob.prepared:  # never stale: compile anew when a value f reads is rebound
+            tag = (*tag, fingerprint(prob.f))
+        run = prob.fns.get((tag, static))  # the rest of the key is fixed for prob
+        if run is None:
+            run = prob.fns[tag, static] = CACHE.get(prob.f, prob.key(*tag, static), build)
+        return run, dyn
+
+    def gradient(self, prob, xs, ctx):
+        run, dyn = self._compiled(prob, ("grad",), ctx, _make_grad)
+        return _tuple(prob, _run(prob, run, _arg(prob, xs), *dyn))
+
+    def value_and_gradient(self, prob, xs, ctx):
+        run, dyn = self._compiled(prob, ("value_and_grad",), ctx, _make_value_and_grad)
+        y, g = _run(prob, run, _arg(prob, xs), *dyn)
+        return y, _tuple(prob, g)
+
+    def direct(self, prob, numpy=False, combo=None):
+        """For a prepared single-array call without contexts: the function the
+        warm-up call compiled, called as is (a tangent must be like x)."""
+        run = _only_compiled(prob)
+        if not prob.single or run is None:
+            return None
+        op = prob.op
+        if numpy:
+            return _numpy_in_out(run, op) if op in _AS_IS else None
+        if op in ("jvp", "value_and_jvp", "hvp", "gradient_and_hvp"):
+            pick = (lambda out: out[1]) if op == "jvp" else (lambda out: out)
+
+            def with_tangent(x, v=None):
+                if type(v) is not type(x) or v.shape != x.shape or v.dtype != x.dtype:
+                    return SLOW
+                return pick(_run(prob, run, x, v))
+
+            return with_tangent
+        if op in ("vjp", "value_and_vjp"):  # the compiled function checks w against f(x)
+            pick_vjp = (lambda out: out[1]) if op == "vjp" else (lambda out: out)
+
+            def with_cotangent(x, w):
+                return SLOW if type(w) is not type(x) else pick_vjp(run(x, w))
+
+            return with_cotangent
+        if op in ("derivative", "value_and_derivative"):
+            pick = (lambda out: out[1]) if op == "derivative" else (lambda out: out)
+            return lambda x: pick(_run(prob, run, x, jnp.ones_like(x)))
+        if op == "second_derivative":
+            return lambda x: _run(prob, run, x)[2]
+        if op in _AS_IS:
+            return run  # compiled for exactly this signature: nothing left to catch
+        return None
+
+    def direct_leaves(self, prob):
+        """For a prepared call of native leaves (x and Constant contexts): the compiled
+        function on the leaves, its gradient put back in the structure of x."""
+        run, treedef = _only_compiled(prob), prob.treedef
+        if prob.op not in ("gradient", "value_and_gradient") or run is None:
+            return None
+        if prob.single:
+            return lambda xs, cs, _: run(xs[0], *cs)
+        if prob.op == "gradient":
+            return lambda xs, cs, _: unflatten(treedef, run(xs, *cs))
+
+        def value_and_gradient(xs, cs, _):
+            y, g = run(xs, *cs)
+            return y, unflatten(treedef, g)
+
+        return value_and_gradient
+
+    implicit_leaves = direct_leaves  # the compiled function holds f weakly
+
+    def implicit(self, prob, numpy=False):
+        """For an unprepared plain call: the cached jitted function (it holds f weakly)."""
+        run = _only_compiled(prob)
+        if prob.op in _AS_IS and prob.single and run is not None:
+            return _numpy_in_out(run, prob.op) if numpy else run
+        return None
+
+    def value_and_jvp(self, prob, xs, vs, ctx):
+        def make(with_ctx):
+            return lambda x, v, *dyn: jax.jvp(with_ctx(dyn), (x,), (v,))
+
+        run, dyn = self._compiled(prob, ("jvp",), ctx, make)
+        return _run(prob, run, _arg(prob, xs), _arg(prob, vs), *dyn)
+
+    def value_and_vjp(self, prob, xs, w, ctx, check_w):
+        loose = isinstance(w, float)
+
+        def make(with_ctx):
+            def run(x, w, *dyn):
+                y, pb = jax.vjp(with_ctx(dyn), x)
+                w = check_w(y, w.astype(y.dtype) if loose else w)
+                return y, pb(w)[0]
+
+            return run
+
+        run, dyn = self._compiled(prob, ("vjp", loose), ctx, make)
+        y, g = _run(prob, run, _arg(prob, xs), w, *dyn)
+        return y, _tuple(prob, g)
+
+    # several directions: one vmapped pass
+    def value_and_jvps(self, prob, xs, vss, ctx):
+        def make(with_ctx):
+            def run(x, vs, *dyn):
+                y, lin = jax.linearize(with_ctx(dyn), x)
+                return y, jax.vmap(lin)(vs)
+
+            return run
+
+        run, dyn = self._compiled(prob, ("jvps",), ctx, make)
+        y, ts = _run(prob, run, _arg(prob, xs), _stack(prob, vss), *dyn)
+        return y, [ts[i] for i in range(len(vss))]
+
+    def value_and_vjps(self, prob, xs, ws, ctx, check_w):
+        loose = all(isinstance(w, float) for w in ws)
+        ws = [jnp.asarray(w) if isinstance(w, float) else w for w in ws]
+        for w in ws[1:]:
+            check_w(ws[0], w)  # every cotangent like the first; the first like f(x) below
+
+        def make(with_ctx):
+            def run(x, ws, *dyn):
+                y, pb = jax.vjp(with_ctx(dyn), x)
+
+                def one(w):
+                    return pb(check_w(y, w.astype(y.dtype) if loose else w))[0]
+
+                return y, jax.vmap(one)(ws)
+
+            return run
+
+        run, dyn = self._compiled(prob, ("vjps", loose), ctx, make)
+        y, gs = _run(prob, run, _arg(prob, xs), jnp.stack(ws), *dyn)
+        return y, _unstack(prob, gs, len(ws))
+
+    def gradient_and_hvps(self, prob, xs, vss, ctx, combo):
+        outer, inner = combo or ("forward", "reverse")
+
+        def make(with_ctx):
+            def run(x, vs, *dyn):
+                gf = _grad_fn(with_ctx(dyn), inner)
+                if outer == "reverse":
+                    g, pb = jax.vjp(gf, x)
+                    return g, jax.vmap(lambda v: pb(v)[0])(vs)
+                g, lin = jax.linearize(gf, x)
+                return g, jax.vmap(lin)(vs)
+
+            return run
+
+        run, dyn = self._compiled(prob, ("hvps", outer, inner), ctx, make)
+        g, hvs = _run(prob, run, _arg(prob, xs), _stack(prob, vss), *dyn)
+        return _tuple(prob, g), _unstack(prob, hvs, len(vss))
+
+    def value_and_pullback(self, prob, xs, ctx):
+        fn = prob.flat()
+        y, pb = jax.vjp(lambda xs: fn(xs, *ctx), xs)
+        return y, lambda w: pb(w)[0]
+
+    def value_and_jacobian(self, prob, xs, ctx, value=True):
+        mode = self.mode
+
+        def make(with_ctx):
+            def run(x, *dyn):
+                fn = with_ctx(dyn)
+                reverse = mode == "reverse"
+                if mode is None:
+                    reverse = jax.eval_shape(fn, x).size <= x.size
+                jac = jax.jacrev if reverse else jax.jacfwd
+                if not value:
+                    return jac(fn)(x)
+                j, y = jac(lambda x: _twice(fn(x)), has_aux=True)(x)
+                return y, j
+
+            return run
+
+        run, dyn = self._compiled(prob, ("jac", mode, value), ctx, make)
+        return _run(prob, run, xs[0], *dyn)
+
+    def jacobian(self, prob, xs, ctx):
+        return self.value_and_jacobian(prob, xs, ctx, value=False)
+
+    def output_size(self, prob, xs, ctx):
+        """The size of f(x) from jax.eval_shape, cached like a compiled function."""
+        dyn, static = _split_contexts(prob, ctx)
+        x, single = _arg(prob, xs), prob.single
+        avals = tuple((np.shape(a), getattr(a, "dtype", type(a))) for a in (*xs, *dyn))
+
+        def build(fget):
+            g = prob.flat(fget)
+
+            def fn(x, *dyn):
+                return g((x,) if single else x, *_join_contexts(static, dyn))
+
+            return math.prod(jax.eval_shape(fn, x, *dyn).shape)
+
+        return CACHE.get(prob.f, prob.key("size", static, avals), build)
+
+    def value_and_batched_jacobian(self, prob, xs, ctx):
+        mode, op, backend = self.mode, prob.op, prob.backend  # the closure must not hold prob
+
+        def make(with_ctx):
+            def run(x, *dyn):
+                fn = with_ctx(dyn)
+                b, rest = x.shape[0], x.shape[1:]
+                out = jax.eval_shape(fn, x)
+                check_batch_of(op, backend, x.shape, out.shape)
+                n_in, n_out = x.size // max(b, 1), out.size // max(b, 1)
+                reverse = mode == "reverse" or (mode is None and n_out <= n_in)
+                if reverse:  # n_out vjps, each one basis vector repeated over the batch
+                    y, pb = jax.vjp(fn, x)
+                    w = jnp.broadcast_to(jnp.eye(n_out, dtype=y.dtype)[:, None], (n_out, b, n_out))
+                    rows = jax.vmap(lambda w: pb(w.reshape(y.shape))[0])(w)
+                    jac = jnp.moveaxis(rows.reshape(n_out, b, n_in), 0, 1)
+                else:  # n_in jvps
+                    y, lin = jax.linearize(fn, x)
+                    v = jnp.broadcast_to(jnp.eye(n_in, dtype=x.dtype)[:, None], (n_in, b, n_in))
+                    cols = jax.vmap(lambda v: lin(v.reshape(x.shape)))(v)
+                    jac = jnp.moveaxis(cols.reshape(n_in, b, n_out), 0, 2)
+                return y, jac.reshape((*y.shape, *rest))
+
+            return run
+
+        run, dyn = self._compiled(prob, ("batched_jac", mode), ctx, make)
+        return _run(prob, run, xs[0], *dyn)
+
+    # ---- second order ------------------------------------------------------------
+    def gradient_and_hvp(self, prob, xs, vs, ctx, combo, grad=True):
+        outer, inner = combo or ("forward", "reverse")
+
+        def make(with_ctx):
+            def run(x, v, *dyn):
+                gf = _grad_fn(with_ctx(dyn), inner)
+                if outer == "reverse":  # the Hessian is symmetric: vjp of the gradient
+                    g, pb = jax.vjp(gf, x)
+                    g, hv = g, pb(v)[0]
+                else:
+                    g, hv = jax.jvp(gf, (x,), (v,))
+                return (g, hv) if grad else hv  # H v alone compiles to a faster program
+
+            return run
+
+        run, dyn = self._compiled(prob, ("hvp", outer, inner, grad), ctx, make)
+        out = _run(prob, run, _arg(prob, xs), _arg(prob, vs), *dyn)
+        if not grad:
+            return None, _tuple(prob, out)
+        return _tuple(prob, out[0]), _tuple(prob, out[1])
+
+    def hvp(self, prob, xs, vs, ctx, combo):
+        return self.gradient_and_hvp(prob, xs, vs, ctx, combo, grad=False)[1]
+
+    def value_gradient_and_hessian(self, prob, xs, ctx, combo, value=True):
+        outer, inner = combo or ("forward", "reverse")
+
+        def make(with_ctx):
+            def run(x, *dyn):
+                fn = with_ctx(dyn)
+                jac = jax.jacrev if outer == "reverse" else jax.jacfwd
+                if not value:  # the Hessian alone compiles to a faster program
+                    return jac(_grad_fn(fn, inner))(x)
+
+                def vg(x):
+                    y, g = (fn(x), jax.jacfwd(fn)(x)) if inner == "forward" else _vg(fn, x)
+                    return g, (y, g)
+
+                h, (y, g) = jac(vg, has_aux=True)(x)
+                return y, g, h
+
+            return run
+
+        run, dyn = self._compiled(prob, ("hessian", outer, inner, value), ctx, make)
+        out = _run(prob, run, xs[0], *dyn)
+        if not value:
+            return None, (None,), out
+        y, g, h = out
+        return y, (g,), h
+
+    def hessian(self, prob, xs, ctx, combo):
+        return self.value_gradient_and_hessian(prob, xs, ctx, combo, value=False)[2]
+
+    def value_derivative_and_second_derivative(self, prob, xs, ctx):
+        def make(with_ctx):
+            def run(x, *dyn):
+                fn = with_ctx(dyn)
+                one = jnp.ones_like(x)
+                (y, d), (_, d2) = jax.jvp(lambda x: jax.jvp(fn, (x,), (one,)), (x,), (one,))
+                return y, d, d2
+
+            return run
+
+        run, dyn = self._compiled(prob, ("d2",), ctx, make)
+        return _run(prob, run, xs[0], *dyn)
+
+
+def _vg(fn, x):
+    return jax.value_and_grad(fn)(x)
+
+
+def _grad_fn(fn, inner: str):
+    return jax.jacfwd(fn) if inner == "forward" else jax.grad(fn)
+
+
+def _arg(prob, xs: tuple):
+    return xs[0] if prob.single else xs
+
+
+def _stack(prob, vss: list):
+    """Directions stacked on a new leading axis (leaf by leaf for a pytree)."""
+    if prob.single:
+        return jnp.stack([vs[0] for vs in vss])
+    return tuple(jnp.stack(leaves) for leaves in zip(*vss, strict=True))
+
+
+def _unstack(prob, stacked, n: int) -> list:
+    """The i-th result of a vmapped pass, as a tuple of leaves."""
+    if prob.single:
+        return [(stacked[i],) for i in range(n)]
+    return [tuple(leaf[i] for leaf in stacked) for i in range(n)]
+
+
+def _tuple(prob, g):
+    return (g,) if prob.single else g
+
+
+def _make_grad(with_ctx):
+    return lambda x, *dyn: _conj(jax.grad(with_ctx(dyn))(x))
+
+
+def _make_value_and_grad(with_ctx):
+    def run(x, *dyn):
+        y, g = jax.value_and_grad(with_ctx(dyn))(x)
+        return y, _conj(g)
+
+    return run
+
+
+def _conj(g):
+    """diffiface's convention for complex x: df/dRe + i df/dIm (JAX gives its conjugate)."""
+    return jax.tree_util.tree_map(lambda a: jnp.conj(a) if jnp.iscomplexobj(a) else a, g)
+
+
+def _twice(y):
+    return y, y
+
+
+def _only_compiled(prob):
+    """The one function compiled for ``prob`` (keys (tag, static); other memo entries,
+    such as the output size, are strings), or None when there are none or several."""
+    runs = [run for key, run in prob.fns.items() if type(key) is tuple]
+    return runs[0] if len(runs) == 1 else None
+
+
+def _numpy_in_out(run, op):
+    """``run`` for a NumPy x: jit takes it as is (no separate conversion), the results
+    come back as NumPy. float64 and complex128 need x64, checked per call (it is global
+    state); without it the general path explains."""
+    asarray, tracer = np.asarray, jax.core.Tracer
+    if op.startswith("value"):
+
+        def back(out):  # a result an outer trace sees (f closes over it) stays a tracer
+            return tuple(a if isinstance(a, tracer) else asarray(a) for a in out)
+    else:
+
+        def back(out):
+            return out if isinstance(out, tracer) else asarray(out)
+
+    def from_numpy(x):
+        size = x.dtype.itemsize  # float64 (8, "f") or complex128 (16)
+        if (size == 16 or (size == 8 and x.dtype.kind == "f")) and not jax.config.jax_enable_x64:
+            return SLOW
+        return back(run(x))
+
+    return from_numpy
+
+
+def _run(prob, run, *args):
+    try:
+        out = run(*args)
+    except jax.errors.TracerBoolConversionError as exc:
+        raise _checks.DiffifaceTypeError(
+            f"{_checks.call_form(prob.op, prob.backend)}: f branches in Python on a traced "
+            "value, which jax.jit cannot compile. Use jnp.where or jax.lax.cond inside f."
+        ) from exc
+    except _CONCRETE as exc:
+        raise _checks.left_framework(prob.op, prob.backend, exc) from exc
+    except TypeError as exc:
+        clear = _checks.framework_error(prob.op, prob.backend, exc)
+        if clear is None:
+            raise
+        raise clear from exc
+    limit = _config.get("max_compiled_shapes")
+    if limit is not None and run._cache_size() > limit:  # one compilation per shape
+        run.clear_cache()
+    return out
+
+
+def _split_contexts(prob, ctx: tuple):
+    """Array leaves of the contexts are traced; other leaves are static (hashed)."""
+    if not ctx:
+        return (), ()
+    leaves, tree = flatten(ctx)
+    dyn, static = [], []
+    for leaf in leaves:
+        if isinstance(leaf, jax.Array | np.ndarray | np.generic | float) and not isinstance(
+            leaf, bool
+        ):
+            dyn.append(leaf)
+            static.append(_DYNAMIC)
+        else:
+            try:
+                hash(leaf)
+            except TypeError as exc:
+                raise _checks.DiffifaceTypeError(
+                    f"{_checks.call_form(prob.op, prob.backend)}: a Constant holds an unhashable "
+                    f"{type(leaf).__name__}, which jax.jit cannot take as a static argument. "
+                    "Pass arrays, numbers or hashable values in Constant."
+                ) from exc
+            static.append(_Static(leaf))
+    return tuple(dyn), (tree, tuple(static))
+
+
+class _Static:
+    """A static (non-array) context value in a cache key: equal when of the same type
+    and equal value, so Constant(True) and Constant(1) compile apart."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value):
+        self.value = value
+
+    def __hash__(self):
+        return hash((type(self.value), self.value))
+
+    def __eq__(self, other):
+        return (
+            isinstance(other, _Static)
+            and type(other.value) is type(self.value)
+            and self.value == other.value
+        )
+
+
+_DYNAMIC = object()
+
+
+def _join_contexts(static, dyn_leaves) -> tuple:
+    if not static:
+        return ()
+    tree, marks = static
+    it = iter(dyn_leaves)
+    leaves = [
+        next(it) if m is _DYNAMIC else (m.value if isinstance(m, _Static) else m) for m in marks
+    ]
+    return unflatten(tree, leaves)

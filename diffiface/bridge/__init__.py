@@ -1,0 +1,1 @@
+"""Crossing between frameworks: a layer above the operators."""

@@ -1,0 +1,212 @@
+"""Operators on another framework's arrays: the whole call crosses a bridge.
+
+``di.gradient(f, di.AutoJax(), x)`` with torch tensors (in ``x``, a tangent, a
+``Constant`` or the ``FixedParams`` parameters) runs as one bridged operation:
+the arrays cross to JAX, the operator runs there (jit-compiled, with the
+FixedParams rules), and the results come back as tensors. torch's
+differentiation sees one operation whose derivatives JAX computes.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any
+
+from .. import _checks
+from .node import Bridged, framework_key, framework_of
+from .._cache import FunctionCache
+from .._contexts import Constant, FixedParams
+from .._tangents import Tangents
+from .._tree import flatten, tree_map
+
+# f -> the Bridged operators on it. An entry holds f strongly: the derivatives of a
+# bridged call run after the call returns (torch's backward, JAX's transposition),
+# when the caller may have dropped f (a lambda made inside the loss). So the entry
+# cannot die with f, and the small bound on functions is what limits the memory.
+_CACHE = FunctionCache(per_function=16, functions=32)
+
+
+class Foreign(_checks.DiffifaceTypeError):
+    """Raised by the argument conversions on an array of another framework; the
+    operator catches it and crosses the bridge (see ``cross``)."""
+
+    def __init__(self) -> None:
+        super().__init__(
+            "an argument is an array of another framework; diffiface operators cross a "
+            "bridge for it (this message means the crossing itself failed: please report it)."
+        )
+
+
+def foreign(impl: Any, leaf: Any) -> bool:
+    """``leaf`` is an array of a framework other than ``impl``'s."""
+    fw = framework_of(leaf)
+    return fw not in (None, "numpy", impl.framework)
+
+
+class Crossing(Foreign):
+    """Raised for ``second_order(outer, inner)`` of two frameworks."""
+
+
+def cross(exc: Foreign, op: Callable, f: Callable, backend: Any, args: tuple, kw: dict) -> Any:
+    """The public operator ``op`` run across a bridge. Each operator catches ``Foreign``
+    around its body (a try costs nothing; a wrapper would cost 0.4 µs per call). A
+    ``Foreign`` that did not come from this call's own arguments (one raised inside f)
+    is not this call's to cross: it goes on up."""
+    if isinstance(exc, Crossing):
+        if not crosses(backend):
+            raise exc
+        return cross_second_order(op.__name__, f, backend, args, kw)
+    if _fd_over(backend):  # finite differences on NumPy copies, results like x
+        return _fd_over_arrays(exc, op, f, backend, args, kw)
+    own = framework_key(backend)
+    params = f.params if isinstance(f, FixedParams) else None
+    values = [
+        a.value if isinstance(a, Constant) else tuple(a) if isinstance(a, Tangents) else a
+        for a in args
+    ]
+    if all(framework_of(a) in (None, "numpy", own) for a in flatten((params, values))[0]):
+        raise exc
+    return call(op, f, backend, args, kw)
+
+
+def _fd_over(backend: Any) -> bool:
+    """``second_order(AutoFiniteDifferences(), inner)`` over an AD framework's gradient."""
+    return (
+        getattr(backend, "framework", "") == "second_order"
+        and backend.outer.framework == "finite_differences"
+        and backend.inner.framework != "finite_differences"
+    )
+
+
+def _fd_over_arrays(exc: Foreign, op: Callable, f: Callable, backend: Any, args, kw) -> Any:
+    """Finite differences over ``inner`` on arrays of a framework: they run on NumPy
+    copies (the inner backend takes NumPy) and the results come back like x. An outer
+    pass or a trace cannot see through finite differences: a clear error there."""
+    from .._within import within_gradient
+
+    params = f.params if isinstance(f, FixedParams) else None
+    values = [a.value if isinstance(a, Constant) else a for a in args]
+    leaves = flatten((params, values))[0]
+    if all(framework_of(a) in (None, "numpy") for a in leaves):
+        raise exc
+    if any(within_gradient(a) or _is_tracer(a) for a in leaves):
+        name = op.__name__
+        raise _checks.DiffifaceTypeError(
+            f"{name}(f, {backend!r}, ...): finite differences cannot run on arrays that an "
+            "outer differentiation or a trace (jit, vmap) sees. Use an AD outer backend "
+            f"instead: second_order({backend.inner!r}, {backend.inner!r})."
+        )
+    return cross_second_order(op.__name__, f, backend, args, kw)
+
+
+def _is_tracer(a: Any) -> bool:
+    import sys
+
+    jax = sys.modules.get("jax")
+    return jax is not None and isinstance(a, jax.core.Tracer)
+
+
+def crosses(backend: Any) -> bool:
+    """A ``second_order(outer, inner)`` whose outer framework differentiates another's
+    gradient (finite differences over any gradient has its own path)."""
+    o, i = backend.outer.framework, backend.inner.framework
+    return o != i and o != "finite_differences"
+
+
+def cross_second_order(op: str, f: Callable, backend: Any, args: tuple, kwargs: dict) -> Any:
+    """``op`` for ``second_order(outer, inner)`` across frameworks: ``outer`` differentiates
+    ``x -> di.gradient(f, inner, x)``, which crosses the bridge as one operation; its
+    derivative is computed by ``inner`` (forward over reverse for a forward ``outer``)."""
+    from ..operators import first_order as _api
+    from . import node as _bridge
+
+    outer, inner = backend.outer, backend.inner
+    if kwargs.get("prep") is not None:
+        raise _checks.DiffifaceValueError(
+            f"{op}(f, {backend!r}, ...): a second_order of two frameworks takes no prep."
+        )
+    to_outer = _bridge.module(_bridge.framework_key(outer)).as_array
+    x_kind = _bridge.kind_of(args[0], f"{op}(f, {backend!r}, x)")
+
+    def move(tree):
+        return tree_map(lambda a: to_outer(a) if framework_of(a) else a, tree)
+
+    moved = [Constant(move(a.value)) if isinstance(a, Constant) else move(a) for a in args]
+    x, rest = moved[0], moved[1:]
+    if op in ("hvp", "gradient_and_hvp"):
+        v, contexts = rest[0], rest[1:]
+        grad = functools.partial(_grad_of, f, inner, contexts)
+        if getattr(outer, "mode", None) == "reverse":  # H symmetric: Hᵀ v = H v
+            g, hv = _api.value_and_vjp(grad, outer, x, v)
+        else:
+            g, hv = _api.value_and_jvp(grad, outer, x, v)
+        out = (g, hv) if op == "gradient_and_hvp" else hv
+    elif op in ("hessian", "value_gradient_and_hessian"):
+        grad = functools.partial(_grad_of, f, inner, rest)
+        g, h = _api.value_and_jacobian(grad, outer, x, **kwargs)
+        out = h if op == "hessian" else (_second_order_value(f, inner, x, rest), g, h)
+    else:
+        d = functools.partial(_derivative_of, f, inner, rest)
+        d1, d2 = _api.value_and_derivative(d, outer, x)
+        out = d2 if op == "second_derivative" else (_second_order_value(f, inner, x, rest), d1, d2)
+    back = _bridge.module(x_kind).as_array
+    if x_kind != "numpy":  # a 0-d result computed on NumPy may be a Python float
+        return tree_map(lambda a: back(a) if framework_of(a) or isinstance(a, float) else a, out)
+    return tree_map(lambda a: back(a) if framework_of(a) else a, out)
+
+
+def _grad_of(f, inner, contexts, x):
+    from ..operators.first_order import gradient
+
+    return gradient(f, inner, x, *contexts)
+
+
+def _derivative_of(f, inner, contexts, x):
+    from ..operators.first_order import derivative
+
+    return derivative(f, inner, x, *contexts)
+
+
+def _second_order_value(f, inner, x, contexts):
+    from .node import differentiate_with
+
+    return differentiate_with(f, inner)(x, *(c.value for c in contexts))
+
+
+def call(op: Callable, f: Callable, backend: Any, args: tuple, kwargs: dict) -> Any:
+    name = op.__name__
+    if kwargs.get("prep") is not None:
+        raise _checks.DiffifaceValueError(
+            f"{name}(f, {backend!r}, ...) got arrays of another framework and a prep. A "
+            "preparation holds one framework's arrays: call without prep=, or convert the arrays."
+        )
+    kwargs = {k: v for k, v in kwargs.items() if k != "prep"}
+    fixed = f if isinstance(f, FixedParams) else None
+    g = fixed.f if fixed is not None else f
+    shape, values = [], []
+    for a in args:
+        if isinstance(a, Constant):
+            shape.append("C")
+            values.append(a.value)
+        elif isinstance(a, Tangents):
+            raise _checks.DiffifaceValueError(
+                f"{name}(f, {backend!r}, ...): di.Tangents cannot cross between frameworks yet; "
+                "pass one tangent per call."
+            )
+        else:
+            shape.append("A")
+            values.append(a)
+    strategy = fixed.strategy if fixed is not None else None  # None: f is no FixedParams
+    key = (name, backend, tuple(shape), strategy, tuple(sorted(kwargs.items())))
+
+    def build(_fget):  # holds g (see _CACHE), and nothing of this call's arrays
+        def inner(params, values):
+            h = g if strategy is None else FixedParams(g, params, strategy=strategy)
+            rebuilt = [Constant(v) if s == "C" else v for s, v in zip(shape, values, strict=True)]
+            return op(h, backend, *rebuilt, **kwargs)
+
+        return Bridged(inner, backend, name=f"{name} of {getattr(g, '__name__', 'f')}")
+
+    bridged = _CACHE.get(g, key, build)
+    return bridged(fixed.params if fixed is not None else None, tuple(values))

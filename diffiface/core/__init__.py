@@ -1,0 +1,1 @@
+"""The core: the backend contract, the derived operators, plans, the operator shell."""

@@ -1,0 +1,95 @@
+"""What a backend differentiates: ``f`` as a function of a flat tuple of leaves."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from .. import _checks
+from .. import _config
+from .._tree import unflatten
+
+
+class Problem:
+    """One operator call: ``f``, the tree structure of ``x``, and the checks on f(x).
+
+    ``flat()`` builds ``g(xs, *contexts) = f(unflatten(xs), *contexts)``, which
+    checks that the output is an array (and a scalar when required).
+    """
+
+    __slots__ = ("backend", "f", "fns", "impl", "op", "prepared", "scalar", "single", "treedef")
+
+    def __init__(self, op, backend, impl, f, treedef, single, scalar):
+        self.op = op
+        self.backend = backend
+        self.impl = impl
+        self.f = f
+        self.treedef = treedef
+        self.single = single
+        self.scalar = scalar
+        self.fns: dict = {}  # compiled functions (and choices) memoized on the problem
+        self.prepared = False  # a Prep's problem: worth one-time work
+
+    def key(self, *extra: Any) -> tuple:
+        return (self.op, self.backend, self.treedef, self.scalar, *extra)
+
+    def flat(self, fget: Callable[[], Callable] | None = None) -> Callable:
+        """``g(xs, *ctx)``; with ``fget`` it holds ``f`` only through ``fget()``."""
+        treedef, single = self.treedef, self.single
+        check = _output_check(self.op, self.backend, self.impl, self.scalar)
+        if fget is None:
+            f = self.f
+            if single:
+
+                def g(xs, *ctx):
+                    return check(f(xs[0], *ctx), xs)
+            else:
+
+                def g(xs, *ctx):
+                    return check(f(unflatten(treedef, xs), *ctx), xs)
+        else:
+
+            def g(xs, *ctx):
+                x = xs[0] if single else unflatten(treedef, xs)
+                return check(fget()(x, *ctx), xs)
+
+        protect = self.impl.protect
+        if protect is None:
+            return g
+        return lambda xs, *ctx: g(protect(xs), *ctx)
+
+
+def _output_check(op: str, backend: Any, impl: Any, scalar: bool) -> Callable:
+    """Checks f(x): an array of the framework, and a scalar when ``scalar``."""
+    is_output, connected, is_complex = impl.is_output, impl.connected, impl.is_complex
+    jacobian = "jacobian" in op
+
+    def check(y: Any, xs: tuple) -> Any:
+        if _discrete(y):  # also a NumPy bool or integer scalar, which is no output
+            raise _checks.integer_output(op, backend, y.dtype)
+        if not is_output(y):
+            raise _checks.not_array(op, backend, y, impl.output_kind)
+        if scalar and tuple(getattr(y, "shape", ())) != ():
+            raise _checks.not_scalar(op, backend, tuple(y.shape))
+        if scalar and is_complex(y):
+            raise _checks.complex_output(op, backend)
+        if jacobian and is_complex(y):
+            raise _checks.complex_jacobian(op, backend)
+        if connected(xs, y) is False:
+            _checks.disconnected(op, backend, _config.strict())
+        return y
+
+    return check
+
+
+def _discrete(y: Any) -> bool:
+    """y holds integers or booleans (NumPy, JAX or torch dtype)."""
+    dtype = getattr(y, "dtype", None)
+    if dtype is None:
+        return False
+    floating = getattr(dtype, "is_floating_point", None)  # a torch dtype
+    if floating is not None:
+        return not (floating or dtype.is_complex)
+    return np.dtype(dtype).kind in "iub"

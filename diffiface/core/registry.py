@@ -1,0 +1,87 @@
+"""Backend registry: one ``register(BackendType)`` entry point, lazy imports.
+
+A framework module is imported the first time its backend is used; it
+registers its implementation class for its backend type.
+"""
+
+from __future__ import annotations
+
+import importlib
+import threading
+from typing import Any
+
+from .._backend_types import BUILTIN
+from .._checks import FrameworkMissingError
+
+# backend type -> the framework it needs (None: NumPy only), in the order shown to users
+FRAMEWORKS = {backend: backend.needs for backend in BUILTIN}
+_IMPLS: dict[type, type] = {}
+_RULES: dict[tuple[str, str], Any] = {}  # (outer framework, inner operator method) -> rule
+_INSTANCES: dict[Any, Any] = {}  # backend value -> implementation, newest last
+MAX_INSTANCES = 256  # distinct backend values kept (AutoFiniteDifferences(step=s) per s)
+_LOCK = threading.Lock()
+
+
+def register(backend_type: type):
+    """Class decorator: ``@register(AutoJax)`` makes the class implement AutoJax."""
+
+    def deco(impl_cls: type) -> type:
+        _IMPLS[backend_type] = impl_cls
+        return impl_cls
+
+    return deco
+
+
+def register_rule(framework: str, method: str):
+    """Decorator: ``@register_rule("jax", "gradient")`` makes the function the
+    forward-over-reverse nested-AD rule of that inner operator under that framework.
+    A rule takes ``(impl, *args)``, the arguments of the implementation method."""
+
+    def deco(fn):
+        _RULES[(framework, method)] = fn
+        return fn
+
+    return deco
+
+
+def rule(framework: str, method: str) -> Any:
+    return _RULES.get((framework, method))
+
+
+def rule_methods(framework: str) -> list[str]:
+    return [m for fw, m in _RULES if fw == framework]
+
+
+def implementation(backend: Any) -> Any:
+    """The implementation object for ``backend`` (cached per backend value)."""
+    impl = _INSTANCES.get(backend)
+    if impl is not None:
+        return impl
+    with _LOCK:
+        impl = _INSTANCES.get(backend)
+        if impl is None:
+            impl = _load(type(backend))(backend)
+            _INSTANCES[backend] = impl
+            while len(_INSTANCES) > MAX_INSTANCES:  # the oldest first
+                del _INSTANCES[next(iter(_INSTANCES))]
+    return impl
+
+
+def _load(backend_type: type) -> type:
+    if backend_type not in _IMPLS:
+        module, extra = backend_type.package, backend_type.needs
+        if module is None:
+            raise TypeError(
+                f"{backend_type.__name__} has no registered implementation. A new backend "
+                "module must call diffiface.core.registry.register on import."
+            )
+        try:
+            importlib.import_module(module)
+        except ImportError as exc:
+            if extra is None or exc.name is None or not exc.name.startswith(extra):
+                raise
+            raise FrameworkMissingError(
+                f"{backend_type.__name__}() needs {extra}, which is not installed. "
+                f'Install it with: pip install "diffiface[{extra}]"'
+            ) from exc
+    return _IMPLS[backend_type]

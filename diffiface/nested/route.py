@@ -1,0 +1,156 @@
+"""Nested AD: an inner operator on a FixedParams inside an outer differentiation.
+
+When ``f`` is a :class:`~diffiface.FixedParams` and the outer framework of the
+backend differentiates ``x`` or the parameters, the call is routed to the rule
+registered for (framework, operator) in ``_registry``. ``"reverse_over_reverse"``
+is the framework's own nesting (it differentiates the inner call's graph);
+``"forward_over_reverse"`` swaps in a registered rule. The switch
+``nested_ad(False)`` (or ``config.nested_ad = False``) turns routing off: the
+results are the same, only the path changes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import threading
+from collections import Counter
+from collections.abc import Iterator
+from typing import Any
+
+from .. import _checks
+from .. import _config
+from ..core import registry as _registry
+from .._tree import flatten
+
+# Measured on CPU (benchmarks/nested.py, docs/nested.md): the framework's own
+# reverse-over-reverse is the fastest on every framework at every size measured.
+AUTO = dict.fromkeys(("jax", "torch", "autograd"), "reverse_over_reverse")
+
+# operator -> the implementation method a rule replaces
+METHOD = {
+    "gradient": "gradient",
+    "value_and_gradient": "value_and_gradient",
+    "vjp": "value_and_vjp",
+    "value_and_vjp": "value_and_vjp",
+    "hvp": "hvp",
+    "gradient_and_hvp": "gradient_and_hvp",
+    "jacobian": "jacobian",
+    "value_and_jacobian": "value_and_jacobian",
+    "value_and_batched_jacobian": "value_and_batched_jacobian",
+}
+_FORWARD = ("jvp", "value_and_jvp", "derivative", "value_and_derivative")
+_FORWARD += ("second_derivative", "value_derivative_and_second_derivative")
+
+
+_COUNTS: Counter = Counter()
+_LOCK = threading.Lock()
+
+
+@contextlib.contextmanager
+def nested_ad(enabled: bool = True) -> Iterator[None]:
+    """Turn the nested-AD rules on or off inside a ``with`` block (this thread or task).
+
+    Off, an inner call on a FixedParams runs like the same call on a closure:
+    the outer framework differentiates its graph. Results are the same either
+    way; only the path changes (see :func:`nested_rule_counts`).
+
+    Examples:
+        >>> import numpy as np
+        >>> import diffiface as di
+        >>> with di.nested_ad(False):
+        ...     g = di.gradient(di.FixedParams(lambda x, p: p * (x**2).sum(), 2.0),
+        ...                     di.AutoFiniteDifferences(), np.array([1.0]))
+        >>> g.round(6)
+        array([4.])
+    """
+    with _config.options(nested_ad=bool(enabled)):
+        yield
+
+
+def enabled() -> bool:
+    return _config.get("nested_ad")
+
+
+def nested_rule_counts(reset: bool = False) -> dict:
+    """How often the nested-AD rules ran, by ``(framework, operator, strategy)``.
+
+    A rule runs when an inner call on a FixedParams sees an outer
+    differentiation (for JAX: once per trace). ``reset=True`` clears the counts
+    after reading them.
+
+    Examples:
+        >>> import diffiface as di
+        >>> isinstance(di.nested_rule_counts(), dict)
+        True
+    """
+    with _LOCK:
+        out = dict(_COUNTS)
+        if reset:
+            _COUNTS.clear()
+    return out
+
+
+def route(impl: Any, fixed: Any, op: str, xs: tuple, ctx: tuple) -> Any:
+    """``impl`` itself, or a view of it whose operator runs the registered rule
+    (``fixed``: the call's FixedParams, whose parameters are ``ctx[0]``)."""
+    if not enabled():
+        return impl
+    if not impl.outer_sees([*xs, *flatten(ctx[0])[0]]):
+        return impl  # no outer differentiation sees this call
+    strategy = fixed.strategy
+    if strategy == "auto":
+        strategy = AUTO[impl.framework]
+    rule = None
+    if op in _FORWARD:  # already forward mode inside: the outer pass is reverse over forward
+        strategy = "native"
+    elif strategy == "forward_over_reverse":
+        method = METHOD.get(op)
+        rule = _registry.rule(impl.framework, method) if method else None
+        if rule is None:
+            have = _registry.rule_methods(impl.framework)
+            raise _checks.DiffifaceValueError(
+                f"{_checks.call_form(op, impl.backend)}: FixedParams(strategy="
+                f"'forward_over_reverse') has no rule for {op} on {impl.framework}; rules "
+                f"exist for {', '.join(sorted(have)) or 'no operator'}. Use strategy='auto'."
+            )
+        if not impl.can_run_rule(xs, ctx):  # e.g. inside torch.func transforms
+            strategy = "reverse_over_reverse"
+    with _LOCK:
+        _COUNTS[(impl.framework, op, strategy)] += 1
+    if strategy != "forward_over_reverse":
+        return impl
+    methods = {METHOD[op]: rule}
+    several = _SEVERAL.get(METHOD[op])
+    if several is not None and (one := _registry.rule(impl.framework, several[1])) is not None:
+        methods[several[0]] = functools.partial(_each, one)
+    return _RuleView(impl, methods)
+
+
+# a method and the one its Tangents variant calls, run once per direction by the rule
+_SEVERAL = {
+    "hvp": ("gradient_and_hvps", "gradient_and_hvp"),
+    "gradient_and_hvp": ("gradient_and_hvps", "gradient_and_hvp"),
+    "value_and_vjp": ("value_and_vjps", "value_and_vjp"),
+}
+
+
+class _RuleView:
+    """``impl`` with some methods replaced by rules (every other name delegates)."""
+
+    __slots__ = ("_impl", "_methods")
+
+    def __init__(self, impl: Any, methods: dict) -> None:
+        self._impl, self._methods = impl, methods
+
+    def __getattr__(self, name: str) -> Any:
+        rule = self._methods.get(name)
+        if rule is None:
+            return getattr(self._impl, name)
+        return functools.partial(rule, self._impl)
+
+
+def _each(rule, impl, prob, xs, many, ctx, extra):
+    """(first output, [second output per direction]) of the rule run per direction."""
+    outs = [rule(impl, prob, xs, one, ctx, extra) for one in many]
+    return outs[0][0], [second for _, second in outs]

@@ -1,0 +1,163 @@
+"""batched_jacobian: per-sample Jacobians of a function applied to a batch (axis 0)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+from .. import _checks
+from ..core import convert as _convert
+from . import dense as _dense
+from .first_order import _enter, _out_kind
+from ..bridge.operators import Foreign, cross
+
+
+def value_and_batched_jacobian(
+    f: Callable, backend: Any, x: Any, *contexts: Any, prep: Any = None, chunk_size: Any = None
+):
+    """The value ``f(x)`` and the per-sample Jacobians, of shape ``(B, *out, *in)``.
+
+    ``f`` maps a batch ``x`` of shape ``(B, *in)`` to ``(B, *out)``, sample by
+    sample. The Jacobians come from ``in`` jvps (forward) or ``out`` vjps
+    (reverse) whose tangents hold the same basis vector for every sample, so
+    the dense ``(B*out, B*in)`` Jacobian is never built (finite differences:
+    ``2 * in`` calls of f, not ``2 * B * in``). The direction follows the
+    backend's ``mode`` (None: forward when ``out >= in``).
+
+    This is only meaningful when samples do not interact: layers that couple
+    the batch (batch norm in training mode, attention across the batch axis)
+    make per-sample Jacobians wrong, and this cannot be detected cheaply.
+
+    Args:
+        f: function ``f(x, *contexts)`` returning an array with leading axis B.
+        backend: a backend instance.
+        x: one floating-point array with a batch axis first (ndim >= 1).
+        *contexts: ``di.Constant(c)`` arguments.
+        prep: a preparation from the matching ``prepare_*`` function (optional).
+        chunk_size: build the Jacobians from ``chunk_size`` jvps (or vjps) at a time,
+            bounding the working memory; without it a result over
+            ``di.config.max_dense_bytes`` (1 GiB) is an error.
+
+    Examples:
+        >>> import numpy as np
+        >>> import diffiface as di
+        >>> x = np.array([[1.0, 2.0], [3.0, 4.0]])
+        >>> J = di.batched_jacobian(lambda x: x[:, :1] * x, di.AutoFiniteDifferences(), x)
+        >>> J.shape, J[1].round(6)
+        ((2, 2, 2), array([[6., 0.],
+               [4., 3.]]))
+    """
+    try:
+        op = "value_and_batched_jacobian"
+        impl, prob, xs, kinds, ctx = _enter(op, f, backend, x, contexts, prep=prep)
+        if not prob.single:
+            raise _checks.not_single_array(prob.op, backend, len(xs))
+        if len(xs[0].shape) == 0:
+            raise _checks.DiffifaceValueError(
+                f"{_checks.call_form(prob.op, backend)}: x must have a batch axis first, got a "
+                "0-d array. Use derivative or jacobian for a single point."
+            )
+        x0 = xs[0]
+        if math.prod(tuple(x0.shape)) == 0:  # an empty batch or sample: zeros, f(x) once
+            y = prob.flat()(xs, *ctx)
+            check_batch(prob, tuple(x0.shape), tuple(y.shape))
+            jac = _convert.zeros(impl, (*y.shape, *x0.shape[1:]), x0)
+        elif chunk_size is not None:
+            _dense.check_chunk_size(op, backend, chunk_size)
+            y, jac = _chunked(impl, prob, xs, ctx, chunk_size)
+        else:
+            n_in = math.prod(tuple(x0.shape[1:]))
+            m = impl.memo_output_size(prob, xs, ctx)
+            _dense.check_limit(op, backend, m, n_in, x0, "batched Jacobian")
+            y, jac = impl.forward_or_reverse(
+                prob,
+                lambda: impl.value_and_batched_jacobian(prob, xs, ctx),
+                lambda: _reverse(impl, prob, xs, ctx),
+                impl.mode == "forward",
+            )
+        k = _out_kind(kinds)
+        return _convert.back(impl, y, k), _convert.back(impl, jac, k)
+    except Foreign as exc:  # arrays of another framework: the call crosses a bridge
+        return cross(
+            exc,
+            value_and_batched_jacobian,
+            f,
+            backend,
+            (x, *contexts),
+            {"prep": prep, "chunk_size": chunk_size},
+        )
+
+
+def batched_jacobian(
+    f: Callable, backend: Any, x: Any, *contexts: Any, prep: Any = None, chunk_size: Any = None
+) -> Any:
+    """Per-sample Jacobians ``(B, *out, *in)`` of ``f`` over a batch ``x`` (axis 0).
+
+    Same arguments as :func:`value_and_batched_jacobian`.
+
+    Examples:
+        >>> import numpy as np
+        >>> import diffiface as di
+        >>> x = np.array([[1.0, 2.0], [3.0, 4.0], [5.0, 6.0]])
+        >>> di.batched_jacobian(lambda x: (x**2).sum(axis=1), di.AutoFiniteDifferences(),
+        ...                     x).round(5)
+        array([[ 2.,  4.],
+               [ 6.,  8.],
+               [10., 12.]])
+    """
+    return value_and_batched_jacobian(f, backend, x, *contexts, prep=prep, chunk_size=chunk_size)[1]
+
+
+def check_batch(prob, x_shape: tuple, y_shape: tuple) -> None:
+    """f must keep the batch axis: f(x).shape[0] == x.shape[0]."""
+    check_batch_of(prob.op, prob.backend, x_shape, y_shape)
+
+
+def check_batch_of(op: str, backend: Any, x_shape: tuple, y_shape: tuple) -> None:
+    """check_batch without the Problem (for compiled closures, which must not hold f)."""
+    if len(y_shape) == 0 or y_shape[0] != x_shape[0]:
+        raise _checks.DiffifaceValueError(
+            f"{_checks.call_form(op, backend)}: f must keep the batch axis first: "
+            f"x has shape {tuple(x_shape)}, f(x) has shape {tuple(y_shape)}. Map each sample "
+            "to its output along axis 0."
+        )
+
+
+def _reverse(impl, prob, xs: tuple, ctx: tuple):
+    """Per-sample Jacobians cut from the full reverse Jacobian (f without forward mode)."""
+    y, (jac,) = impl.reverse_jacobian(prob, xs, ctx)
+    x = xs[0]
+    check_batch(prob, tuple(x.shape), tuple(y.shape))
+    b, n_in, m = x.shape[0], math.prod(tuple(x.shape[1:])), math.prod(tuple(y.shape[1:]))
+    blocks = impl.reshape(jac, (b, m, b, n_in))
+    rows = impl.stack([blocks[i, :, i, :] for i in range(b)], 0)
+    return y, impl.reshape(rows, (*y.shape, *x.shape[1:]))
+
+
+def _chunked(impl, prob, xs: tuple, ctx: tuple, k: int):
+    """(f(x), per-sample Jacobians) from ``k`` jvps (or vjps) at a time, each along one
+    basis vector repeated in every sample."""
+    (x,) = xs
+    b = x.shape[0]
+    if impl.prefers_reverse(prob, xs, ctx):
+        y = prob.flat()(xs, *ctx)
+        check_batch(prob, tuple(x.shape), tuple(y.shape))
+        n_out, rows = math.prod(tuple(y.shape[1:])), []
+        for start in range(0, n_out, k):
+            ws = [impl.batched_basis(y, o) for o in range(start, min(n_out, start + k))]
+            rows += [gs[0] for gs in impl.value_and_vjps(prob, xs, ws, ctx, _same)[1]]
+        jac = impl.stack(rows, 1) if rows else _convert.zeros(impl, (b, 0, *x.shape[1:]), x)
+        return y, impl.reshape(jac, (*y.shape, *x.shape[1:]))
+    n_in, cols = math.prod(tuple(x.shape[1:])), []
+    y = None
+    for start in range(0, n_in, k):
+        vss = [(impl.batched_basis(x, i),) for i in range(start, min(n_in, start + k))]
+        y, ts = impl.value_and_jvps(prob, xs, vss, ctx)
+        check_batch(prob, tuple(x.shape), tuple(y.shape))
+        cols += [impl.reshape(t, (b, -1)) for t in ts]
+    return y, impl.reshape(impl.stack(cols, -1), (*y.shape, *x.shape[1:]))
+
+
+def _same(y, w):
+    return w

@@ -8,16 +8,6 @@ Examples:
     array([2., 4.])
 """
 
-from .operators.first_order import derivative as derivative
-from .operators.first_order import gradient as gradient
-from .operators.first_order import jacobian as jacobian
-from .operators.first_order import jvp as jvp
-from .operators.first_order import value_and_derivative as value_and_derivative
-from .operators.first_order import value_and_gradient as value_and_gradient
-from .operators.first_order import value_and_jacobian as value_and_jacobian
-from .operators.first_order import value_and_jvp as value_and_jvp
-from .operators.first_order import value_and_vjp as value_and_vjp
-from .operators.first_order import vjp as vjp
 from ._backend_types import AbstractBackend as AbstractBackend
 from ._backend_types import AutoAutograd as AutoAutograd
 from ._backend_types import AutoFiniteDifferences as AutoFiniteDifferences
@@ -25,9 +15,6 @@ from ._backend_types import AutoJax as AutoJax
 from ._backend_types import AutoTorch as AutoTorch
 from ._backend_types import SecondOrder as SecondOrder
 from ._backend_types import second_order as second_order
-from .operators.batched import batched_jacobian as batched_jacobian
-from .operators.batched import value_and_batched_jacobian as value_and_batched_jacobian
-from .bridge.node import differentiate_with as differentiate_with
 from ._cache import clear_caches as clear_caches
 from ._checks import DiffifaceTypeError as DiffifaceTypeError
 from ._checks import DiffifaceValueError as DiffifaceValueError
@@ -39,10 +26,25 @@ from ._config import config as config
 from ._config import options as options
 from ._contexts import Constant as Constant
 from ._contexts import FixedParams as FixedParams
-from .nested.route import nested_ad as nested_ad
-from .nested.route import nested_rule_counts as nested_rule_counts
+from ._tangents import Tangents as Tangents
+from ._within import within_gradient as within_gradient
+from .bridge.node import differentiate_with as differentiate_with
 from .core.plan import MismatchError as MismatchError
 from .core.plan import Prep as Prep
+from .nested.route import nested_ad as nested_ad
+from .nested.route import nested_rule_counts as nested_rule_counts
+from .operators.batched import batched_jacobian as batched_jacobian
+from .operators.batched import value_and_batched_jacobian as value_and_batched_jacobian
+from .operators.first_order import derivative as derivative
+from .operators.first_order import gradient as gradient
+from .operators.first_order import jacobian as jacobian
+from .operators.first_order import jvp as jvp
+from .operators.first_order import value_and_derivative as value_and_derivative
+from .operators.first_order import value_and_gradient as value_and_gradient
+from .operators.first_order import value_and_jacobian as value_and_jacobian
+from .operators.first_order import value_and_jvp as value_and_jvp
+from .operators.first_order import value_and_vjp as value_and_vjp
+from .operators.first_order import vjp as vjp
 from .operators.prepare import prepare_batched_jacobian as prepare_batched_jacobian
 from .operators.prepare import prepare_derivative as prepare_derivative
 from .operators.prepare import prepare_gradient as prepare_gradient
@@ -60,8 +62,6 @@ from .operators.second_order import (
     value_derivative_and_second_derivative as value_derivative_and_second_derivative,
 )
 from .operators.second_order import value_gradient_and_hessian as value_gradient_and_hessian
-from ._tangents import Tangents as Tangents
-from ._within import within_gradient as within_gradient
 
 __version__ = "0.1.0"
 

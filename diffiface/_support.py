@@ -6,8 +6,8 @@ from __future__ import annotations
 import importlib.util
 
 from .core.backend import BackendImpl
-from .nested.route import METHOD
 from .core.registry import FRAMEWORKS, _load, rule_methods
+from .nested.route import METHOD
 
 # operator -> the implementation methods that compute it
 METHODS = {

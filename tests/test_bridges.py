@@ -132,8 +132,8 @@ def test_dtype_kind_and_pytree_structure_are_kept():
 
 
 def test_no_copy_on_the_cpu_path():
-    from diffiface.backends.jax.bridge import Kit as JaxKit
     from diffiface.backends.autograd.bridge import to_numpy
+    from diffiface.backends.jax.bridge import Kit as JaxKit
     from diffiface.backends.torch.bridge import to_torch
 
     t = torch.ones(1000)

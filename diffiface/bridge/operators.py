@@ -14,11 +14,11 @@ from collections.abc import Callable
 from typing import Any
 
 from .. import _checks
-from .node import Bridged, framework_key, framework_of
 from .._cache import FunctionCache
 from .._contexts import Constant, FixedParams
 from .._tangents import Tangents
 from .._tree import flatten, tree_map
+from .node import Bridged, framework_key, framework_of
 
 # f -> the Bridged operators on it. An entry holds f strongly: the derivatives of a
 # bridged call run after the call returns (torch's backward, JAX's transposition),

@@ -14,8 +14,8 @@ from typing import Any
 import numpy as np
 
 from .. import _checks
-from . import convert as _convert
 from .._cache import FunctionCache
+from . import convert as _convert
 
 OUT_SIZE = "output size"  # the key of the memoized output size in a problem's fns
 SLOW = object()  # returned by a direct runner that must hand over to the general path

@@ -14,9 +14,9 @@ from typing import Any
 import numpy as np
 
 from .. import _checks
-from ..bridge.operators import Foreign, foreign
 from .._contexts import Constant
 from .._tree import flatten, paths, unflatten
+from ..bridge.operators import Foreign, foreign
 
 NATIVE, NUMPY, PYTHON = 0, 1, 2
 

@@ -16,13 +16,13 @@ from collections.abc import Callable
 from typing import Any
 
 from .. import _checks
-from . import convert as _convert
 from .._contexts import Constant, FixedParams, unfix
-from .backend import SLOW
-from ..nested.route import route
-from .problem import Problem
 from .._tangents import Tangents
 from .._tree import flatten, paths
+from ..nested.route import route
+from . import convert as _convert
+from .backend import SLOW
+from .problem import Problem
 
 FAMILY = {
     "gradient": "gradient",

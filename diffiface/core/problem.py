@@ -7,8 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from .. import _checks
-from .. import _config
+from .. import _checks, _config
 from .._tree import unflatten
 
 

@@ -16,8 +16,8 @@ from __future__ import annotations
 from typing import Any
 
 from .._cache import FunctionCache
-from .plan import _leaves_of
 from .._reads import snapshot, watch
+from .plan import _leaves_of
 
 TABLE = FunctionCache(per_function=16)
 

@@ -18,10 +18,9 @@ from collections import Counter
 from collections.abc import Iterator
 from typing import Any
 
-from .. import _checks
-from .. import _config
-from ..core import registry as _registry
+from .. import _checks, _config
 from .._tree import flatten
+from ..core import registry as _registry
 
 # Measured on CPU (benchmarks/nested.py, docs/nested.md): the framework's own
 # reverse-over-reverse is the fastest on every framework at every size measured.

@@ -15,8 +15,8 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any
 
-from ..core.registry import register_rule
 from .._tree import flatten, unflatten
+from ..core.registry import register_rule
 
 
 def _same(tree: Any, *_: Any) -> Any:

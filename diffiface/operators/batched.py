@@ -7,10 +7,10 @@ from collections.abc import Callable
 from typing import Any
 
 from .. import _checks
+from ..bridge.operators import Foreign, cross
 from ..core import convert as _convert
 from . import dense as _dense
 from .first_order import _enter, _out_kind
-from ..bridge.operators import Foreign, cross
 
 
 def value_and_batched_jacobian(

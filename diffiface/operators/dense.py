@@ -21,10 +21,9 @@ from __future__ import annotations
 import numbers
 from typing import Any
 
-from .. import _checks
-from .. import _config
-from ..core.convert import zeros
+from .. import _checks, _config
 from ..core.backend import _size
+from ..core.convert import zeros
 
 
 def itemsize(x: Any) -> int:

@@ -5,21 +5,19 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from .. import _checks
-from .. import _config
-from ..core import convert as _convert
-from . import dense as _dense
-from .. import _finite
-from ..core import unprepared as _implicit
-from ..bridge.operators import Foreign, cross
+from .. import _checks, _config, _finite
 from .._contexts import Constant, FixedParams, unfix
+from .._tangents import Tangents
+from .._tree import flatten, unflatten
+from ..bridge.operators import Foreign, cross
+from ..core import convert as _convert
+from ..core import unprepared as _implicit
 from ..core.backend import SLOW, _size
-from ..nested.route import route
 from ..core.plan import Prep, _native_sig
 from ..core.problem import Problem
 from ..core.registry import implementation
-from .._tangents import Tangents
-from .._tree import flatten, unflatten
+from ..nested.route import route
+from . import dense as _dense
 
 
 def _enter(op, f, backend, x, contexts, scalar=False, prep=None, t=None):

@@ -11,12 +11,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from . import first_order as _api
-from . import batched as _batched
 from .. import _checks
-from . import second_order as _second_order
 from ..bridge.operators import Foreign
 from ..core.plan import Prep
+from . import batched as _batched
+from . import first_order as _api
+from . import second_order as _second_order
 
 _SECOND = ("hvp", "hessian", "second_derivative")
 _SCALAR = ("gradient", "hvp", "hessian")

@@ -13,11 +13,15 @@ from typing import Any
 
 import numpy as np
 
-from .. import _checks
-from .. import _config
+from .. import _checks, _config, _finite
+from .._backend_types import AutoFiniteDifferences, SecondOrder
+from .._tangents import Tangents
+from ..bridge.operators import Crossing, Foreign, cross, crosses
 from ..core import convert as _convert
+from ..core.backend import SLOW, _size
+from ..core.problem import Problem
+from ..core.registry import implementation
 from . import dense as _dense
-from .. import _finite
 from .first_order import (
     _direct,
     _enter_impl,
@@ -30,12 +34,6 @@ from .first_order import (
     value_and_derivative,
     value_and_gradient,
 )
-from .._backend_types import AutoFiniteDifferences, SecondOrder
-from ..bridge.operators import Crossing, Foreign, cross, crosses
-from ..core.backend import SLOW, _size
-from ..core.problem import Problem
-from ..core.registry import implementation
-from .._tangents import Tangents
 
 
 def _enter2(op, f, backend, x, contexts, scalar, prep=None, t=None):

@@ -12,9 +12,9 @@ import numpy as np
 
 from .._backend_types import AutoFiniteDifferences, AutoJax, SecondOrder
 from .._contexts import Constant
+from .._tree import flatten, unflatten
 from ..core.plan import FAMILY
 from ..core.registry import FRAMEWORKS, implementation
-from .._tree import flatten, unflatten
 from ._report import Report, Result
 from ._scenario import OPERATORS, SECOND, Scenario, flat_result
 

@@ -13,8 +13,8 @@ from typing import Any
 
 import numpy as np
 
-from ...bridge import node as _bridge
 from ... import _checks
+from ...bridge import node as _bridge
 
 
 def to_numpy(a: Any) -> np.ndarray:

@@ -13,10 +13,10 @@ from autograd.tracer import Box
 
 from ... import _checks
 from ..._backend_types import AutoAutograd
-from ...core.convert import is_masked
-from ...core.backend import SLOW, BackendImpl
-from ...core.registry import register
 from ..._tree import flatten
+from ...core.backend import SLOW, BackendImpl
+from ...core.convert import is_masked
+from ...core.registry import register
 
 
 @register(AutoAutograd)

@@ -23,8 +23,8 @@ import numpy as np
 
 from ... import _checks
 from ..._backend_types import FD_MIN_STEP, AutoFiniteDifferences
-from ...core.convert import is_masked
 from ...core.backend import BackendImpl
+from ...core.convert import is_masked
 from ...core.registry import register
 
 _EPS64 = float(np.finfo(np.float64).eps)

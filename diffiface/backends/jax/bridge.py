@@ -20,9 +20,9 @@ import numpy as np
 from jax.extend.core import Primitive
 from jax.interpreters import ad, batching, mlir
 
-from ...bridge import node as _bridge
 from ... import _checks
 from ..._backend_types import AutoJax
+from ...bridge import node as _bridge
 from ...core.registry import implementation
 
 _JAX = (jax.Array, jax.core.Tracer)

@@ -9,15 +9,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ... import _checks
-from ... import _config
+from ... import _checks, _config
 from ..._backend_types import AutoJax
-from ...operators.batched import check_batch_of
 from ..._cache import FunctionCache
-from ...core.backend import SLOW, BackendImpl
 from ..._reads import fingerprint
-from ...core.registry import register
 from ..._tree import flatten, unflatten
+from ...core.backend import SLOW, BackendImpl
+from ...core.registry import register
+from ...operators.batched import check_batch_of
 
 CACHE = FunctionCache()
 _FLOATS = frozenset(np.dtype(t) for t in ("float16", "float32", "float64"))

@@ -19,8 +19,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from ...bridge import node as _bridge
 from ... import _checks
+from ...bridge import node as _bridge
 from .forward import jvp
 
 

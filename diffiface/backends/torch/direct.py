@@ -13,10 +13,10 @@ import torch
 import torch.autograd.forward_ad as fwAD
 from torch._C._functorch import is_functorch_wrapped_tensor
 
-from ...core.backend import OUT_SIZE, SLOW
 from ..._tree import unflatten
-from .impl import _grads, _reaches_outside, done, leaf
+from ...core.backend import OUT_SIZE, SLOW
 from .forward import FORWARD_LOCK
+from .impl import _grads, _reaches_outside, done, leaf
 
 
 def runner(prob, combo):

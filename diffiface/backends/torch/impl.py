@@ -20,14 +20,13 @@ import torch.autograd.forward_ad as fwAD
 from torch._C._functorch import is_functorch_wrapped_tensor, peek_interpreter_stack
 from torch.overrides import TorchFunctionMode
 
-from ... import _checks
-from ... import _config
+from ... import _checks, _config
 from ..._backend_types import AutoTorch
-from ...operators.batched import check_batch
 from ..._cache import FunctionCache
+from ..._tree import flatten
 from ...core.backend import BackendImpl
 from ...core.registry import register
-from ..._tree import flatten
+from ...operators.batched import check_batch
 from .forward import FORWARD_LOCK
 
 

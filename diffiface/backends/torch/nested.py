@@ -15,8 +15,8 @@ import torch
 
 from ... import _checks
 from ...nested.rules import Kit, register_gradient_rules
-from .impl import _reaches_outside, leaf
 from .forward import jvp
+from .impl import _reaches_outside, leaf
 
 
 class _Spec:

@@ -12,7 +12,7 @@ from helpers import HAVE
 import diffiface as di
 from diffiface import _support, testing
 
-ROOT = pathlib.Path(__file__).parent.parent
+ROOT = pathlib.Path(__file__).parents[2]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 NEEDS = {"jax": "jax", "torch": "torch", "autograd": "autograd", "AutoJax": "jax"}
 

@@ -562,7 +562,7 @@ def test_the_nested_ad_page_runs():
     import pathlib
     import re
 
-    page = pathlib.Path(__file__).parent.parent / "docs" / "nested.md"
+    page = pathlib.Path(__file__).parents[2] / "docs" / "nested.md"
     blocks = re.findall(r"```python\n(.*?)```", page.read_text(), re.S)
     assert len(blocks) >= 3
     namespace: dict = {}

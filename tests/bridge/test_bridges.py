@@ -8,8 +8,10 @@ backend to 1e-6 at first order and 1e-4 at second order (differences of differen
 
 from __future__ import annotations
 
+import gc
 import subprocess
 import sys
+import weakref
 
 import numpy as np
 import pytest
@@ -401,3 +403,77 @@ def test_pinn_with_a_jax_inner_model_trains_like_the_all_torch_version():
     native = _train(torch_model, di.AutoTorch())
     np.testing.assert_allclose(bridged, native, rtol=1e-9)
     assert bridged[-1] < 0.5 * bridged[0]
+
+
+X = np.array([0.5, -1.2, 2.0])
+
+
+@pytest.mark.skipif(not (HAVE["jax"] and HAVE["torch"]), reason="jax and torch needed")
+def test_a_bridged_functions_plain_table_is_bounded():
+    import jax.numpy as jnp
+    import torch
+
+    from diffiface.bridge import node as _bridge
+
+    layer = di.differentiate_with(
+        lambda d: sum(torch.sin(v).sum() for v in d.values()), di.AutoTorch()
+    )
+    for i in range(_bridge.MAX_NODES + 20):
+        d = {f"k{i}": jnp.asarray(X)}
+        np.testing.assert_allclose(float(layer(d)), np.sin(X).sum(), rtol=1e-12)
+    assert len(layer._plain) <= _bridge.MAX_NODES
+
+
+@pytest.mark.skipif(not (HAVE["jax"] and HAVE["torch"]), reason="jax and torch needed")
+def test_bridges_take_python_floats():
+    import jax
+    import torch
+
+    layer = di.differentiate_with(lambda x: torch.sin(x) * 2, di.AutoTorch())
+    assert float(jax.grad(layer)(1.0)) == pytest.approx(2 * np.cos(1.0), rel=1e-12)
+    numpy_layer = di.differentiate_with(lambda x: np.sin(x) * 2, di.AutoFiniteDifferences())
+    assert float(jax.grad(numpy_layer)(1.0)) == pytest.approx(2 * np.cos(1.0), rel=1e-8)
+
+    def inner_fd(p):
+        fixed = di.FixedParams(lambda t, p: (p * np.sin(t)).sum(), p)
+        return di.gradient(fixed, di.AutoFiniteDifferences(), 0.5)
+
+    assert float(jax.grad(inner_fd)(1.0)) == pytest.approx(np.cos(0.5), rel=1e-6)
+
+    def inner_torch(p):
+        fixed = di.FixedParams(lambda t, p: (p * torch.sin(t)).sum(), p)
+        return di.gradient(fixed, di.AutoTorch(), 0.5)
+
+    # a Python float x takes torch's default dtype (float32)
+    assert float(jax.grad(inner_torch)(1.0)) == pytest.approx(np.cos(0.5), rel=1e-6)
+
+
+@pytest.mark.skipif(not (HAVE["jax"] and HAVE["torch"]), reason="jax and torch needed")
+def test_clear_caches_releases_a_bridged_closure():
+    """An operator on another framework's arrays holds its f strongly (its derivative
+    runs after the call returns): di.clear_caches() lets it go."""
+
+    import jax.numpy as jnp
+    import torch
+
+    def call():
+        big = torch.ones(1000, dtype=torch.float64)
+        g = di.gradient(lambda x: (torch.sin(x) * big[:3]).sum(), di.AutoTorch(), jnp.asarray(X))
+        np.testing.assert_allclose(np.asarray(g), np.cos(X), rtol=1e-12)
+        return weakref.ref(big)
+
+    alive = call()
+    gc.collect()
+    assert alive() is not None  # held by the bridge table
+    di.clear_caches()
+    gc.collect()
+    assert alive() is None
+
+
+def test_foreign_array_kind_crosses_a_bridge():
+    """torch tensors into AutoJax: the call runs in JAX and gives tensors back."""
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("jax")
+    g = di.gradient(lambda x: (x**2).sum(), di.AutoJax(), torch.ones(2))
+    assert isinstance(g, torch.Tensor)
+    torch.testing.assert_close(g, torch.full((2,), 2.0))

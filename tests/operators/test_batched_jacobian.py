@@ -1,9 +1,11 @@
-"""batched_jacobian against the per-sample loop; within_gradient under every transform."""
+"""batched_jacobian against the per-sample loop and a closed form, its cost, its dense
+limit and chunk_size."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
+from conftest import ALL_BACKENDS
 from helpers import native, to_numpy, tolerance, xp
 
 import diffiface as di
@@ -77,85 +79,32 @@ def test_batched_jacobian_errors(backend):
 # ---- within_gradient -----------------------------------------------------------------
 
 
-def _probe(seen):
+@pytest.mark.parametrize("backend", ALL_BACKENDS)
+def test_batched_jacobian_over_the_dense_limit_is_refused_before_any_work(backend):
+    calls = []
+
     def f(x):
-        seen.append(di.within_gradient(x))
-        return (x**2).sum()
+        calls.append(1)
+        return x * 2.0
 
-    return f
-
-
-def test_within_gradient_plain_arrays():
-    assert di.within_gradient(np.ones(2)) is False
-    assert di.within_gradient(1.0) is False
+    with pytest.raises(di.DiffifaceValueError, match=r"batched Jacobian.*chunk_size"):
+        di.batched_jacobian(f, backend, native(backend, np.ones((4, 12000))))
+    assert len(calls) <= 1  # at most the output-size evaluation
 
 
-def test_within_gradient_jax():
-    jax = pytest.importorskip("jax")
-    jnp = jax.numpy
-    x, xb = jnp.ones(3), jnp.ones((2, 3))
-    cases = {
-        "grad": (lambda f: jax.grad(f)(x), True),
-        "jit(grad)": (lambda f: jax.jit(jax.grad(f))(x), True),
-        "vmap(grad)": (lambda f: jax.vmap(jax.grad(f))(xb), True),
-        "grad(vmap)": (lambda f: jax.grad(lambda x: jax.vmap(f)(x).sum())(xb), True),
-        "jvp": (lambda f: jax.jvp(f, (x,), (x,)), True),
-        "vjp": (lambda f: jax.vjp(f, x), True),
-        "linearize": (lambda f: jax.linearize(f, x), True),
-        "hessian": (lambda f: jax.hessian(f)(x), True),
-        "jit": (lambda f: jax.jit(f)(x), False),
-        "vmap": (lambda f: jax.vmap(f)(xb), False),
-        "grad(jit) (documented limit)": (lambda f: jax.grad(jax.jit(f))(x), False),
-    }
-    for name, (run, want) in cases.items():
-        seen = []
-        run(_probe(seen))
-        assert seen and all(s is want for s in seen), name
-    assert di.within_gradient(x) is False
-
-
-def test_within_gradient_torch():
-    torch = pytest.importorskip("torch")
-    import torch.autograd.forward_ad as fwAD
-
-    t, tb = torch.ones(3), torch.ones(2, 3)
-
-    def dual(f):
-        with fwAD.dual_level():
-            f(fwAD.make_dual(t, t))
-
-    def no_grad(f):
-        with torch.no_grad():
-            f(t.clone().requires_grad_())
-
-    cases = {
-        "requires_grad": (lambda f: f(t.clone().requires_grad_()), True),
-        "func.grad": (lambda f: torch.func.grad(f)(t), True),
-        "func.jvp": (lambda f: torch.func.jvp(f, (t,), (t,)), True),
-        "func.vjp": (lambda f: torch.func.vjp(f, t), True),
-        "vmap(grad)": (lambda f: torch.func.vmap(torch.func.grad(f))(tb), True),
-        "forward_ad dual": (dual, True),
-        "plain": (lambda f: f(t), False),
-        "no_grad": (no_grad, False),
-        "vmap": (lambda f: torch.func.vmap(f)(tb), False),
-    }
-    for name, (run, want) in cases.items():
-        seen = []
-        run(_probe(seen))
-        assert seen and all(s is want for s in seen), name
-
-
-def test_within_gradient_autograd():
-    autograd = pytest.importorskip("autograd")
-    seen = []
-    autograd.grad(_probe(seen))(np.ones(3))
-    assert seen == [True]
-    seen.clear()
-    _probe(seen)(np.ones(3))
-    assert seen == [False]
-
-
-def test_within_gradient_through_diffiface(backend):
-    seen = []
-    di.gradient(_probe(seen), backend, np.ones(3))
-    assert seen and all(s is (backend.framework != "finite_differences") for s in seen)
+@pytest.mark.parametrize("backend", ALL_BACKENDS)
+@pytest.mark.parametrize("k", [1, 2, 5])
+def test_batched_jacobian_in_chunks_equals_the_closed_form(backend, k):
+    rng = np.random.default_rng(3)
+    xv = rng.normal(size=(3, 4))
+    f = lambda x: x[:, :3] * x[:, 1:]  # noqa: E731
+    want = np.zeros((3, 3, 4))
+    for i in range(3):
+        want[i, np.arange(3), np.arange(3)] = xv[i, 1:]
+        want[i, np.arange(3), np.arange(1, 4)] += xv[i, :3]
+    tol = 1e-5 if backend.framework == "finite_differences" else 1e-12
+    got = di.batched_jacobian(f, backend, native(backend, xv), chunk_size=k)
+    np.testing.assert_allclose(to_numpy(got), want, atol=tol)
+    y, got = di.value_and_batched_jacobian(f, backend, native(backend, xv), chunk_size=k)
+    np.testing.assert_allclose(to_numpy(y), xv[:, :3] * xv[:, 1:], atol=tol)
+    np.testing.assert_allclose(to_numpy(got), want, atol=tol)

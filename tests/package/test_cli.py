@@ -1,4 +1,5 @@
-"""The diffiface command: check, bench, info (in-process, and once as a subprocess)."""
+"""The diffiface command: check, bench, info (in-process, and once as a subprocess);
+``diffiface bench`` writes where ``--out`` says and never overwrites without ``--force``."""
 
 from __future__ import annotations
 
@@ -80,3 +81,36 @@ def test_unknown_names_are_errors():
         _cli.main(["check", "--backends", "tensorflow"])
     with pytest.raises(SystemExit, match="unknown operator"):
         _cli.main(["check", "--backends", "fd", "--operators", "grad"])
+
+
+BENCH = ["bench", "--backends", "fd", "--operators", "gradient", "--repeat", "1"]
+
+
+def test_bench_refuses_to_overwrite_without_force(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "bench.json").write_text("mine")
+    with pytest.raises(SystemExit, match=r"bench\.json already exists; pass --force"):
+        _cli.main(BENCH)
+    assert (tmp_path / "bench.json").read_text() == "mine"  # before: overwritten
+    (tmp_path / "bench.png").write_text("mine too")
+    with pytest.raises(SystemExit, match=r"bench\.json and .*bench\.png already exist"):
+        _cli.main(BENCH)
+    assert (tmp_path / "bench.png").read_text() == "mine too"
+    assert _cli.main([*BENCH, "--force"]) == 0
+    rows = json.loads((tmp_path / "bench.json").read_text())
+    assert rows and {r["operator"] for r in rows} == {"gradient"}
+
+
+def test_bench_writes_to_out_and_not_to_the_current_folder(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    assert _cli.main([*BENCH, "--out", "results/run1"]) == 0
+    assert (tmp_path / "results" / "run1" / "bench.json").is_file()
+    assert not (tmp_path / "bench.json").exists()
+    assert "results/run1/bench.json" in capsys.readouterr().out
+    with pytest.raises(SystemExit, match="already exists"):
+        _cli.main([*BENCH, "--out", "results/run1"])
+    assert _cli.main(BENCH) == 0  # the default: the current folder
+    assert (tmp_path / "bench.json").is_file()
+    (tmp_path / "afile").write_text("")
+    with pytest.raises(SystemExit, match="--out afile is a file"):
+        _cli.main([*BENCH, "--out", "afile"])

@@ -358,3 +358,34 @@ def test_torch_prepared_jacobian_runner(monkeypatch, shape):
         prep = di.prepare_jacobian(g, b, x)
         np.testing.assert_allclose(di.jacobian(g, b, x, prep=prep), want, rtol=1e-12)
     assert torch.equal(x, before)
+
+
+def test_review_of_the_fast_paths():
+    """Found in review: a chunked call must not leave a runner for plain calls; strict
+    must hold for an f JAX compiled before; an outer non-leaf x must not be changed."""
+    jax = pytest.importorskip("jax")
+    torch = pytest.importorskip("torch")
+    jnp = jax.numpy
+    x = jnp.asarray([0.3, -0.7, 1.1])
+
+    def f(x):
+        return jnp.sin(x) * x.sum()
+
+    want = np.diag(np.cos(x) * float(x.sum())) + np.sin(np.asarray(x))[:, None]
+    np.testing.assert_allclose(di.jacobian(f, di.AutoJax(), x, chunk_size=2), want, rtol=1e-12)
+    np.testing.assert_allclose(di.jacobian(f, di.AutoJax(), x), want, rtol=1e-12)
+    np.testing.assert_allclose(di.jacobian(f, di.AutoJax(), x), want, rtol=1e-12)
+
+    def const(x):
+        return jnp.asarray(2.0) * 1.0
+
+    with pytest.warns(di.DisconnectedWarning):
+        di.gradient(const, di.AutoJax(), x)
+    with di.options(strict=True), pytest.raises(ValueError, match="does not depend on x"):
+        di.gradient(const, di.AutoJax(), x)
+
+    p = torch.ones(3, dtype=torch.float64, requires_grad=True)
+    xt = p * 2  # a non-leaf an outer pass differentiates
+    g = di.gradient(lambda v: v.mul_(2).sum(), di.AutoTorch(), xt)  # f gets a copy
+    np.testing.assert_array_equal(g.detach().numpy(), [2.0, 2.0, 2.0])
+    np.testing.assert_array_equal(xt.detach().numpy(), [2.0, 2.0, 2.0])

@@ -1,5 +1,6 @@
 """Preparation: prepared calls equal unprepared ones, mismatches are itemized,
-preps are shared safely between threads, and JAX compiles once."""
+preps are shared safely between threads, take bound methods and odd constants,
+and JAX compiles once."""
 
 from __future__ import annotations
 
@@ -183,3 +184,54 @@ def test_prepared_calls_inside_outer_transforms():
     xr = xt.clone().requires_grad_()
     (g,) = torch.autograd.grad(di.gradient(ft, di.AutoTorch(), xr, prep=prep).sum(), xr)
     np.testing.assert_allclose(g.numpy(), want, rtol=1e-10)
+
+
+def test_prepared_with_tangents_called_with_one():
+    jax = pytest.importorskip("jax")
+    x = jax.numpy.ones(3)
+    prep = di.prepare_jvp(jax.numpy.sin, di.AutoJax(), x, di.Tangents(x, x))
+    with pytest.raises(di.MismatchError, match="tangent    MISMATCH"):
+        di.jvp(jax.numpy.sin, di.AutoJax(), x, x, prep=prep)
+
+
+def test_prepared_torch_gradient_with_module_parameters_runs_f_once():
+    torch = pytest.importorskip("torch")
+    torch.manual_seed(0)
+    lin = torch.nn.Linear(3, 1)
+    calls = []
+
+    def f(x):
+        calls.append(1)
+        return lin(x).sum()
+
+    x = torch.randn(3)
+    prep = di.prepare_gradient(f, di.AutoTorch(), x)
+    calls.clear()
+    g = di.gradient(f, di.AutoTorch(), x, prep=prep)
+    assert len(calls) == 1
+    torch.testing.assert_close(g, lin.weight.detach()[0])
+    (gw,) = torch.autograd.grad(g.sum(), lin.weight)  # attached: d/dW sum(W) = 1
+    torch.testing.assert_close(gw, torch.ones_like(gw))
+
+
+def test_prep_accepts_bound_methods_and_odd_constants():
+    jnp = pytest.importorskip("jax").numpy
+
+    class M:
+        def loss(self, x, c):
+            return (x.astype(c) ** 2).sum()
+
+    m, x = M(), jnp.ones(3)
+    prep = di.prepare_gradient(m.loss, di.AutoJax(), x, di.Constant(jnp.float32))
+    g = di.gradient(m.loss, di.AutoJax(), x, di.Constant(jnp.float32), prep=prep)
+    np.testing.assert_allclose(g, 2 * np.ones(3))
+    with pytest.raises(di.MismatchError, match="f          MISMATCH"):
+        di.gradient(M().loss, di.AutoJax(), x, di.Constant(jnp.float32), prep=prep)
+
+
+def test_mismatch_with_no_tangent_is_reported():
+    f = lambda x: x * 2  # noqa: E731
+    b, x = di.AutoFiniteDifferences(), np.ones(2)
+    prep = di.prepare_jvp(f, b, x, di.Tangents(x, x))
+    with pytest.raises(di.MismatchError, match="tangent    MISMATCH: got none"):
+        di.jvp(lambda x: x * 3, b, x, None, prep=prep)

@@ -1,5 +1,6 @@
-"""Faults answered the same way on every backend (issue 8, in part): threads, torch's
-grad modes, inference tensors, repeatability."""
+"""Faults answered the same way on every backend (issue 8, in part): threads (torch's
+forward mode from many threads included), torch's grad modes, inference tensors,
+repeatability."""
 
 from __future__ import annotations
 
@@ -107,3 +108,59 @@ def test_torch_prepared_gradient_under_inference_mode_is_not_zero():
     with torch.inference_mode():
         g = di.gradient(_f, di.AutoTorch(), torch.tensor(X), prep=prep)
     np.testing.assert_allclose(g, 3 * X**2, rtol=1e-12)
+
+
+def _threads(work, n=8):
+    """Run ``work`` on n threads (bounded: each joins within 120 s); its errors."""
+    errors = []
+
+    def run():
+        try:
+            work()
+        except Exception as exc:  # collected: the test reports every one
+            errors.append(repr(exc)[:200])
+
+    threads = [threading.Thread(target=run, daemon=True) for _ in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert not any(t.is_alive() for t in threads), "a thread did not finish"
+    return errors
+
+
+@pytest.mark.skipif(not (HAVE["jax"] and HAVE["torch"]), reason="jax and torch needed")
+def test_bridged_torch_forward_mode_from_many_threads():
+    """Before the one forward-mode lock: 158 errors ("no level exists") and 76 wrong
+    results in 8 threads x 30 calls of these two."""
+    import torch
+
+    so = di.second_order(di.AutoJax(mode="forward"), di.AutoTorch())
+    x = torch.tensor([0.3, 1.2], dtype=torch.float64)
+    v = torch.tensor([1.0, 0.0], dtype=torch.float64)
+    f = lambda x: (torch.sin(x) * x).sum()  # noqa: E731
+    xn = x.numpy()
+    want_hv = (2 * np.cos(xn) - xn * np.sin(xn)) * v.numpy()
+    W = torch.tensor([[0.5, -1.0]], dtype=torch.float64, requires_grad=True)
+
+    def g(t, p):
+        return (torch.sin(t @ p.T) ** 2).sum()
+
+    def loss():
+        t = torch.tensor([[0.3, -0.5]], dtype=torch.float64)
+        fixed = di.FixedParams(g, W, strategy="forward_over_reverse")
+        gr = di.gradient(fixed, di.AutoTorch(), t)
+        return torch.autograd.grad((gr**2).sum(), W)[0]
+
+    want_gw = loss().numpy()
+    wrong = []
+
+    def work():
+        for _ in range(12):
+            if not np.allclose(di.hvp(f, so, x, v).numpy(), want_hv, atol=1e-12):
+                wrong.append("hvp")
+            if not np.allclose(loss().numpy(), want_gw, atol=1e-12):
+                wrong.append("FixedParams")
+
+    assert _threads(work) == []
+    assert wrong == []

@@ -70,3 +70,19 @@ def test_connected_functions_do_not_warn(ad_backend):
         np.testing.assert_array_equal(to_numpy(g["unused"]), np.zeros(2))
         g = di.gradient(lambda x, c: (ns.sin(x) * c).sum(), ad_backend, x, di.Constant(2.0))
         np.testing.assert_allclose(to_numpy(g), 2 * np.cos(X), rtol=1e-12)
+
+
+@pytest.mark.parametrize("op", ["hvp", "hessian", "second_derivative"])
+def test_autograd_second_order_of_a_linear_function_is_zero_without_a_warning(op):
+    """autograd warned "Output seems independent of input" (an error under pytest) when
+    it differentiated a gradient that is constant: found by the fuzz test."""
+    pytest.importorskip("autograd")
+    b = di.AutoAutograd()
+    if op == "second_derivative":
+        out = di.second_derivative(lambda x: 3.0 * x, b, np.asarray(0.5))
+        np.testing.assert_array_equal(out, 0.0)
+        return
+    x = np.array([1.0, 2.0])
+    f = lambda x: (x * np.array([3.0, -1.0])).sum()  # noqa: E731
+    out = di.hvp(f, b, x, x) if op == "hvp" else di.hessian(f, b, x)
+    np.testing.assert_array_equal(out, np.zeros_like(out))

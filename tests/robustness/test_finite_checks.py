@@ -1,6 +1,6 @@
 """NaN and inf: they propagate by default on every backend; with check_finite on,
 the first non-finite input raises, naming its path and index, on every backend
-and through preparations and the fast paths."""
+and through preparations and the fast paths. At kinks, each framework's own value."""
 
 from __future__ import annotations
 
@@ -95,3 +95,42 @@ def test_options_are_per_thread_and_validated():
     with pytest.raises(TypeError, match="max_dense_bytes, max_compiled_shapes; got check_finit"):
         with di.options(check_finit=True):
             pass
+
+
+def _native_grad(backend, f, x):
+    name = backend.framework
+    if name == "jax":
+        import jax
+
+        return np.asarray(jax.grad(f)(x))
+    if name == "torch":
+        import torch
+
+        xg = x.detach().requires_grad_()
+        return torch.autograd.grad(f(xg), xg)[0].numpy()
+    import autograd
+
+    return autograd.grad(f)(x)
+
+
+@pytest.mark.parametrize("kink", ["abs", "sqrt", "norm"])
+def test_kinks_pass_the_frameworks_own_value_through(ad_backend, kink):
+    ns = xp(ad_backend)
+    f = {
+        "abs": lambda x: ns.abs(x).sum(),
+        "sqrt": lambda x: ns.sqrt(x).sum(),
+        "norm": lambda x: ns.sqrt((x**2).sum()),
+    }[kink]
+    x = native(ad_backend, np.zeros(2))
+    with np.errstate(all="ignore"):
+        ours = to_numpy(di.gradient(f, ad_backend, x))
+        theirs = _native_grad(ad_backend, f, x)
+    np.testing.assert_array_equal(ours, theirs)  # nan == nan here, inf == inf
+
+
+def test_kinks_on_finite_differences_are_as_documented():
+    b, x = di.AutoFiniteDifferences(), np.zeros(2)
+    with np.errstate(all="ignore"):
+        assert (di.gradient(lambda x: np.abs(x).sum(), b, x) == 0).all()
+        assert np.isnan(di.gradient(lambda x: np.sqrt(x).sum(), b, x)).all()
+        assert (di.gradient(lambda x: np.sqrt((x**2).sum()), b, x) == 0).all()

@@ -1,10 +1,16 @@
-"""Bad input gets a clear error naming the fix, the same on every backend."""
+"""Bad input gets a clear error naming the fix, the same on every backend: wrong
+arguments, odd leaves (object, bool, masked arrays), mismatched tangents, f that
+drops the derivative (conversions to NumPy or Python numbers), JAX without x64."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import numpy as np
 import pytest
-from helpers import native, xp
+from conftest import ALL_BACKENDS
+from helpers import HAVE, native, to_numpy, xp
 
 import diffiface as di
 
@@ -89,15 +95,6 @@ def test_integer_native_leaf(ad_backend):
     x = native(ad_backend, np.array([1, 2]))
     with pytest.raises(TypeError, match="cast it"):
         di.gradient(lambda x: x.sum(), ad_backend, x)
-
-
-def test_foreign_array_kind_crosses_a_bridge():
-    """torch tensors into AutoJax: the call runs in JAX and gives tensors back."""
-    torch = pytest.importorskip("torch")
-    pytest.importorskip("jax")
-    g = di.gradient(lambda x: (x**2).sum(), di.AutoJax(), torch.ones(2))
-    assert isinstance(g, torch.Tensor)
-    torch.testing.assert_close(g, torch.full((2,), 2.0))
 
 
 @pytest.mark.parametrize(
@@ -198,8 +195,6 @@ def test_jax_python_control_flow_under_jit():
 
 
 def test_missing_framework_names_the_pip_command():
-    import subprocess
-    import sys
 
     code = (
         "import sys; sys.modules['torch'] = None\n"
@@ -226,3 +221,109 @@ def test_same_message_on_every_backend():
             messages.add(str(exc).replace(repr(backend), "B"))
     assert len(messages) == 1, messages
     _ = xp
+
+
+MASKED = np.ma.array([1.0, 2.0, 3.0], mask=[False, True, False])
+
+
+def _masked_message(where, name=None):
+    name = name or where
+    return rf"{where} is a NumPy masked array .*{name}\.filled\(value\).*np\.asarray\({name}\)"
+
+
+def test_masked_leaves_in_pytrees_w_and_constants_are_errors(backend):
+    ns = xp(backend)
+    x = np.ones(3)
+    with pytest.raises(di.DiffifaceTypeError, match=_masked_message(r"x\['w'\]")) as err:
+        di.gradient(lambda d: (d["w"] ** 2).sum(), backend, {"w": MASKED})
+    assert str(err.value).startswith(f"gradient(f, {backend!r}, x):")
+    with pytest.raises(di.DiffifaceTypeError, match=_masked_message("w")):
+        di.vjp(lambda x: x**2, backend, x, MASKED)
+    with pytest.raises(
+        di.DiffifaceTypeError, match=_masked_message("a leaf c of Constant #0", "c")
+    ):
+        di.gradient(lambda x, c: (x * c).sum(), backend, x, di.Constant(MASKED))
+    ok = di.gradient(lambda x: (x**2 * ns.ones(3)).sum(), backend, MASKED.filled(0.0))
+    np.testing.assert_allclose(to_numpy(ok), [2.0, 0.0, 6.0], rtol=1e-6)
+
+
+@pytest.mark.parametrize("b", ALL_BACKENDS)
+def test_masked_x_and_v_are_errors(b):
+    f = lambda x: (x**2).sum()  # noqa: E731
+    # before: finite differences gave [2, nan, 6], JAX and torch [2, 4, 6] (the mask ignored)
+    with pytest.raises(di.DiffifaceTypeError, match=_masked_message("x")):
+        di.gradient(f, b, MASKED)
+    with pytest.raises(di.DiffifaceTypeError, match=_masked_message("v")):
+        di.jvp(lambda x: x**2, b, np.ones(3), MASKED)
+    with pytest.raises(di.DiffifaceTypeError, match=_masked_message("v")):
+        di.hvp(f, b, np.ones(3), MASKED)
+
+
+X3 = np.array([0.3, -0.7, 1.1])
+
+
+def test_object_and_bool_leaves_name_path_and_dtype(backend):
+    with pytest.raises(TypeError, match=r"x\['o'\].*object"):
+        di.gradient(lambda d: d["a"].sum(), backend, {"a": X3, "o": np.array([1, "s"], object)})
+    with pytest.raises(TypeError, match=r"x\[1\].*bool"):
+        di.gradient(lambda t: t[0].sum(), backend, (native(backend, X3), native(backend, X3 > 0)))
+
+
+@pytest.mark.skipif(not HAVE["torch"], reason="torch missing")
+@pytest.mark.parametrize("convert", ["float", "item"])
+def test_strict_turns_torch_scalar_conversions_into_errors(convert):
+    import torch
+
+    x = torch.tensor(X3)
+    to_py = float if convert == "float" else (lambda t: t.item())
+    f = lambda x: to_py(x.sum()) * x.sum()  # noqa: E731
+    with di.options(strict=True):
+        with pytest.raises(TypeError, match=f"carries the derivative with Tensor.*{convert}"):
+            di.gradient(f, di.AutoTorch(), x)
+        with pytest.raises(TypeError, match="drops the derivative"):
+            di.jvp(lambda x: f(x) * x, di.AutoTorch(), x, x)
+        g = di.gradient(lambda x: (x**2).sum(), di.AutoTorch(), x)  # others unaffected
+    np.testing.assert_allclose(g.numpy(), 2 * X3)
+
+
+@pytest.mark.skipif(not HAVE["torch"], reason="torch missing")
+@pytest.mark.parametrize("convert", ["float", "item", "tolist", "numpy"])
+def test_torch_scalar_conversions_are_errors_by_default(convert):
+    """Defect class 6 of the oracle issue: a derivative dropped by a conversion to a number
+    is an error without strict (JAX and autograd raise on the same f); a detached value
+    (torch's stop_gradient) is not; the check runs on f's first call only."""
+    import torch
+
+    from diffiface.backends.torch import impl as _torch
+
+    x = torch.tensor(X3)
+    to_py = {
+        "float": float,
+        "item": lambda t: t.item(),
+        "tolist": lambda t: sum(t.reshape(1).tolist()),
+        "numpy": lambda t: float(t.numpy()),
+    }[convert]
+    f = lambda x: to_py(x.sum()) * x.sum()  # noqa: E731
+    for op in (di.gradient, di.hessian):
+        with pytest.raises(TypeError, match="drops the derivative"):
+            op(f, di.AutoTorch(), x)
+    with pytest.raises(TypeError, match="drops the derivative"):
+        di.vjp(lambda x: f(x) * x, di.AutoTorch(), x, x)
+    stop = lambda x: to_py(x.sum().detach()) * x.sum()  # noqa: E731
+    np.testing.assert_allclose(di.gradient(stop, di.AutoTorch(), x).numpy(), np.full(3, X3.sum()))
+    entered = []
+    real = _torch._NoScalars.__enter__
+    _torch._NoScalars.__enter__ = lambda self: entered.append(1) or real(self)
+    try:
+        di.gradient(stop, di.AutoTorch(), x)  # already checked: no mode on the hot path
+    finally:
+        _torch._NoScalars.__enter__ = real
+    assert entered == []
+
+
+def test_jax_float64_tangent_without_x64():
+    jax = pytest.importorskip("jax")
+    with jax.enable_x64(False):
+        x = jax.numpy.ones(2)
+        with pytest.raises(ValueError, match="v is float64, but JAX has x64 disabled"):
+            di.jvp(lambda x: x**2, di.AutoJax(), x, np.ones(2))

@@ -1,0 +1,168 @@
+"""Caches: JAX compiles once per function and shape, the tables are bounded and
+thread-safe, and dead functions and closures over large arrays are freed."""
+
+from __future__ import annotations
+
+import gc
+import threading
+import weakref
+
+import numpy as np
+import pytest
+from helpers import HAVE
+
+import diffiface as di
+
+X_FREED = np.array([0.3, -0.7, 1.1])
+
+
+@pytest.mark.skipif(not HAVE["jax"], reason="jax missing")
+def test_closures_over_large_arrays_are_freed():
+    import jax.numpy as jnp
+
+    big = np.ones(1_000_000)
+    alive = weakref.ref(big)
+
+    def make(big):
+        return lambda x: (x * jnp.asarray(big[:3])).sum()
+
+    f = make(big)
+    del big
+    di.gradient(f, di.AutoJax(), jnp.asarray(X_FREED))
+    di.hessian(f, di.AutoJax(), jnp.asarray(X_FREED))
+    prep = di.prepare_gradient(f, di.AutoJax(), jnp.asarray(X_FREED))
+    assert alive() is not None
+    del f, prep
+    gc.collect()
+    assert alive() is None
+
+
+X_TABLE = np.array([0.5, -1.2, 2.0])
+
+
+def test_distinct_backend_values_keep_a_bounded_table():
+    from diffiface.core import registry as _registry
+
+    for i in range(_registry.MAX_INSTANCES + 50):
+        step = 1e-6 * (1 + i / 1000)
+        g = di.gradient(lambda x: (x**2).sum(), di.AutoFiniteDifferences(step=step), X_TABLE)
+        np.testing.assert_allclose(g, 2 * X_TABLE, rtol=1e-5)
+    assert len(_registry._INSTANCES) <= _registry.MAX_INSTANCES
+
+
+@pytest.mark.skipif(not HAVE["jax"], reason="jax missing")
+def test_autojax_keeps_a_bounded_number_of_shapes_and_numpy_compiles_once():
+    import jax.numpy as jnp
+
+    from diffiface.backends.jax import impl as _jax
+
+    f = lambda x: (jnp.sin(x) * x).sum()  # noqa: E731
+    with di.options(max_compiled_shapes=4):
+        for n in range(1, 12):
+            g = di.gradient(f, di.AutoJax(), np.ones(n, dtype=np.float32))
+            np.testing.assert_allclose(g, np.full(n, np.sin(1) + np.cos(1)), rtol=1e-6)
+    runs = [v for k, v in _jax.CACHE._data[id(f)][1].items() if hasattr(v, "_cache_size")]
+    assert runs and all(r._cache_size() <= 4 for r in runs)
+    compiled = []
+    for n in (20, 21, 22):
+        di.gradient(f, di.AutoJax(), np.ones(n, dtype=np.float32))
+        compiled.append(sum(r._cache_size() for r in runs))
+    assert compiled[1] - compiled[0] == 1 and compiled[2] - compiled[1] == 1  # one per shape
+
+
+def test_jax_batched_jacobian_does_not_keep_f_alive():
+    jnp = pytest.importorskip("jax").numpy
+
+    def f(x):
+        return jnp.sin(x)
+
+    ref = weakref.ref(f)
+    di.batched_jacobian(f, di.AutoJax(), jnp.ones((2, 3)))
+    del f
+    gc.collect()
+    assert ref() is None
+
+
+X_JIT = np.array([0.5, -1.0, 2.0])
+
+
+def test_jax_compiles_once_for_repeated_calls():
+    pytest.importorskip("jax")
+    traces = []
+
+    def f(x):
+        traces.append(1)  # runs only while jax traces f
+        return (x**2).sum()
+
+    for _ in range(100):
+        g = di.gradient(f, di.AutoJax(), X_JIT)
+    np.testing.assert_allclose(g, 2 * X_JIT)
+    assert len(traces) == 1
+    di.gradient(f, di.AutoJax(), X_JIT.astype(np.float32))  # a new dtype traces once more
+    assert len(traces) == 2
+
+
+def test_jax_cache_forgets_dead_functions():
+    pytest.importorskip("jax")
+    from diffiface.backends.jax.impl import CACHE
+
+    def f(x):
+        return (x**3).sum()
+
+    di.gradient(f, di.AutoJax(), X_JIT)
+    di.jvp(f, di.AutoJax(), X_JIT, X_JIT)
+    assert CACHE.entries(f) == 2
+    gc.collect()  # other tests' dead functions go first
+    before = len(CACHE)
+    del f
+    gc.collect()
+    assert len(CACHE) == before - 1
+
+
+def test_jax_cache_hits_bound_methods():
+    pytest.importorskip("jax")
+    from diffiface.backends.jax.impl import CACHE
+
+    class Model:
+        def __init__(self):
+            self.traces = 0
+
+        def loss(self, x):
+            self.traces += 1
+            return (x**2).sum()
+
+    m = Model()
+    for _ in range(5):
+        di.gradient(m.loss, di.AutoJax(), X_JIT)
+    assert m.traces == 1
+    assert CACHE.entries(m.loss) == 1
+    before = len(CACHE)
+    del m
+    gc.collect()
+    assert len(CACHE) == before - 1
+
+
+def test_jax_cache_is_thread_safe():
+    pytest.importorskip("jax")
+
+    def f(x):
+        return (x**2 * x[0]).sum()
+
+    want = np.asarray(di.gradient(f, di.AutoJax(), X_JIT))
+    results, errors = [], []
+
+    def work():
+        try:
+            for _ in range(20):
+                results.append(np.asarray(di.gradient(f, di.AutoJax(), X_JIT)))
+        except Exception as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    assert len(results) == 160
+    assert all(np.array_equal(r, want) for r in results)

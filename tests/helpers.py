@@ -1,10 +1,16 @@
-"""Helpers shared by the tests: array namespaces, conversions, tolerances."""
+"""Helpers shared by the tests: array namespaces, conversions, the tolerance table and
+the closed-form scenarios."""
 
 from __future__ import annotations
 
 import importlib.util
 
 import numpy as np
+import optree
+
+import diffiface as di
+from diffiface import testing
+from diffiface.testing import namespace
 
 HAVE = {m: importlib.util.find_spec(m) is not None for m in ("jax", "torch", "autograd")}
 
@@ -47,12 +53,28 @@ def to_numpy(a):
     return np.asarray(a)
 
 
-def tolerance(backend, dtype):
-    """(rtol, atol) by backend and dtype. Finite differences: central, cube-root step."""
+# The tests' one tolerance table, defined from the public one. diffiface.testing.tolerance
+# is the bound a user's check accepts (an error relative to max(1, |reference|)); the
+# tests hold each backend tighter, by these margins (the public bound divided by the
+# margin, rounded to one significant digit), as (rtol, atol) with rtol == atol, that is
+# an error under about the same bound times (1 + |reference|):
+#   AD       float64  1e-8 / 100 = 1e-10    float32  1e-4 / 5 = 2e-5
+#   FD       float64  1e-5 / 10  = 1e-6     float32  2e-2 / 1 = 2e-2 (central, cube-root step)
+MARGIN = {
+    (False, "float64"): 100,
+    (False, "float32"): 5,
+    (True, "float64"): 10,
+    (True, "float32"): 1,
+}
+
+
+def tolerance(backend, dtype, op="jacobian"):
+    """(rtol, atol) for ``op`` by backend and dtype: the public
+    ``diffiface.testing.tolerance`` divided by the tests' margin (see MARGIN)."""
     fd = backend.framework == "finite_differences"
-    if np.dtype(dtype) == np.float32:
-        return (2e-2, 2e-2) if fd else (2e-5, 2e-5)
-    return (1e-6, 1e-6) if fd else (1e-10, 1e-10)
+    bound = testing.tolerance(backend, dtype, op) / MARGIN[(fd, np.dtype(dtype).name)]
+    tol = float(f"{bound:.0e}")
+    return tol, tol
 
 
 def assert_tree_close(got, want, rtol=1e-10, atol=1e-12):
@@ -108,3 +130,135 @@ def zero_or_clear_error(call, shape):
     assert np.issubdtype(arr.dtype, np.number), f"leaked dtype {arr.dtype!r} (float0?)"
     assert arr.shape == shape
     assert not arr.any()
+
+
+# ---- closed-form scenarios, as diffiface.testing scenarios -------------------------
+# The tests' scenarios are diffiface.testing.Scenario objects: f written once with
+# testing.namespace, a float64 point, flat closed-form references (y, jac (m, n)), and
+# the scenario's own tangent v and cotangent w. Each test converts the point to the
+# dtype and array kind it checks.
+
+_C = np.array([0.5, -1.5, 2.0])
+
+
+def _scenario(name, family, f, x, jac, contexts=()):
+    s = testing.Scenario(name, family, f, x, contexts=contexts)
+    y = np.ravel(np.asarray(s.call(x), dtype=np.float64))
+    m, jac = y.size, np.asarray(jac, dtype=np.float64)
+    return testing.Scenario(name, family, f, x, contexts=contexts, y=y, jac=jac.reshape(m, -1))
+
+
+def _sin_square(x):
+    return namespace(x).sin(x) * x**2
+
+
+def _scaled_sin(x, c):
+    return namespace(x).sin(c * x)
+
+
+def _sin_times_sum(x):
+    return (namespace(x).sin(x) * x).sum()
+
+
+def _tanh_times_first_row(x):
+    return (namespace(x).tanh(x) * x[:1, :] ** 2).sum()
+
+
+def _sin_shifted(x):
+    return namespace(x).sin(x[:2]) * x[1:]
+
+
+def _outer(x):
+    return x[:, None] * x[None, :]
+
+
+def _gram(x):
+    return x @ x.T
+
+
+def _pytree_sum(t):
+    return (t["a"] ** 2).sum() * t["b"][0] + namespace(t["a"]).sin(t["b"][1]).sum()
+
+
+def _weighted_square(x, c):
+    return (c * x**2).sum()
+
+
+def closed_form_scenarios():
+    """Nine scenarios with closed-form Jacobians, one per shape family (scalar, vector,
+    matrix and pytree points; scalar, vector and matrix outputs; Constant contexts)."""
+    out = []
+    x = np.array(0.7)
+    out.append(
+        _scenario(
+            "scalar->scalar",
+            "scalar->scalar",
+            _sin_square,
+            x,
+            np.cos(x) * x**2 + 2 * x * np.sin(x),
+        )
+    )
+    x = np.array(0.3)
+    out.append(
+        _scenario(
+            "scalar->vector+Constant",
+            "scalar->array",
+            _scaled_sin,
+            x,
+            _C * np.cos(_C * x),
+            contexts=(di.Constant(_C),),
+        )
+    )
+    x = np.array([0.4, -0.9, 1.3, 0.2])
+    out.append(
+        _scenario("vector->scalar", "array->scalar", _sin_times_sum, x, np.cos(x) * x + np.sin(x))
+    )
+    x = np.array([[0.3, -0.2, 0.8], [1.1, 0.5, -0.7]])
+    g = (1 - np.tanh(x) ** 2) * x[:1, :] ** 2
+    g[0, :] += np.tanh(x[0, :]) * 2 * x[0, :] + (np.tanh(x[1, :]) * 2 * x[0, :])
+    out.append(_scenario("matrix->scalar", "array->scalar", _tanh_times_first_row, x, g))
+    x = np.array([0.2, -0.6, 1.4])
+    j = np.zeros((2, 3))
+    for i in range(2):
+        j[i, i] = np.cos(x[i]) * x[i + 1]
+        j[i, i + 1] = np.sin(x[i])
+    out.append(_scenario("vector->vector", "array->array", _sin_shifted, x, j))
+    x = np.array([0.5, -1.2, 2.0])
+    eye = np.eye(3)
+    j = eye[:, None, :] * x[None, :, None] + x[:, None, None] * eye[None, :, :]
+    out.append(_scenario("vector->matrix", "array->array", _outer, x, j))
+    x = np.array([[0.3, -0.2, 0.8], [1.1, 0.5, -0.7]])
+    eye = np.eye(2)
+    # d(X X^T)_{ij} / dX_{kl} = δ_ik X_jl + δ_jk X_il
+    j = eye[:, None, :, None] * x[None, :, None, :] + x[:, None, None, :] * eye[None, :, :, None]
+    out.append(_scenario("matrix->matrix", "array->array", _gram, x, j))
+    x = {"a": np.array([0.5, -0.3]), "b": (np.array(1.5), np.array([[0.2, 0.4]]))}
+    a, (b0, b1) = x["a"], x["b"]
+    parts = [2 * a * b0, np.array((a**2).sum()), np.cos(b1)]  # flatten order: a, b[0], b[1]
+    j = np.concatenate([np.ravel(p) for p in parts])
+    out.append(_scenario("pytree->scalar", "pytree", _pytree_sum, x, j))
+    x = np.array([1.0, -2.0, 0.5])
+    out.append(
+        _scenario(
+            "vector->scalar+Constant",
+            "array->scalar",
+            _weighted_square,
+            x,
+            2 * _C * x,
+            contexts=(di.Constant(_C),),
+        )
+    )
+    return out
+
+
+def jacobian_leaves(s):
+    """The closed-form Jacobian of scenario ``s`` per leaf of x, each of shape
+    f(x).shape + leaf.shape (flatten order)."""
+    y_shape = np.shape(s.call(s.x))
+    leaves = optree.tree_leaves(s.x, namespace="diffiface")
+    out, start = [], 0
+    for leaf in leaves:
+        n = int(np.size(leaf))
+        out.append(s.jac[:, start : start + n].reshape(y_shape + np.shape(leaf)))
+        start += n
+    return out

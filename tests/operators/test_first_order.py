@@ -1,16 +1,18 @@
-"""Every operator on every backend against closed-form derivatives."""
+"""Every first-order operator on every backend against closed-form derivatives: the
+scenarios of tests/helpers.py (diffiface.testing.Scenario objects), in float64 and
+float32, on NumPy and native arrays."""
 
 from __future__ import annotations
 
 import numpy as np
 import optree
 import pytest
-from helpers import native, to_numpy, tolerance, xp
-from scenarios import CASES, RNG
+from helpers import closed_form_scenarios, jacobian_leaves, native, to_numpy, tolerance
 
 import diffiface as di
 
 DTYPES = [np.float64, np.float32]
+SCENARIOS = closed_form_scenarios()
 
 
 def _tree_map(fn, tree):
@@ -23,7 +25,7 @@ def _point(backend, case, dtype, kind):
         return native(backend, a) if kind == "native" else a
 
     x = _tree_map(conv, case.x)
-    ctx = () if case.constant is None else (di.Constant(conv(case.constant)),)
+    ctx = tuple(di.Constant(conv(c.value)) for c in case.contexts)
     return x, ctx, conv
 
 
@@ -49,14 +51,13 @@ def _assert_tree_close(backend, got, want_leaves, dtype, kind):
     return tree
 
 
-def _jac_leaves(case):
-    jac = case.jac(case.x)
-    return jac if isinstance(jac, list) else [jac]
+def _array_input(case):
+    return isinstance(case.x, np.ndarray)
 
 
 PARAMS = [
     pytest.param(case, dtype, kind, id=f"{case.name}-{np.dtype(dtype).name}-{kind}")
-    for case in CASES
+    for case in SCENARIOS
     for dtype in DTYPES
     for kind in ("numpy", "native")
 ]
@@ -66,20 +67,18 @@ PARAMS = [
 def test_first_order_operators(backend, case, dtype, kind):
     if kind == "native" and backend.framework in ("autograd", "finite_differences"):
         pytest.skip("NumPy is the native kind of this backend")
-    f = case.make(xp(backend))
+    f = case.f  # written with diffiface.testing.namespace: runs on every backend
     x, ctx, conv = _point(backend, case, dtype, kind)
-    y_ref = case.value(case.x)
-    jacs = _jac_leaves(case)
-    leaves = case.leaves
+    y_ref = np.asarray(case.call(case.x))
+    jacs = jacobian_leaves(case)
     out_ndim = np.ndim(y_ref)
 
-    # jvp along a random tangent; vjp along a random cotangent
-    v_np = [RNG.standard_normal(np.shape(leaf)) for leaf in leaves]
-    v = optree.tree_unflatten(optree.tree_structure(case.x, namespace="diffiface"), v_np)
-    v = _tree_map(conv, v)
+    # jvp along the scenario's tangent v; vjp along its cotangent w
+    v_np = optree.tree_leaves(case.v, namespace="diffiface")
+    v = _tree_map(conv, case.v)
     v_np = [np.asarray(a, dtype=dtype).astype(np.float64) for a in v_np]
     jvp_ref = sum(np.tensordot(j, t, axes=t.ndim) for j, t in zip(jacs, v_np, strict=True))
-    w_np = np.asarray(RNG.standard_normal(np.shape(y_ref)), dtype=dtype)
+    w_np = np.asarray(case.w, dtype=dtype).reshape(np.shape(y_ref))
     vjp_ref = [np.tensordot(w_np.astype(np.float64), j, axes=out_ndim) for j in jacs]
 
     y, t = di.value_and_jvp(f, backend, x, v, *ctx)
@@ -99,20 +98,20 @@ def test_first_order_operators(backend, case, dtype, kind):
         assert tree == optree.tree_structure(x, namespace="diffiface")
         _assert_tree_close(backend, di.gradient(f, backend, x, *ctx), jacs, dtype, kind)
 
-    if case.array_input:
+    if _array_input(case):
         y, j = di.value_and_jacobian(f, backend, x, *ctx)
         _assert_close(backend, y, y_ref, dtype, kind)
         _assert_close(backend, j, jacs[0], dtype, kind)
         _assert_close(backend, di.jacobian(f, backend, x, *ctx), jacs[0], dtype, kind)
 
-    if case.array_input and case.x.ndim == 0:
+    if _array_input(case) and case.x.ndim == 0:
         y, d = di.value_and_derivative(f, backend, x, *ctx)
         _assert_close(backend, y, y_ref, dtype, kind)
         _assert_close(backend, d, jacs[0], dtype, kind)
         _assert_close(backend, di.derivative(f, backend, x, *ctx), jacs[0], dtype, kind)
 
 
-JAC_CASES = [c for c in CASES if c.array_input]
+JAC_CASES = [c for c in SCENARIOS if _array_input(c)]
 
 
 @pytest.mark.parametrize("case", JAC_CASES, ids=[c.name for c in JAC_CASES])
@@ -128,7 +127,5 @@ def test_jacobian_every_mode(backend_cls_mode, case):
     cls, mode = backend_cls_mode
     pytest.importorskip(cls.framework)
     backend = cls(mode=mode)
-    f = case.make(xp(backend))
-    ctx = () if case.constant is None else (di.Constant(case.constant),)
-    j = di.jacobian(f, backend, case.x, *ctx)
-    np.testing.assert_allclose(j, case.jac(case.x), rtol=1e-10, atol=1e-12)
+    j = di.jacobian(case.f, backend, case.x, *case.contexts)
+    np.testing.assert_allclose(j, jacobian_leaves(case)[0], rtol=1e-10, atol=1e-12)

@@ -43,6 +43,7 @@ from helpers import (  # noqa: E402
     assert_tree_close,
     central_deriv,
     central_grad,
+    tolerance,
     zero_or_clear_error,
 )
 
@@ -54,8 +55,9 @@ AR = di.AutoAutograd(mode="reverse")
 FD = di.AutoFiniteDifferences()
 ERRORS = (di.DiffifaceTypeError, di.DiffifaceValueError)
 
-AD_RTOL = 1e-10
-FD_RTOL = 1e-6
+# the tests' tolerance table (tests/helpers.py, from diffiface.testing.tolerance): 1e-10, 1e-6
+AD_RTOL, _ = tolerance(A, np.float64)
+FD_RTOL, _ = tolerance(FD, np.float64)
 CD = {"rtol": 1e-6, "atol": 1e-8}
 CDA = {"rel": 1e-6, "abs": 1e-8}  # the same, for pytest.approx
 

@@ -15,7 +15,7 @@ import warnings
 import numpy as np
 import pytest
 from conftest import AD_BACKENDS, ALL_BACKENDS
-from helpers import HAVE, native, to_numpy, xp
+from helpers import HAVE, native, to_numpy, tolerance, xp
 
 import diffiface as di
 
@@ -221,7 +221,7 @@ def test_vjp_of_a_complex_output_is_the_gradient_of_the_hermitian_product(backen
     f = lambda x: ns.exp(1j * x) * x  # noqa: E731
     # d/dx real(conj(w) e^{ix} x) = real(conj(w) (i x + 1) e^{ix})
     want = np.real(np.conj(w) * (1j * X + 1) * np.exp(1j * X))
-    tol = 1e-6 if backend.framework == "finite_differences" else 1e-10
+    tol, _ = tolerance(backend, np.float64)
     _close(di.vjp(f, backend, native(backend, X), native(backend, w)), want, tol)
 
 

@@ -294,7 +294,7 @@ def test_torch_scalar_conversions_are_errors_by_default(convert):
     (torch's stop_gradient) is not; the check runs on f's first call only."""
     import torch
 
-    from diffiface.backends.torch import impl as _torch
+    from diffiface.backends.torch import graph as _torch_graph
 
     x = torch.tensor(X3)
     to_py = {
@@ -312,12 +312,12 @@ def test_torch_scalar_conversions_are_errors_by_default(convert):
     stop = lambda x: to_py(x.sum().detach()) * x.sum()  # noqa: E731
     np.testing.assert_allclose(di.gradient(stop, di.AutoTorch(), x).numpy(), np.full(3, X3.sum()))
     entered = []
-    real = _torch._NoScalars.__enter__
-    _torch._NoScalars.__enter__ = lambda self: entered.append(1) or real(self)
+    real = _torch_graph.NoScalars.__enter__
+    _torch_graph.NoScalars.__enter__ = lambda self: entered.append(1) or real(self)
     try:
         di.gradient(stop, di.AutoTorch(), x)  # already checked: no mode on the hot path
     finally:
-        _torch._NoScalars.__enter__ = real
+        _torch_graph.NoScalars.__enter__ = real
     assert entered == []
 
 

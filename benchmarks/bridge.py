@@ -18,36 +18,27 @@ Run: ``taskset -c 1 python benchmarks/bridge.py [--quick] [--md PATH]``
 
 from __future__ import annotations
 
-import os
 import sys
 import time
 
-os.environ.setdefault("OMP_NUM_THREADS", "1")
-os.environ.setdefault("XLA_FLAGS", "--xla_cpu_multi_thread_eigen=false")
+from timing import interleaved, one_thread  # first: one thread, before numpy loads
 
+# isort: split
 import jax
 import jax.numpy as jnp
 import numpy as np
 import torch
 from nested import REPEATS, SIZES, check, leaves, make_g, problem, to_numpy
-from overhead import median_us
 
 import diffiface as di
 
-torch.set_num_threads(1)
+one_thread()
 ROUNDS = 5
 
 
 def timed(configs, repeats, warm):
-    """Median µs per configuration, interleaved over ROUNDS rounds."""
-    for fn in configs.values():
-        for _ in range(warm):
-            fn()
-    samples = {label: [] for label in configs}
-    for _ in range(ROUNDS):
-        for label, fn in configs.items():
-            samples[label].append(median_us(fn, max(1, repeats // ROUNDS)))
-    return {label: float(np.median(s)) for label, s in samples.items()}
+    """Median µs per configuration, interleaved over ROUNDS rounds (benchmarks/timing.py)."""
+    return interleaved(configs, repeats, ROUNDS, warmup=warm, round_warmup=20)
 
 
 def crossing(n, quick):

@@ -11,9 +11,11 @@ import json
 import os
 import sys
 
-os.environ.setdefault("OMP_NUM_THREADS", "1")
-os.environ.setdefault("XLA_FLAGS", "--xla_cpu_multi_thread_eigen=false")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+from timing import one_thread  # first: one thread, before numpy loads
+
+# isort: split
 import numpy as np
 from overhead import HEADER, row
 
@@ -50,7 +52,7 @@ def main():
     import jax.numpy as jnp
     import torch
 
-    torch.set_num_threads(1)
+    one_thread()
     rng = np.random.default_rng(0)
     p = params_np(rng)
     n_params = sum(v.size for v in p.values())

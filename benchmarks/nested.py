@@ -51,18 +51,16 @@ from __future__ import annotations
 import contextlib
 import itertools
 import os
-import statistics
 import sys
 import time
 
-os.environ.setdefault("OMP_NUM_THREADS", "1")
-os.environ.setdefault("XLA_FLAGS", "--xla_cpu_multi_thread_eigen=false")
-
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+from timing import interleaved, one_thread  # first: one thread, before numpy loads
+
+# isort: split
 import numpy as np
 import optree
-from overhead import median_us
 
 import diffiface as di
 
@@ -339,13 +337,9 @@ def measure(framework, size, quick=False):
             expect_path(framework, label)
         for _ in range(warmup):
             fn()
-    times = {label: [] for label in configs}
-    for _ in range(ROUNDS):  # interleave to share the machine's noise
-        for label, (fn, _) in configs.items():
-            times[label].append(median_us(fn, max(repeat // ROUNDS, 1), warmup=1))
-    return {
-        label: (statistics.median(times[label]), memory()) for label, (_, memory) in configs.items()
-    }
+    calls = {label: fn for label, (fn, _) in configs.items()}
+    times = interleaved(calls, repeat, ROUNDS, round_warmup=1)
+    return {label: (times[label], memory()) for label, (_, memory) in configs.items()}
 
 
 HEADER = ("framework", "size", "config", "µs", "ratio", "peak MiB")
@@ -364,9 +358,8 @@ def show(cells):
 
 def main(quick=False, md=None, only=None):
     """Print the table; return the diffiface rows for results.json."""
-    import torch
 
-    torch.set_num_threads(1)
+    one_thread()
     start = time.perf_counter()
     show(HEADER)
     table, rows = [], []

@@ -13,13 +13,17 @@ reference. Run with one thread: `taskset -c 0 python benchmarks/overhead.py`
 from __future__ import annotations
 
 import os
-import statistics
 import sys
-import time
 
-os.environ.setdefault("OMP_NUM_THREADS", "1")
-os.environ.setdefault("XLA_FLAGS", "--xla_cpu_multi_thread_eigen=false")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+from timing import (  # first: one thread, before numpy loads
+    interleaved,
+    median_us,
+    one_thread,
+)
+
+# isort: split
 import numpy as np
 
 import diffiface as di
@@ -28,25 +32,11 @@ QUICK = "--quick" in sys.argv
 HEADER = f"{'case':<44} {'native µs':>10} {'di µs':>10} {'ratio':>7} {'target':>7}"
 
 
-def median_us(fn, repeat=2000, warmup=20):
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times) * 1e6
-
-
 def row(name, native, ours, repeat, target=None):
     """Median µs of ``native`` and ``ours``, interleaved 9 times to share the noise."""
     repeat = max(18, repeat // 10) if QUICK else repeat
-    a, b = [], []
-    for _ in range(9):
-        a.append(median_us(native, max(2, repeat // 9)))
-        b.append(median_us(ours, max(2, repeat // 9)))
-    t_nat, t_di = statistics.median(a), statistics.median(b)
+    t = interleaved({"native": native, "diffiface": ours}, repeat, rounds=9, round_warmup=20)
+    t_nat, t_di = t["native"], t["diffiface"]
     ratio = t_di / t_nat
     mark = "" if target is None else f"{target:>7.2f}" + (" " if ratio <= target else "*")
     print(f"{name:<44} {t_nat:>10.1f} {t_di:>10.1f} {ratio:>7.2f} {mark}", flush=True)
@@ -61,7 +51,7 @@ def row(name, native, ours, repeat, target=None):
 
 def faster(*fns, repeat=200):
     """The fastest of several native formulations of the same result."""
-    return min(fns, key=lambda fn: median_us(fn, repeat))
+    return min(fns, key=lambda fn: median_us(fn, repeat, warmup=20))
 
 
 def jax_block(fn):
@@ -314,9 +304,7 @@ def operators(n: int = 1000, nh: int = 100) -> list:
 
 
 def main() -> list:
-    import torch
-
-    torch.set_num_threads(1)
+    one_thread()
     print(HEADER)
     rows = []
     for n in (10, 10_000):

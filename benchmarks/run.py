@@ -21,6 +21,7 @@ sys.path.insert(0, HERE)
 import mlp  # noqa: E402
 import nested  # noqa: E402
 import overhead  # noqa: E402
+import timing  # noqa: E402
 
 
 def chart(rows: list, path: str) -> None:
@@ -73,9 +74,7 @@ def markdown(rows: list, path: str, wall: float) -> None:
 
 
 def main() -> None:
-    import torch
-
-    torch.set_num_threads(1)
+    timing.one_thread()
     start = time.perf_counter()
     rows = overhead.main() + mlp.main()
     wall = time.perf_counter() - start

@@ -28,7 +28,7 @@ from ._contexts import Constant as Constant
 from ._contexts import FixedParams as FixedParams
 from ._tangents import Tangents as Tangents
 from ._within import within_gradient as within_gradient
-from .bridge.node import differentiate_with as differentiate_with
+from .bridge.node import differentiate_with as differentiate_with  # (and the bridge hooks in)
 from .core.plan import MismatchError as MismatchError
 from .core.plan import Prep as Prep
 from .nested.route import nested_ad as nested_ad
@@ -37,14 +37,14 @@ from .operators.batched import batched_jacobian as batched_jacobian
 from .operators.batched import value_and_batched_jacobian as value_and_batched_jacobian
 from .operators.first_order import derivative as derivative
 from .operators.first_order import gradient as gradient
-from .operators.first_order import jacobian as jacobian
 from .operators.first_order import jvp as jvp
 from .operators.first_order import value_and_derivative as value_and_derivative
 from .operators.first_order import value_and_gradient as value_and_gradient
-from .operators.first_order import value_and_jacobian as value_and_jacobian
 from .operators.first_order import value_and_jvp as value_and_jvp
 from .operators.first_order import value_and_vjp as value_and_vjp
 from .operators.first_order import vjp as vjp
+from .operators.jacobian import jacobian as jacobian
+from .operators.jacobian import value_and_jacobian as value_and_jacobian
 from .operators.prepare import prepare_batched_jacobian as prepare_batched_jacobian
 from .operators.prepare import prepare_derivative as prepare_derivative
 from .operators.prepare import prepare_gradient as prepare_gradient

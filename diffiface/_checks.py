@@ -279,3 +279,18 @@ def complex_output(op: str, backend: Any) -> DiffifaceValueError:
         "part f(z).real or abs(f(z)) ** 2; for the derivative of a holomorphic f, pass the "
         "real and imaginary parts of z as two real leaves to jacobian or jvp."
     )
+
+
+def check_batch(prob, x_shape: tuple, y_shape: tuple) -> None:
+    """f must keep the batch axis: f(x).shape[0] == x.shape[0]."""
+    check_batch_of(prob.op, prob.backend, x_shape, y_shape)
+
+
+def check_batch_of(op: str, backend: Any, x_shape: tuple, y_shape: tuple) -> None:
+    """check_batch without the Problem (for compiled closures, which must not hold f)."""
+    if len(y_shape) == 0 or y_shape[0] != x_shape[0]:
+        raise DiffifaceValueError(
+            f"{call_form(op, backend)}: f must keep the batch axis first: "
+            f"x has shape {tuple(x_shape)}, f(x) has shape {tuple(y_shape)}. Map each sample "
+            "to its output along axis 0."
+        )

@@ -161,9 +161,10 @@ def _chart(rows: list, path: str) -> bool:
 
 def _info(args) -> int:
     if args.support:
+        from ._gaps import gaps_table
         from ._support import nested_table, support_table
 
-        print(support_table() + "\n\n" + nested_table())
+        print(support_table() + "\n\n" + nested_table() + "\n\n" + gaps_table())
         return 0
     print(f"diffiface {_version('diffiface')}")
     print(f"python {sys.version.split()[0]}")

@@ -6,7 +6,7 @@ from __future__ import annotations
 import importlib.util
 
 from .core.backend import BackendImpl
-from .core.registry import FRAMEWORKS, _load, rule_methods
+from .core.registry import FRAMEWORKS, load, rule_methods
 from .nested.route import METHOD
 
 # operator -> the implementation methods that compute it
@@ -62,7 +62,7 @@ def _impls() -> dict:
     out = {}
     for backend, module in BACKENDS:
         if module is None or importlib.util.find_spec(module) is not None:
-            out[backend] = _load(backend)
+            out[backend] = load(backend)
     return out
 
 

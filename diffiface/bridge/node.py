@@ -17,14 +17,12 @@ from __future__ import annotations
 
 import importlib
 import numbers
-import sys
 import threading
 from collections.abc import Callable
 from typing import Any
 
-import numpy as np
-
 from .. import _checks
+from .._arrays import framework_of
 from .._tree import flatten, unflatten
 
 _LOCK = threading.RLock()
@@ -102,23 +100,6 @@ class Node:
             return Node(self.kit, self.kit.vmap(self.fn, dims), lin, "batch", self, dims)
 
         return self._get(("batch", dims), build)
-
-
-def framework_of(leaf: Any) -> str | None:
-    """ "jax", "torch", "autograd" (a box), "numpy" or None for a leaf that is no array
-    (a dtype, a device or a module is no array). Only frameworks already imported are
-    asked."""
-    if isinstance(leaf, np.ndarray | np.generic):
-        return "numpy"
-    mod = type(leaf).__module__.partition(".")[0]
-    if mod == "torch":
-        return "torch" if isinstance(leaf, sys.modules["torch"].Tensor) else None
-    if mod in ("jax", "jaxlib"):
-        jax = sys.modules["jax"]
-        return "jax" if isinstance(leaf, jax.Array | jax.core.Tracer) else None
-    if mod == "autograd":
-        return "autograd" if isinstance(leaf, sys.modules["autograd.tracer"].Box) else None
-    return None
 
 
 def _container_box(leaf: Any) -> bool:

@@ -14,11 +14,21 @@ from collections.abc import Callable
 from typing import Any
 
 from .. import _checks
+from .._arrays import framework_of, is_jax_tracer
 from .._cache import FunctionCache
 from .._contexts import Constant, FixedParams
+from .._errors import Crossing, Foreign
 from .._tangents import Tangents
 from .._tree import flatten, tree_map
-from .node import Bridged, framework_key, framework_of
+from ..operators.first_order import (
+    derivative,
+    gradient,
+    value_and_derivative,
+    value_and_jvp,
+    value_and_vjp,
+)
+from ..operators.jacobian import value_and_jacobian
+from .node import Bridged, framework_key
 
 # f -> the Bridged operators on it. An entry holds f strongly: the derivatives of a
 # bridged call run after the call returns (torch's backward, JAX's transposition),
@@ -27,35 +37,12 @@ from .node import Bridged, framework_key, framework_of
 _CACHE = FunctionCache(per_function=16, functions=32)
 
 
-class Foreign(_checks.DiffifaceTypeError):
-    """Raised by the argument conversions on an array of another framework; the
-    operator catches it and crosses the bridge (see ``cross``)."""
-
-    def __init__(self) -> None:
-        super().__init__(
-            "an argument is an array of another framework; diffiface operators cross a "
-            "bridge for it (this message means the crossing itself failed: please report it)."
-        )
-
-
-def foreign(impl: Any, leaf: Any) -> bool:
-    """``leaf`` is an array of a framework other than ``impl``'s."""
-    fw = framework_of(leaf)
-    return fw not in (None, "numpy", impl.framework)
-
-
-class Crossing(Foreign):
-    """Raised for ``second_order(outer, inner)`` of two frameworks."""
-
-
 def cross(exc: Foreign, op: Callable, f: Callable, backend: Any, args: tuple, kw: dict) -> Any:
     """The public operator ``op`` run across a bridge. Each operator catches ``Foreign``
     around its body (a try costs nothing; a wrapper would cost 0.4 µs per call). A
     ``Foreign`` that did not come from this call's own arguments (one raised inside f)
     is not this call's to cross: it goes on up."""
     if isinstance(exc, Crossing):
-        if not crosses(backend):
-            raise exc
         return cross_second_order(op.__name__, f, backend, args, kw)
     if _fd_over(backend):  # finite differences on NumPy copies, results like x
         return _fd_over_arrays(exc, op, f, backend, args, kw)
@@ -90,7 +77,7 @@ def _fd_over_arrays(exc: Foreign, op: Callable, f: Callable, backend: Any, args,
     leaves = flatten((params, values))[0]
     if all(framework_of(a) in (None, "numpy") for a in leaves):
         raise exc
-    if any(within_gradient(a) or _is_tracer(a) for a in leaves):
+    if any(within_gradient(a) or is_jax_tracer(a) for a in leaves):
         name = op.__name__
         raise _checks.DiffifaceTypeError(
             f"{name}(f, {backend!r}, ...): finite differences cannot run on arrays that an "
@@ -100,25 +87,10 @@ def _fd_over_arrays(exc: Foreign, op: Callable, f: Callable, backend: Any, args,
     return cross_second_order(op.__name__, f, backend, args, kw)
 
 
-def _is_tracer(a: Any) -> bool:
-    import sys
-
-    jax = sys.modules.get("jax")
-    return jax is not None and isinstance(a, jax.core.Tracer)
-
-
-def crosses(backend: Any) -> bool:
-    """A ``second_order(outer, inner)`` whose outer framework differentiates another's
-    gradient (finite differences over any gradient has its own path)."""
-    o, i = backend.outer.framework, backend.inner.framework
-    return o != i and o != "finite_differences"
-
-
 def cross_second_order(op: str, f: Callable, backend: Any, args: tuple, kwargs: dict) -> Any:
     """``op`` for ``second_order(outer, inner)`` across frameworks: ``outer`` differentiates
     ``x -> di.gradient(f, inner, x)``, which crosses the bridge as one operation; its
     derivative is computed by ``inner`` (forward over reverse for a forward ``outer``)."""
-    from ..operators import first_order as _api
     from . import node as _bridge
 
     outer, inner = backend.outer, backend.inner
@@ -138,17 +110,17 @@ def cross_second_order(op: str, f: Callable, backend: Any, args: tuple, kwargs: 
         v, contexts = rest[0], rest[1:]
         grad = functools.partial(_grad_of, f, inner, contexts)
         if getattr(outer, "mode", None) == "reverse":  # H symmetric: Hᵀ v = H v
-            g, hv = _api.value_and_vjp(grad, outer, x, v)
+            g, hv = value_and_vjp(grad, outer, x, v)
         else:
-            g, hv = _api.value_and_jvp(grad, outer, x, v)
+            g, hv = value_and_jvp(grad, outer, x, v)
         out = (g, hv) if op == "gradient_and_hvp" else hv
     elif op in ("hessian", "value_gradient_and_hessian"):
         grad = functools.partial(_grad_of, f, inner, rest)
-        g, h = _api.value_and_jacobian(grad, outer, x, **kwargs)
+        g, h = value_and_jacobian(grad, outer, x, **kwargs)
         out = h if op == "hessian" else (_second_order_value(f, inner, x, rest), g, h)
     else:
         d = functools.partial(_derivative_of, f, inner, rest)
-        d1, d2 = _api.value_and_derivative(d, outer, x)
+        d1, d2 = value_and_derivative(d, outer, x)
         out = d2 if op == "second_derivative" else (_second_order_value(f, inner, x, rest), d1, d2)
     back = _bridge.module(x_kind).as_array
     if x_kind != "numpy":  # a 0-d result computed on NumPy may be a Python float
@@ -157,14 +129,10 @@ def cross_second_order(op: str, f: Callable, backend: Any, args: tuple, kwargs: 
 
 
 def _grad_of(f, inner, contexts, x):
-    from ..operators.first_order import gradient
-
     return gradient(f, inner, x, *contexts)
 
 
 def _derivative_of(f, inner, contexts, x):
-    from ..operators.first_order import derivative
-
     return derivative(f, inner, x, *contexts)
 
 

@@ -16,6 +16,8 @@ import numpy as np
 from .. import _checks
 from .._cache import FunctionCache
 from . import convert as _convert
+from .fallbacks import DerivedSecondOrder
+from .problem import Problem
 
 OUT_SIZE = "output size"  # the key of the memoized output size in a problem's fns
 SLOW = object()  # returned by a direct runner that must hand over to the general path
@@ -24,7 +26,7 @@ SLOW = object()  # returned by a direct runner that must hand over to the genera
 _REVERSE_ONLY = FunctionCache(per_function=1)
 
 
-class BackendImpl:
+class BackendImpl(DerivedSecondOrder):
     """Generic operators written once in terms of jvp and vjp."""
 
     framework = ""
@@ -78,6 +80,10 @@ class BackendImpl:
     def stack(self, arrays: list, axis: int) -> Any:
         return np.stack(arrays, axis=axis)
 
+    def concat(self, arrays: list) -> Any:
+        """1-d arrays joined end to end."""
+        return np.concatenate(arrays) if len(arrays) > 1 else arrays[0]
+
     def reshape(self, a: Any, shape: tuple) -> Any:
         return a.reshape(shape)
 
@@ -107,25 +113,17 @@ class BackendImpl:
     reverse_combo = ("reverse", "reverse")  # second order without forward mode
     protect = None  # xs -> the leaves f receives, copied where f could change the caller's
 
-    def direct(self, prob, numpy=False, combo=None):
-        """A callable ``x -> result`` for a prepared single-array call without
-        contexts (a NumPy x with ``numpy``), or None; it may return SLOW to hand
-        over to the general path."""
-        return None
+    keeps_plans = False  # runner(..., weak=True) can give runners for unprepared calls
 
-    def direct_leaves(self, prob):
-        """A callable ``(x leaves, context leaves, context values) -> result`` for a
-        prepared call whose leaves are all native arrays, or None; it may return SLOW."""
-        return None
+    def runner(self, prob, form: str, combo=None, weak: bool = False):
+        """The plan's runner, or None (the general path runs every call).
 
-    def implicit_leaves(self, prob):
-        """Like ``direct_leaves``, for an unprepared call: a runner that holds ``f``
-        only weakly, or None."""
-        return None
-
-    def implicit(self, prob, numpy=False):
-        """Like ``direct``, for an unprepared call: a runner that holds ``f`` only
-        weakly (see ``_implicit``), or None."""
+        ``form``: "array" (``x -> result`` for one native array without contexts),
+        "numpy" (the same for a NumPy x, results as NumPy) or "leaves" (``(x leaves,
+        context leaves, context values) -> result`` for native pytree leaves and
+        Constant contexts). ``weak``: for an unprepared call, a runner that holds ``f``
+        only weakly (see ``core.unprepared``); a backend that gives such runners sets
+        ``keeps_plans``. A runner may return SLOW to hand over to the general path."""
         return None
 
     def forward_unsupported(self, exc: BaseException) -> bool:
@@ -158,7 +156,7 @@ class BackendImpl:
         """(f(x), the Jacobian of each leaf) from one pullback per output element: the
         formulation every differentiable f supports."""
         y, pb = self.value_and_pullback(prob, xs, ctx)
-        m = _size(y)
+        m = size(y)
         rows = [pb(self.basis(y, i)) for i in range(m)]
         jacs = tuple(
             self.reshape(self.stack([r[k] for r in rows], 0), (*y.shape, *x.shape))
@@ -168,13 +166,18 @@ class BackendImpl:
         )
         return y, jacs
 
+    def reverse_jacobian_of_one(self, prob, xs: tuple, ctx: tuple):
+        """(f(x), J) of a single-array x by the reverse formulation."""
+        y, (jac,) = self.reverse_jacobian(prob, xs, ctx)
+        return y, jac
+
     def reverse_jvp(self, prob, xs: tuple, vs: tuple, ctx: tuple):
         """(f(x), J v) from the reverse Jacobian (m pullbacks)."""
         y, jacs = self.reverse_jacobian(prob, xs, ctx)
-        m = _size(y)
+        m = size(y)
         t = None
         for j, v in zip(jacs, vs, strict=True):
-            n = _size(v)
+            n = size(v)
             part = (self.reshape(j, (m, n)) * self.reshape(v, (1, n))).sum(1)
             t = part if t is None else t + part
         if t is None:
@@ -183,8 +186,6 @@ class BackendImpl:
 
     def reverse_second_derivative(self, prob, xs: tuple, ctx: tuple):
         """(f(x), f'(x), f''(x)) at a scalar x, reverse over reverse."""
-        from .problem import Problem
-
         fn = prob.flat()
 
         def d(x, *c):
@@ -201,12 +202,12 @@ class BackendImpl:
         self._need_one_primitive()
         # Reverse from forward: build J by columns (n jvps) and contract with w.
         y, cols = self._columns(prob, xs, ctx)
-        m = _size(y)
+        m = size(y)
 
         def pb(w):
             w = self.reshape(w, (m, 1))
             return tuple(
-                self.reshape((w * self.reshape(c, (m, _size(x)))).sum(0), tuple(x.shape))
+                self.reshape((w * self.reshape(c, (m, size(x)))).sum(0), tuple(x.shape))
                 for c, x in zip(cols, xs, strict=True)
             )
 
@@ -217,7 +218,7 @@ class BackendImpl:
         self._need_one_primitive()
         y, pb = self.value_and_pullback(prob, xs, ctx)
         # Forward from reverse: build J by rows and contract (a backend without jvp).
-        n = _size(y)
+        n = size(y)
         rows = [pb(self.basis(y, i)) for i in range(n)]
         cols = [sum(_dot(r[k], vs[k]) for k in range(len(xs))) for r in rows]
         return y, self.reshape(self.stack(cols, 0), tuple(y.shape))
@@ -273,7 +274,7 @@ class BackendImpl:
         (x,) = xs
         if self.prefers_reverse(prob, xs, ctx):
             y, pb = self.value_and_pullback(prob, xs, ctx)
-            rows = [pb(self.basis(y, i))[0] for i in range(_size(y))]
+            rows = [pb(self.basis(y, i))[0] for i in range(size(y))]
             if not rows:  # f(x) is empty
                 return y, _convert.zeros(self, (*y.shape, *x.shape), x)
             return y, self.reshape(self.stack(rows, 0), tuple(y.shape) + tuple(x.shape))
@@ -283,21 +284,19 @@ class BackendImpl:
     def value_and_batched_jacobian(self, prob, xs: tuple, ctx: tuple):
         """Per-sample Jacobians from jvps (or vjps) whose tangents repeat one basis
         vector in every sample: n_in jvps or n_out vjps, never B times more."""
-        from ..operators.batched import check_batch
-
         (x,) = xs
-        b, n_in = x.shape[0], _size(x) // max(x.shape[0], 1)
+        b, n_in = x.shape[0], size(x) // max(x.shape[0], 1)
         if self.prefers_reverse(prob, xs, ctx):  # same ratio per sample as for the batch
             y, pb = self.value_and_pullback(prob, xs, ctx)
-            check_batch(prob, tuple(x.shape), tuple(y.shape))
-            n_out = _size(y) // b
+            _checks.check_batch(prob, tuple(x.shape), tuple(y.shape))
+            n_out = size(y) // b
             rows = [pb(self.batched_basis(y, o))[0] for o in range(n_out)]
             jac = self.stack(rows, 1) if rows else self.from_numpy(np.zeros((b, 0, *x.shape[1:])))
             return y, self.reshape(jac, (*y.shape, *x.shape[1:]))
         y, cols = None, []
         for i in range(n_in):
             y, t = self.value_and_jvp(prob, xs, (self.batched_basis(x, i),), ctx)
-            check_batch(prob, tuple(x.shape), tuple(t.shape))
+            _checks.check_batch(prob, tuple(x.shape), tuple(t.shape))
             cols.append(self.reshape(t, (b, -1)))
         if y is None:
             y = prob.flat()(xs, *ctx)
@@ -307,7 +306,7 @@ class BackendImpl:
     def batched_basis(self, like: Any, i: int) -> Any:
         """Basis vector i of one sample, repeated for every sample of the batch."""
         b = like.shape[0]
-        e = np.zeros((b, _size(like) // max(b, 1)), dtype=_np_dtype(like))
+        e = np.zeros((b, size(like) // max(b, 1)), dtype=_np_dtype(like))
         e[:, i] = 1
         return self.cast(self.from_numpy(e.reshape(tuple(like.shape))), like)
 
@@ -318,7 +317,7 @@ class BackendImpl:
             return False
         if type(self).value_and_jvp is BackendImpl.value_and_jvp:
             return True
-        return self.memo_output_size(prob, xs, ctx) <= sum(_size(x) for x in xs)
+        return self.memo_output_size(prob, xs, ctx) <= sum(size(x) for x in xs)
 
     def memo_output_size(self, prob, xs: tuple, ctx: tuple) -> int:
         """``output_size``, memoized on the problem (a prepared one keeps it)."""
@@ -328,7 +327,7 @@ class BackendImpl:
         return size
 
     def output_size(self, prob, xs: tuple, ctx: tuple) -> int:
-        return _size(prob.flat()(xs, *ctx))
+        return size(prob.flat()(xs, *ctx))
 
     def _columns(self, prob, xs: tuple, ctx: tuple):
         """f(x) and, for each leaf, its Jacobian columns stacked on the last axis."""
@@ -337,7 +336,7 @@ class BackendImpl:
         out = []
         for k, x in enumerate(xs):
             cols = []
-            for i in range(_size(x)):
+            for i in range(size(x)):
                 vs = tuple(self.basis(x, i) if j == k else zeros[j] for j in range(len(xs)))
                 y, t = self.value_and_jvp(prob, xs, vs, ctx)
                 cols.append(t)
@@ -347,7 +346,7 @@ class BackendImpl:
         return y, tuple(out)
 
 
-def _size(a: Any) -> int:
+def size(a: Any) -> int:
     return math.prod(tuple(a.shape))
 
 

@@ -14,9 +14,11 @@ from typing import Any
 import numpy as np
 
 from .. import _checks
+from .._arrays import foreign
 from .._contexts import Constant
+from .._errors import Foreign
+from .._tangents import Tangents
 from .._tree import flatten, paths, unflatten
-from ..bridge.operators import Foreign, foreign
 
 NATIVE, NUMPY, PYTHON = 0, 1, 2
 
@@ -80,8 +82,8 @@ def masked(op: str, impl: Any, where: str, name: str) -> _checks.DiffifaceTypeEr
 
 
 def _raise_leaf(op: str, impl: Any, tree: Any, i: int, leaf: Any):
-    if foreign(impl, leaf):
-        raise Foreign  # the operator crosses a bridge (see _bridge_ops)
+    if foreign(impl.framework, leaf):
+        raise Foreign  # the operator crosses a bridge (see diffiface.bridge)
     path = paths(tree)[i]
     if is_complex(leaf):
         fix = (
@@ -155,7 +157,7 @@ def native_tangent(op: str, impl: Any, name: str, leaf: Any) -> Any:
                 f"{_checks.call_form(op, impl.backend)}: {name} is {leaf.dtype}, but {reason}"
             )
         return impl.from_numpy(np.asarray(leaf))
-    if foreign(impl, leaf):
+    if foreign(impl.framework, leaf):
         raise Foreign
     raise _checks.mismatch(op, impl.backend, name, "kind", impl.native_kind, _checks.describe(leaf))
 
@@ -192,7 +194,7 @@ def contexts(op: str, impl: Any, contexts: tuple) -> tuple:
                 continue
             if isinstance(v, np.ndarray):
                 numpy = True
-            elif foreign(impl, v):
+            elif foreign(impl.framework, v):
                 raise Foreign
         if numpy:
             leaves = [_context_leaf(op, impl, v) for v in leaves]
@@ -226,3 +228,17 @@ def back(impl: Any, a: Any, kind: int) -> Any:
 def zeros(impl: Any, shape: tuple, like: Any) -> Any:
     """Native zeros of ``shape`` with the dtype (and device) of ``like``."""
     return impl.cast(impl.from_numpy(np.zeros(shape, dtype=np.float32)), like)
+
+
+def tangents(op: str, impl: Any, prob: Any, xs: tuple, v: Any) -> list:
+    """The native tangent leaves of each direction in ``v`` (one, or a Tangents)."""
+    if prob.single and impl.is_native(v):  # fast path: one array like x
+        x = xs[0]
+        if v.shape == x.shape and v.dtype == x.dtype:
+            return [(v,)]
+    many = v if isinstance(v, Tangents) else (v,)
+    out = []
+    for one in many:
+        vl, vtree = flatten(one)
+        out.append(tangent(op, impl, "v", xs, vl, vtree, prob.treedef))
+    return out

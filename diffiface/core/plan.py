@@ -137,9 +137,9 @@ class Prep:
             (type(x), tuple(x.shape), x.dtype) if prob.single and kinds[0] in (0, 1) else None
         )
         # native leaves (of x, of the Constant contexts): compared as one list, no conversion
-        self._x_native = _native_sig(impl, x) if all(k == 0 for k in kinds) else None
+        self._x_native = native_sig(impl, x) if all(k == 0 for k in kinds) else None
         self._ctx_native = (
-            _native_sig(impl, tuple(c.value for c in contexts))
+            native_sig(impl, tuple(c.value for c in contexts))
             if contexts and all(type(c) is Constant for c in contexts)
             else None
         )
@@ -151,7 +151,7 @@ class Prep:
         numpy = self._kinds[0] == _convert.NUMPY
         if self._fast is not None and not self._ctx_sig and not _is_many(self._t_sig):
             for op, prob in self._probs.items():
-                run = self.impl.direct(prob, numpy, self.combo)
+                run = self.impl.runner(prob, "numpy" if numpy else "array", self.combo)
                 if run is not None:
                     self._direct[op] = run
         elif (
@@ -162,7 +162,7 @@ class Prep:
             and type(self.f) is not FixedParams
         ):  # native pytree leaves and Constant contexts: runners on the flat leaves
             for op, prob in self._probs.items():
-                run = self.impl.direct_leaves(prob)
+                run = self.impl.runner(prob, "leaves")
                 if run is not None:
                     self._leaves[op] = run
         return self
@@ -188,7 +188,7 @@ class Prep:
     def _run_leaves(self, run, f, backend, x, contexts):
         if not _same_f(f, self.f) or (backend is not self.backend and backend != self.backend):
             return SLOW
-        got = _leaves_of(x, contexts, self._x_native, self._ctx_native)
+        got = leaves_of(x, contexts, self._x_native, self._ctx_native)
         return SLOW if got is None else run(*got)
 
     def __repr__(self) -> str:
@@ -268,7 +268,7 @@ class Prep:
         )
 
 
-def _native_sig(impl: Any, tree: Any):
+def native_sig(impl: Any, tree: Any):
     """(flatten, treedef, [(type, shape, dtype)]) when every leaf is a native array,
     else None. ``flatten`` is the backend's faster one (``jax.tree_util``) where it
     gives the same leaves in the same order as diffiface's."""
@@ -302,7 +302,7 @@ def _constant_leaves(contexts: tuple, sig: Any) -> tuple | None:
     return None if leaves is None else (leaves, values)
 
 
-def _leaves_of(x: Any, contexts: tuple, x_sig: Any, c_sig: Any) -> tuple | None:
+def leaves_of(x: Any, contexts: tuple, x_sig: Any, c_sig: Any) -> tuple | None:
     """(x leaves, context leaves, context values) when x and the contexts match the
     native signatures (``c_sig`` None: no contexts), else None."""
     xs = _matches_native(x, x_sig)

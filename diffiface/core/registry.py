@@ -52,6 +52,15 @@ def rule_methods(framework: str) -> list[str]:
     return [m for fw, m in _RULES if fw == framework]
 
 
+def known(backend: Any) -> Any:
+    """The implementation of ``backend`` if one was made already, else None (a cheap
+    lookup for the fast path; an unhashable ``backend`` is no backend)."""
+    try:
+        return _INSTANCES.get(backend)
+    except TypeError:
+        return None
+
+
 def implementation(backend: Any) -> Any:
     """The implementation object for ``backend`` (cached per backend value)."""
     impl = _INSTANCES.get(backend)
@@ -60,14 +69,14 @@ def implementation(backend: Any) -> Any:
     with _LOCK:
         impl = _INSTANCES.get(backend)
         if impl is None:
-            impl = _load(type(backend))(backend)
+            impl = load(type(backend))(backend)
             _INSTANCES[backend] = impl
             while len(_INSTANCES) > MAX_INSTANCES:  # the oldest first
                 del _INSTANCES[next(iter(_INSTANCES))]
     return impl
 
 
-def _load(backend_type: type) -> type:
+def load(backend_type: type) -> type:
     if backend_type not in _IMPLS:
         module, extra = backend_type.package, backend_type.needs
         if module is None:

@@ -17,7 +17,7 @@ from typing import Any
 
 from .._cache import FunctionCache
 from .._reads import snapshot, watch
-from .plan import _leaves_of
+from .plan import leaves_of
 
 TABLE = FunctionCache(per_function=16)
 
@@ -55,7 +55,7 @@ def run_leaves(op: str, f: Any, backend: Any, x: Any, contexts: tuple) -> Any:
         reads is not None and snapshot(reads[0]) != reads[1]
     ):
         return None
-    got = _leaves_of(x, contexts, x_sig, c_sig)
+    got = leaves_of(x, contexts, x_sig, c_sig)
     return None if got is None else run(*got)
 
 

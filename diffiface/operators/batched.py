@@ -7,12 +7,52 @@ from collections.abc import Callable
 from typing import Any
 
 from .. import _checks
-from ..bridge.operators import Foreign, cross
-from ..core import convert as _convert
-from . import dense as _dense
-from .first_order import _enter, _out_kind
+from ..core import convert, shell
+from ..core.shell import Call, Operator
+from . import dense
 
 
+def _batched(c: Call, chunk_size):
+    """(f(x), per-sample Jacobians)."""
+    impl, prob, xs, ctx = c.impl, c.prob, c.xs, c.ctx
+    op, backend = prob.op, prob.backend
+    if not prob.single:
+        raise _checks.not_single_array(op, backend, len(xs))
+    if len(xs[0].shape) == 0:
+        raise _checks.DiffifaceValueError(
+            f"{_checks.call_form(op, backend)}: x must have a batch axis first, got a "
+            "0-d array. Use derivative or jacobian for a single point."
+        )
+    x0 = xs[0]
+    if math.prod(tuple(x0.shape)) == 0:  # an empty batch or sample: zeros, f(x) once
+        y = prob.flat()(xs, *ctx)
+        _checks.check_batch(prob, tuple(x0.shape), tuple(y.shape))
+        jac = convert.zeros(impl, (*y.shape, *x0.shape[1:]), x0)
+    elif chunk_size is not None:
+        dense.check_chunk_size(op, backend, chunk_size)
+        y, jac = _chunked(impl, prob, xs, ctx, chunk_size)
+    else:
+        n_in = math.prod(tuple(x0.shape[1:]))
+        m = impl.memo_output_size(prob, xs, ctx)
+        dense.check_limit(op, backend, m, n_in, x0, "batched Jacobian")
+        y, jac = impl.forward_or_reverse(
+            prob,
+            lambda: impl.value_and_batched_jacobian(prob, xs, ctx),
+            lambda: _reverse(impl, prob, xs, ctx),
+            impl.mode == "forward",
+        )
+    return c.back(y), c.back(jac)
+
+
+VALUE_AND_BATCHED_JACOBIAN = Operator(
+    "value_and_batched_jacobian", "batched_jacobian", lambda c, t, k: _batched(c, k), fast=None
+)
+BATCHED_JACOBIAN = Operator(
+    "batched_jacobian", "batched_jacobian", lambda c, t, k: _batched(c, k)[1], fast=None
+)
+
+
+@shell.public(VALUE_AND_BATCHED_JACOBIAN)
 def value_and_batched_jacobian(
     f: Callable, backend: Any, x: Any, *contexts: Any, prep: Any = None, chunk_size: Any = None
 ):
@@ -48,47 +88,10 @@ def value_and_batched_jacobian(
         ((2, 2, 2), array([[6., 0.],
                [4., 3.]]))
     """
-    try:
-        op = "value_and_batched_jacobian"
-        impl, prob, xs, kinds, ctx = _enter(op, f, backend, x, contexts, prep=prep)
-        if not prob.single:
-            raise _checks.not_single_array(prob.op, backend, len(xs))
-        if len(xs[0].shape) == 0:
-            raise _checks.DiffifaceValueError(
-                f"{_checks.call_form(prob.op, backend)}: x must have a batch axis first, got a "
-                "0-d array. Use derivative or jacobian for a single point."
-            )
-        x0 = xs[0]
-        if math.prod(tuple(x0.shape)) == 0:  # an empty batch or sample: zeros, f(x) once
-            y = prob.flat()(xs, *ctx)
-            check_batch(prob, tuple(x0.shape), tuple(y.shape))
-            jac = _convert.zeros(impl, (*y.shape, *x0.shape[1:]), x0)
-        elif chunk_size is not None:
-            _dense.check_chunk_size(op, backend, chunk_size)
-            y, jac = _chunked(impl, prob, xs, ctx, chunk_size)
-        else:
-            n_in = math.prod(tuple(x0.shape[1:]))
-            m = impl.memo_output_size(prob, xs, ctx)
-            _dense.check_limit(op, backend, m, n_in, x0, "batched Jacobian")
-            y, jac = impl.forward_or_reverse(
-                prob,
-                lambda: impl.value_and_batched_jacobian(prob, xs, ctx),
-                lambda: _reverse(impl, prob, xs, ctx),
-                impl.mode == "forward",
-            )
-        k = _out_kind(kinds)
-        return _convert.back(impl, y, k), _convert.back(impl, jac, k)
-    except Foreign as exc:  # arrays of another framework: the call crosses a bridge
-        return cross(
-            exc,
-            value_and_batched_jacobian,
-            f,
-            backend,
-            (x, *contexts),
-            {"prep": prep, "chunk_size": chunk_size},
-        )
+    return shell.call(VALUE_AND_BATCHED_JACOBIAN, f, backend, x, None, contexts, prep, chunk_size)
 
 
+@shell.public(BATCHED_JACOBIAN)
 def batched_jacobian(
     f: Callable, backend: Any, x: Any, *contexts: Any, prep: Any = None, chunk_size: Any = None
 ) -> Any:
@@ -106,29 +109,14 @@ def batched_jacobian(
                [ 6.,  8.],
                [10., 12.]])
     """
-    return value_and_batched_jacobian(f, backend, x, *contexts, prep=prep, chunk_size=chunk_size)[1]
-
-
-def check_batch(prob, x_shape: tuple, y_shape: tuple) -> None:
-    """f must keep the batch axis: f(x).shape[0] == x.shape[0]."""
-    check_batch_of(prob.op, prob.backend, x_shape, y_shape)
-
-
-def check_batch_of(op: str, backend: Any, x_shape: tuple, y_shape: tuple) -> None:
-    """check_batch without the Problem (for compiled closures, which must not hold f)."""
-    if len(y_shape) == 0 or y_shape[0] != x_shape[0]:
-        raise _checks.DiffifaceValueError(
-            f"{_checks.call_form(op, backend)}: f must keep the batch axis first: "
-            f"x has shape {tuple(x_shape)}, f(x) has shape {tuple(y_shape)}. Map each sample "
-            "to its output along axis 0."
-        )
+    return shell.call(BATCHED_JACOBIAN, f, backend, x, None, contexts, prep, chunk_size)
 
 
 def _reverse(impl, prob, xs: tuple, ctx: tuple):
     """Per-sample Jacobians cut from the full reverse Jacobian (f without forward mode)."""
     y, (jac,) = impl.reverse_jacobian(prob, xs, ctx)
     x = xs[0]
-    check_batch(prob, tuple(x.shape), tuple(y.shape))
+    _checks.check_batch(prob, tuple(x.shape), tuple(y.shape))
     b, n_in, m = x.shape[0], math.prod(tuple(x.shape[1:])), math.prod(tuple(y.shape[1:]))
     blocks = impl.reshape(jac, (b, m, b, n_in))
     rows = impl.stack([blocks[i, :, i, :] for i in range(b)], 0)
@@ -142,19 +130,19 @@ def _chunked(impl, prob, xs: tuple, ctx: tuple, k: int):
     b = x.shape[0]
     if impl.prefers_reverse(prob, xs, ctx):
         y = prob.flat()(xs, *ctx)
-        check_batch(prob, tuple(x.shape), tuple(y.shape))
+        _checks.check_batch(prob, tuple(x.shape), tuple(y.shape))
         n_out, rows = math.prod(tuple(y.shape[1:])), []
         for start in range(0, n_out, k):
             ws = [impl.batched_basis(y, o) for o in range(start, min(n_out, start + k))]
             rows += [gs[0] for gs in impl.value_and_vjps(prob, xs, ws, ctx, _same)[1]]
-        jac = impl.stack(rows, 1) if rows else _convert.zeros(impl, (b, 0, *x.shape[1:]), x)
+        jac = impl.stack(rows, 1) if rows else convert.zeros(impl, (b, 0, *x.shape[1:]), x)
         return y, impl.reshape(jac, (*y.shape, *x.shape[1:]))
     n_in, cols = math.prod(tuple(x.shape[1:])), []
     y = None
     for start in range(0, n_in, k):
         vss = [(impl.batched_basis(x, i),) for i in range(start, min(n_in, start + k))]
         y, ts = impl.value_and_jvps(prob, xs, vss, ctx)
-        check_batch(prob, tuple(x.shape), tuple(y.shape))
+        _checks.check_batch(prob, tuple(x.shape), tuple(y.shape))
         cols += [impl.reshape(t, (b, -1)) for t in ts]
     return y, impl.reshape(impl.stack(cols, -1), (*y.shape, *x.shape[1:]))
 

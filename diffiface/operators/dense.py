@@ -22,7 +22,7 @@ import numbers
 from typing import Any
 
 from .. import _checks, _config
-from ..core.backend import _size
+from ..core.backend import size
 from ..core.convert import zeros
 
 
@@ -73,7 +73,7 @@ def jacobian(impl, prob, xs: tuple, ctx: tuple, k: int):
     (x,) = xs
     if impl.prefers_reverse(prob, xs, ctx):
         y = prob.flat()(xs, *ctx)
-        m = _size(y)
+        m = size(y)
         if not m:
             return y, zeros(impl, (*y.shape, *x.shape), x)
         rows = []
@@ -82,7 +82,7 @@ def jacobian(impl, prob, xs: tuple, ctx: tuple, k: int):
             rows += [gs[0] for gs in impl.value_and_vjps(prob, xs, ws, ctx, _same)[1]]
         jac = impl.stack(rows, 0)
     else:
-        n, cols = _size(x), []
+        n, cols = size(x), []
         for start in range(0, n, k):
             vss = [(impl.basis(x, i),) for i in range(start, min(n, start + k))]
             y, ts = impl.value_and_jvps(prob, xs, vss, ctx)
@@ -97,7 +97,7 @@ def hessian(impl, prob, xs: tuple, ctx: tuple, combo, k: int):
     if own is not None:
         return own(impl, prob, xs, ctx, combo, k)
     (x,) = xs
-    n, cols = _size(x), []
+    n, cols = size(x), []
     for start in range(0, n, k):
         vss = [(impl.basis(x, i),) for i in range(start, min(n, start + k))]
         g, hvs = impl.gradient_and_hvps(prob, xs, vss, ctx, combo)

@@ -3,7 +3,8 @@
 Preparation looks the backend up, converts and records the signature of ``x``,
 the tangent and the contexts, and runs the operator once (JAX compiles then).
 A prepared call checks its arguments against the recorded signature and
-raises :class:`~diffiface._prep.MismatchError` listing what differs.
+raises :class:`~diffiface.MismatchError` listing what differs. Each
+``prepare_*`` is :func:`~diffiface.core.shell.prepare` of its operator.
 """
 
 from __future__ import annotations
@@ -11,35 +12,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from .. import _checks
-from ..bridge.operators import Foreign
 from ..core.plan import Prep
-from . import batched as _batched
-from . import first_order as _api
-from . import second_order as _second_order
-
-_SECOND = ("hvp", "hessian", "second_derivative")
-_SCALAR = ("gradient", "hvp", "hessian")
-
-
-def _prep(family: str, f: Callable, backend: Any, x: Any, contexts: tuple, t: Any = None) -> Prep:
-    scalar = family in _SCALAR
-    try:
-        if family in _SECOND:
-            impl, combo, prob, _, kinds, _ = _second_order._enter2(
-                family, f, backend, x, contexts, scalar
-            )
-        else:
-            impl, prob, _, kinds, _ = _api._enter(family, f, backend, x, contexts, scalar)
-            combo = None
-    except Foreign:
-        raise _checks.DiffifaceValueError(
-            f"prepare_{family}(f, {backend!r}, ...): the arguments hold arrays of another "
-            "framework (or second_order crosses frameworks), and a preparation holds one "
-            "framework's arrays. Prepare with the backend's arrays, or call the operator "
-            "without prep= (it then crosses a bridge)."
-        ) from None
-    return Prep(family, f, backend, impl, combo, prob, x, kinds, contexts, t)
+from ..core.shell import prepare
+from . import batched, first_order, jacobian, second_order
 
 
 def prepare_gradient(f: Callable, backend: Any, x: Any, *contexts: Any) -> Prep:
@@ -54,9 +29,7 @@ def prepare_gradient(f: Callable, backend: Any, x: Any, *contexts: Any) -> Prep:
         >>> di.gradient(f, di.AutoFiniteDifferences(), x, prep=prep).round(6)
         array([2., 4.])
     """
-    prep = _prep("gradient", f, backend, x, contexts)
-    _api.gradient(f, backend, x, *contexts, prep=prep)
-    return prep.finalize()
+    return prepare(first_order.GRADIENT, f, backend, x, contexts)
 
 
 def prepare_derivative(f: Callable, backend: Any, x: Any, *contexts: Any) -> Prep:
@@ -69,9 +42,7 @@ def prepare_derivative(f: Callable, backend: Any, x: Any, *contexts: Any) -> Pre
         >>> round(di.derivative(f, b, 3.0, prep=prep), 5)
         6.0
     """
-    prep = _prep("derivative", f, backend, x, contexts)
-    _api.derivative(f, backend, x, *contexts, prep=prep)
-    return prep.finalize()
+    return prepare(first_order.DERIVATIVE, f, backend, x, contexts)
 
 
 def prepare_jacobian(f: Callable, backend: Any, x: Any, *contexts: Any) -> Prep:
@@ -85,9 +56,7 @@ def prepare_jacobian(f: Callable, backend: Any, x: Any, *contexts: Any) -> Prep:
         array([[2., 0.],
                [0., 4.]])
     """
-    prep = _prep("jacobian", f, backend, x, contexts)
-    _api.jacobian(f, backend, x, *contexts, prep=prep)
-    return prep.finalize()
+    return prepare(jacobian.JACOBIAN, f, backend, x, contexts)
 
 
 def prepare_jvp(f: Callable, backend: Any, x: Any, v: Any, *contexts: Any) -> Prep:
@@ -101,9 +70,7 @@ def prepare_jvp(f: Callable, backend: Any, x: Any, v: Any, *contexts: Any) -> Pr
         >>> di.jvp(f, b, x, np.array([1.0, 0.0]), prep=prep).round(6)
         array([2., 0.])
     """
-    prep = _prep("jvp", f, backend, x, contexts, v)
-    _api.jvp(f, backend, x, v, *contexts, prep=prep)
-    return prep.finalize()
+    return prepare(first_order.JVP, f, backend, x, contexts, v)
 
 
 def prepare_vjp(f: Callable, backend: Any, x: Any, w: Any, *contexts: Any) -> Prep:
@@ -117,9 +84,7 @@ def prepare_vjp(f: Callable, backend: Any, x: Any, w: Any, *contexts: Any) -> Pr
         >>> di.vjp(f, b, x, np.array([1.0, 1.0]), prep=prep).round(6)
         array([3., 3.])
     """
-    prep = _prep("vjp", f, backend, x, contexts, w)
-    _api.vjp(f, backend, x, w, *contexts, prep=prep)
-    return prep.finalize()
+    return prepare(first_order.VJP, f, backend, x, contexts, w)
 
 
 def prepare_hvp(f: Callable, backend: Any, x: Any, v: Any, *contexts: Any) -> Prep:
@@ -133,9 +98,7 @@ def prepare_hvp(f: Callable, backend: Any, x: Any, v: Any, *contexts: Any) -> Pr
         >>> di.hvp(f, b, x, np.array([1.0, 0.0]), prep=prep).round(4)
         array([6., 0.])
     """
-    prep = _prep("hvp", f, backend, x, contexts, v)
-    _second_order.hvp(f, backend, x, v, *contexts, prep=prep)
-    return prep.finalize()
+    return prepare(second_order.HVP, f, backend, x, contexts, v)
 
 
 def prepare_hessian(f: Callable, backend: Any, x: Any, *contexts: Any) -> Prep:
@@ -149,9 +112,7 @@ def prepare_hessian(f: Callable, backend: Any, x: Any, *contexts: Any) -> Prep:
         array([[ 6.,  0.],
                [ 0., 12.]])
     """
-    prep = _prep("hessian", f, backend, x, contexts)
-    _second_order.hessian(f, backend, x, *contexts, prep=prep)
-    return prep.finalize()
+    return prepare(second_order.HESSIAN, f, backend, x, contexts)
 
 
 def prepare_second_derivative(f: Callable, backend: Any, x: Any, *contexts: Any) -> Prep:
@@ -163,9 +124,7 @@ def prepare_second_derivative(f: Callable, backend: Any, x: Any, *contexts: Any)
         >>> round(di.second_derivative(f, b, 2.0, prep=di.prepare_second_derivative(f, b, 1.0)), 3)
         12.0
     """
-    prep = _prep("second_derivative", f, backend, x, contexts)
-    _second_order.second_derivative(f, backend, x, *contexts, prep=prep)
-    return prep.finalize()
+    return prepare(second_order.SECOND_DERIVATIVE, f, backend, x, contexts)
 
 
 def prepare_batched_jacobian(f: Callable, backend: Any, x: Any, *contexts: Any) -> Prep:
@@ -178,6 +137,4 @@ def prepare_batched_jacobian(f: Callable, backend: Any, x: Any, *contexts: Any) 
         >>> di.batched_jacobian(f, b, x, prep=di.prepare_batched_jacobian(f, b, x)).shape
         (3, 2, 2)
     """
-    prep = _prep("batched_jacobian", f, backend, x, contexts)
-    _batched.batched_jacobian(f, backend, x, *contexts, prep=prep)
-    return prep.finalize()
+    return prepare(batched.BATCHED_JACOBIAN, f, backend, x, contexts)

@@ -255,8 +255,8 @@ def compute_references(scenario: Scenario, backend: Any) -> Scenario:
         >>> compute_references(s, di.AutoFiniteDifferences()).jac.round(4)
         array([[ 3., 12.]])
     """
-    from ..operators import first_order as _api
     from ..operators import second_order as _second_order
+    from ..operators.jacobian import jacobian
 
     leaves, tree = flatten(scenario.x)
     sizes = [int(np.size(a)) for a in leaves]
@@ -278,7 +278,7 @@ def compute_references(scenario: Scenario, backend: Any) -> Scenario:
 
     z = flat_result(scenario.x).astype(dtype)
     y = np.asarray(scenario.call(scenario.x))
-    jac = np.asarray(_api.jacobian(flat_f, backend, z, *ctx), dtype=np.float64)
+    jac = np.asarray(jacobian(flat_f, backend, z, *ctx), dtype=np.float64)
     hess = second = None
     if y.ndim == 0:
         hess = _second_order.hessian(lambda z, *c: fn(unflat(z), *c), backend, z, *ctx)

@@ -590,10 +590,6 @@ def test_third_derivative_other_args(argnum):
     assert got == pytest.approx(want, rel=1e-9)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="AutoAutograd: differentiating di.second_derivative raises autograd TypeError",
-)
 @pytest.mark.parametrize("outer", ["diffiface", "autograd"])
 def test_third_derivative_through_second_derivative(outer):
     # upstream: test_graphs.py::test_third_derivative (the third derivative as the
@@ -606,9 +602,6 @@ def test_third_derivative_through_second_derivative(outer):
     assert got == pytest.approx(want, rel=1e-9)
 
 
-@pytest.mark.xfail(
-    strict=True, reason="AutoAutograd second order: an inner di call on a Python float drops x"
-)
 def test_second_derivative_of_inner_call_on_python_float():
     # upstream: test_graphs.py::test_enclosing_scope_ref, twice differentiated
     # (f(x) = (d/dy x*y at y=2)^2 = x^2, so f'' = 2; AutoJax and autograd's own

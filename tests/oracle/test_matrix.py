@@ -9,14 +9,12 @@ for finite differences 1e-5 (first order) and 1e-3 (second order, outer and tang
 contexts). A DisconnectedWarning fails the case (every scenario depends on what is
 differentiated).
 
-``KNOWN`` maps fnmatch patterns of case ids to the diffiface defect that makes them
-fail. They are strict xfails: when the defect is fixed the case passes, the xfail
-fails, and the entry must be removed.
+A case that fails for a known defect is named in the known-gaps table
+(``diffiface/_gaps.py``, read by tests/conftest.py): a strict xfail, which fails when
+the defect is fixed until the row is removed. No case of this matrix is there today.
 """
 
 from __future__ import annotations
-
-import fnmatch
 
 import numpy as np
 import pytest
@@ -25,31 +23,17 @@ from helpers import HAVE
 import diffiface as di
 from diffiface import testing
 
-# case-id pattern -> the defect (empty: every case passes). The defects this matrix found
-# (the torch gradient penalty, torch tangents / cotangents detached from an outer pass,
-# finite differences on F-ordered and transposed x, AutoJax jacobian with a Python float in
-# a Constant, AutoJax prepared NumPy x inside an outer trace) fail 86 cases at 34f4be3.
-KNOWN: dict[str, str] = {}
-
+# The defects this matrix found (the torch gradient penalty, torch tangents / cotangents
+# detached from an outer pass, finite differences on F-ordered and transposed x, AutoJax
+# jacobian with a Python float in a Constant, AutoJax prepared NumPy x inside an outer
+# trace) fail 86 cases at 34f4be3.
 CASES = testing.consistency_matrix()
 
 
-def _param(case):
-    reasons = [why for pattern, why in KNOWN.items() if fnmatch.fnmatchcase(case.id, pattern)]
-    marks = [pytest.mark.xfail(strict=True, reason=reasons[0])] if reasons else []
-    return pytest.param(case, id=case.id, marks=marks)
-
-
-@pytest.mark.parametrize("case", [_param(c) for c in CASES])
+@pytest.mark.parametrize("case", [pytest.param(c, id=c.id) for c in CASES])
 def test_matrix(case):
     result = case.run()
     assert result.ok, result.message
-
-
-def test_known_patterns_name_cases():
-    ids = [c.id for c in CASES]
-    stale = [p for p in KNOWN if not any(fnmatch.fnmatchcase(i, p) for i in ids)]
-    assert not stale, f"KNOWN patterns that match no case: {stale}"
 
 
 def test_the_matrix_covers_every_dimension():
@@ -91,7 +75,7 @@ def test_a_user_function_with_its_closed_forms_passes():
         d_closed=_d_closed,
         name="cube",
         operators=("gradient", "hvp"),
-        kinds=("C", "F", "T", "strided"),  # NumPy into JAX prepared: see KNOWN
+        kinds=("C", "F", "T", "strided"),
     )
     assert {c.context for c in cases} >= {"plain", "di_outer", "di_tangent"}
     failed = [(c.id, r.message) for c in cases if not (r := c.run()).ok]

@@ -13,7 +13,8 @@ Every result computed through diffiface (``AutoTorch`` in its modes, called
 plain, prepared, nested in ``torch.func`` / ``torch.autograd`` / diffiface
 itself) is compared with torch.func's own call and, where that could itself be
 in doubt, with float64 central differences computed here without diffiface.
-Known diffiface defects are ``xfail(strict=True)`` with the assertion kept.
+Known diffiface defects are in the known-gaps table (``diffiface/_gaps.py``): strict xfails
+with the assertion kept.
 """
 
 from __future__ import annotations
@@ -497,19 +498,12 @@ def test_unrelated_vjp_multiple_inputs():
     close(result, (torch.zeros_like(w), torch.ones_like(x)))
 
 
-FORWARD_NO_WARNING = pytest.mark.xfail(
-    strict=True,
-    reason="no DisconnectedWarning for a forward jacobian of a forward jacobian (the inner "
-    "result's tangent is read at the wrong functorch level); the zeros are right",
-)
-
-
 # upstream: TestGradTransform.test_unrelated_hessian (5 outputs > 3 inputs: auto goes forward)
 @pytest.mark.parametrize(
     "b",
     [
-        pytest.param(di.AutoTorch(), id="auto", marks=FORWARD_NO_WARNING),
-        pytest.param(di.AutoTorch(mode="forward"), id="forward", marks=FORWARD_NO_WARNING),
+        pytest.param(di.AutoTorch(), id="auto"),  # auto and forward: a known gap
+        pytest.param(di.AutoTorch(mode="forward"), id="forward"),
         pytest.param(di.AutoTorch(mode="reverse"), id="reverse"),
     ],
 )
@@ -1017,11 +1011,6 @@ def test_jac_against_reference(b, f, inputs):
 
 
 # upstream: TestJac.test_inplace (f writes x into its Constant y in place)
-@pytest.mark.xfail(
-    strict=True,
-    reason="jacobian of f that writes into a Constant in place raises 'f changes its input in "
-    "place' (torch.func.jacrev(f, argnums=0)(x, y) and di.gradient both work)",
-)
 @pytest.mark.parametrize("b", MODES)
 def test_jac_inplace_into_constant(b):
     def f(x, y):
@@ -1041,14 +1030,7 @@ def test_jac_inplace_into_constant(b):
 @pytest.mark.parametrize(
     "operator",
     [
-        pytest.param(
-            "jvp",
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="jvp of f that writes into a Constant in place raises 'f changes its "
-                "input in place' (vjp works)",
-            ),
-        ),
+        "jvp",  # a known gap (diffiface/_gaps.py)
         "vjp",
     ],
 )

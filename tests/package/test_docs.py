@@ -11,6 +11,7 @@ from helpers import HAVE
 
 import diffiface as di
 from diffiface import _support, testing
+from diffiface._gaps import gaps_table
 
 ROOT = pathlib.Path(__file__).parents[2]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -30,7 +31,8 @@ def test_every_python_block_runs(page):
         pytest.skip(f"needs {', '.join(sorted(missing))}")
     namespace: dict = {"__name__": f"docs_{page.stem}"}
     for i, block in enumerate(code):
-        exec(compile(block, f"{page.name} block {i + 1}", "exec"), namespace)
+        # dont_inherit: a block runs as a user runs it, not under this module's __future__
+        exec(compile(block, f"{page.name} block {i + 1}", "exec", dont_inherit=True), namespace)
 
 
 def test_every_public_name_is_on_the_api_page():
@@ -51,6 +53,8 @@ def test_the_support_page_matches_the_code():
     fix = "regenerate with: diffiface info --support"
     assert support.group(1) == _support.support_table(), fix
     assert nested.group(1) == _support.nested_table(), fix
+    gaps = re.search(r"<!-- gaps:start -->\n(.*?)\n<!-- gaps:end -->", page, re.S)
+    assert gaps.group(1) == gaps_table(), fix
 
 
 def test_the_nav_lists_every_page():

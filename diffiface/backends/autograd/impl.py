@@ -84,7 +84,13 @@ class AutogradImpl(BackendImpl):
             gs = tuple(anp.conj(g) if np.iscomplexobj(g) else g for g in gs)
         return y, gs
 
-    def direct(self, prob, numpy=False, combo=None):
+    def runner(self, prob, form, combo=None, weak=False):
+        """For a prepared plain gradient (see ``_gradient_runner``)."""
+        if weak or form != "array":
+            return None
+        return self._gradient_runner(prob)
+
+    def _gradient_runner(self, prob):
         """For a prepared plain gradient: one make_vjp of f itself. Anything unusual
         (a box from an outer pass, complex x, an error, f off the graph, a non-scalar
         output) returns SLOW for the general path."""

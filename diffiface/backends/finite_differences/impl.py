@@ -264,12 +264,10 @@ class FiniteDifferencesImpl(BackendImpl):
     @_operator("first")
     def value_and_batched_jacobian(self, prob, xs, ctx):
         """Every sample perturbed at once: 2 * in calls of f (central), besides f(x)."""
-        from ...operators.batched import check_batch
-
         (x,) = xs
         fn = prob.flat()
         y = self._eval(fn, xs, ctx)
-        check_batch(prob, x.shape, y.shape)
+        _checks.check_batch(prob, x.shape, y.shape)
         b = x.shape[0]
         n_in = x.size // max(b, 1)
         flat = x.reshape(b, n_in)

@@ -16,7 +16,6 @@ from ..._reads import fingerprint
 from ..._tree import flatten, unflatten
 from ...core.backend import SLOW, BackendImpl
 from ...core.registry import register
-from ...operators.batched import check_batch_of
 
 CACHE = FunctionCache()
 _FLOATS = frozenset(np.dtype(t) for t in ("float16", "float32", "float64"))
@@ -136,7 +135,18 @@ class JaxImpl(BackendImpl):
         y, g = _run(prob, run, _arg(prob, xs), *dyn)
         return y, _tuple(prob, g)
 
-    def direct(self, prob, numpy=False, combo=None):
+    keeps_plans = True
+
+    def runner(self, prob, form, combo=None, weak=False):
+        """The compiled function, called as is (see ``BackendImpl.runner``): every
+        JAX runner holds f weakly (through the cache)."""
+        if form == "leaves":
+            return self._leaves_runner(prob)
+        if weak:
+            return self._unprepared_runner(prob, form == "numpy")
+        return self._prepared_runner(prob, form == "numpy", combo)
+
+    def _prepared_runner(self, prob, numpy=False, combo=None):
         """For a prepared single-array call without contexts: the function the
         warm-up call compiled, called as is (a tangent must be like x)."""
         run = _only_compiled(prob)
@@ -170,7 +180,7 @@ class JaxImpl(BackendImpl):
             return run  # compiled for exactly this signature: nothing left to catch
         return None
 
-    def direct_leaves(self, prob):
+    def _leaves_runner(self, prob):
         """For a prepared call of native leaves (x and Constant contexts): the compiled
         function on the leaves, its gradient put back in the structure of x."""
         run, treedef = _only_compiled(prob), prob.treedef
@@ -187,9 +197,7 @@ class JaxImpl(BackendImpl):
 
         return value_and_gradient
 
-    implicit_leaves = direct_leaves  # the compiled function holds f weakly
-
-    def implicit(self, prob, numpy=False):
+    def _unprepared_runner(self, prob, numpy=False):
         """For an unprepared plain call: the cached jitted function (it holds f weakly)."""
         run = _only_compiled(prob)
         if prob.op in _AS_IS and prob.single and run is not None:
@@ -322,7 +330,7 @@ class JaxImpl(BackendImpl):
                 fn = with_ctx(dyn)
                 b, rest = x.shape[0], x.shape[1:]
                 out = jax.eval_shape(fn, x)
-                check_batch_of(op, backend, x.shape, out.shape)
+                _checks.check_batch_of(op, backend, x.shape, out.shape)
                 n_in, n_out = x.size // max(b, 1), out.size // max(b, 1)
                 reverse = mode == "reverse" or (mode is None and n_out <= n_in)
                 if reverse:  # n_out vjps, each one basis vector repeated over the batch

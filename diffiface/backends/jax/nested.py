@@ -14,6 +14,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
+from ... import _checks
 from ...core.registry import register_rule
 from ...nested.rules import Kit, register_gradient_rules, split_floats, vjp_potential
 
@@ -100,13 +101,11 @@ def jacobian(impl, prob, xs, ctx):
 
 @register_rule("jax", "value_and_batched_jacobian")
 def value_and_batched_jacobian(impl, prob, xs, ctx):
-    from ...operators.batched import check_batch
-
     q, g = split_floats(prob, ctx, _is_float)
     xs = tuple(xs)
     (x,) = xs
     y = g(xs, q)
-    check_batch(prob, tuple(x.shape), tuple(y.shape))
+    _checks.check_batch(prob, tuple(x.shape), tuple(y.shape))
     b, n_out = y.shape[0], y.size // max(y.shape[0], 1)
     eye = jnp.broadcast_to(jnp.eye(n_out, dtype=y.dtype)[:, None], (n_out, b, n_out))
     rows = _rows(g, xs, q, eye.reshape((n_out, *y.shape)))  # (n_out, B, *in)

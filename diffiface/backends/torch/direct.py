@@ -16,7 +16,7 @@ from torch._C._functorch import is_functorch_wrapped_tensor
 from ..._tree import unflatten
 from ...core.backend import OUT_SIZE, SLOW
 from .forward import FORWARD_LOCK
-from .impl import _grads, _reaches_outside, done, leaf
+from .graph import done, grads, leaf, reaches_outside
 
 
 def runner(prob, combo):
@@ -66,7 +66,7 @@ def _like(t, x) -> bool:
     )
 
 
-def _forward(f, x):
+def forward_graph(f, x):
     """(leaf, f(leaf), attached) when f(leaf) is a tensor on a graph through leaf, else
     None; ``attached`` when the graph also reaches tensors an outer pass differentiates
     (a closure over a model's parameters): the results must then stay on the graph."""
@@ -78,7 +78,7 @@ def _forward(f, x):
     done((xg,))
     if type(y) is not torch.Tensor or y.grad_fn is None:
         return None
-    return xg, y, _reaches_outside(y, (xg,))
+    return xg, y, reaches_outside(y, (xg,))
 
 
 def _reverse(f, value, cotangent):
@@ -87,7 +87,7 @@ def _reverse(f, value, cotangent):
     def run(x, w=None):
         if not _plain(x) or (cotangent and (type(w) is not torch.Tensor or w.requires_grad)):
             return SLOW
-        if (got := _forward(f, x)) is None:
+        if (got := forward_graph(f, x)) is None:
             return SLOW
         xg, y, attached = got
         if cotangent:
@@ -95,7 +95,7 @@ def _reverse(f, value, cotangent):
                 return SLOW
         elif y.ndim:
             return SLOW
-        (g,) = _grads(y, (xg,), w, attached, False)
+        (g,) = grads(y, (xg,), w, attached, False)
         return (y if attached else y.detach(), g) if value else g
 
     return run
@@ -119,7 +119,7 @@ def _jvp(f, value):
 
 def _hvp(f, value):
     def run(x, v):
-        if not _plain(x) or not _like(v, x) or (got := _forward(f, x)) is None:
+        if not _plain(x) or not _like(v, x) or (got := forward_graph(f, x)) is None:
             return SLOW
         xg, y, attached = got
         if y.ndim:
@@ -127,7 +127,7 @@ def _hvp(f, value):
         (g,) = torch.autograd.grad(y, xg, create_graph=True, allow_unused=True)
         if g is None or not g.requires_grad:  # unused or linear x: the general path
             return SLOW
-        (hv,) = _grads(g, (xg,), v, attached, False)
+        (hv,) = grads(g, (xg,), v, attached, False)
         return (g if attached else g.detach(), hv) if value else hv
 
     return run
@@ -151,8 +151,8 @@ def leaves_runner(prob):
         done(xg)
         if type(y) is not torch.Tensor or y.ndim or y.grad_fn is None:
             return SLOW
-        attached = _reaches_outside(y, xg)  # a closure or a Constant differentiated outside
-        gs = _grads(y, xg, None, attached, False)
+        attached = reaches_outside(y, xg)  # a closure or a Constant differentiated outside
+        gs = grads(y, xg, None, attached, False)
         g = gs[0] if single else unflatten(treedef, list(gs))
         return (y if attached else y.detach(), g) if value else g
 

@@ -16,7 +16,7 @@ import torch
 from ... import _checks
 from ...nested.rules import Kit, register_gradient_rules
 from .forward import jvp
-from .impl import _reaches_outside, leaf
+from .graph import leaf, reaches_outside
 
 
 class _Spec:
@@ -37,7 +37,7 @@ class _GradForm(torch.autograd.Function):
         with torch.enable_grad():
             xs = tuple(leaf(a) for a in leaves[:nx])
             val = spec.h(xs, tuple(a.detach() for a in leaves[nx:]))
-            if _reaches_outside(val, xs):
+            if reaches_outside(val, xs):
                 raise _checks.closed_over("torch")
             if val.requires_grad:
                 gx = torch.autograd.grad(val, xs, allow_unused=True)

@@ -1,0 +1,87 @@
+"""The known gaps: what diffiface does not do yet, on which backend, the way around it,
+and the tests that show it.
+
+One table, read by the support matrix in the docs (``diffiface info --support``) and
+by the tests: ``tests/conftest.py`` marks every test named here as a strict xfail, so
+a gap that closes fails loudly until its row is removed, and a row whose tests are
+gone fails too.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+
+
+@dataclasses.dataclass(frozen=True)
+class Gap:
+    """One known gap. ``tests``: patterns of pytest node ids (``*`` is a wildcard;
+    brackets are literal), matched against the whole id."""
+
+    backend: str
+    what: str
+    way_around: str
+    tests: tuple[str, ...]
+
+    def matches(self, nodeid: str) -> bool:
+        return any(_pattern(p).fullmatch(nodeid) for p in self.tests)
+
+
+def _pattern(text: str) -> re.Pattern:
+    return re.compile(".*".join(re.escape(part) for part in text.split("*")))
+
+
+KNOWN_GAPS = (
+    Gap(
+        "AutoJax",
+        "An unprepared call does not see a value f closes over that was changed in place "
+        "(a dict or list item, a NumPy array written into): the compiled function keeps "
+        "the value it was traced with. Rebinding the name is seen.",
+        "Pass the value as di.Constant(...), or rebind it to a new object.",
+        (
+            "*::test_unprepared_call_sees_changed_closure[dict_item]",
+            "*::test_unprepared_call_sees_changed_closure[list_item]",
+            "*::test_unprepared_call_sees_changed_closure[numpy_inplace]",
+        ),
+    ),
+    Gap(
+        "AutoAutograd",
+        "Differentiating di.second_derivative (a third derivative) raises autograd's TypeError.",
+        "Nest di.derivative, or use AutoJax.",
+        ("*::test_third_derivative_through_second_derivative[*]",),
+    ),
+    Gap(
+        "AutoAutograd",
+        "The second derivative of an inner di call made on a Python float drops x.",
+        "Make the inner call on a 0-d NumPy array.",
+        ("*::test_second_derivative_of_inner_call_on_python_float",),
+    ),
+    Gap(
+        "AutoTorch",
+        "jacobian and jvp of an f that writes into a Constant in place raise 'f changes "
+        "its input in place' (gradient and vjp work).",
+        "Write into a clone inside f, or use vjp.",
+        (
+            "*::test_jac_inplace_into_constant[*]",
+            "*::test_jac_inplace_slice_assign[jvp]",
+        ),
+    ),
+    Gap(
+        "AutoTorch",
+        "A forward jacobian of a forward jacobian gives no DisconnectedWarning when the "
+        "result is zero everywhere (the zeros are right).",
+        "mode='reverse' warns.",
+        (
+            "*::test_unrelated_hessian[auto]",
+            "*::test_unrelated_hessian[forward]",
+        ),
+    ),
+)
+
+
+def gaps_table() -> str:
+    """Markdown: the known gaps, one row each."""
+    lines = ["| backend | gap | the way around |", "| --- | --- | --- |"]
+    for gap in KNOWN_GAPS:
+        lines.append(f"| {gap.backend} | {gap.what} | {gap.way_around} |")
+    return "\n".join(lines)

@@ -1,0 +1,195 @@
+"""torch graphs for one call: the leaves diffiface differentiates, f run on them (with
+the check that f drops no derivative), the pullbacks, and what an outer pass sees."""
+
+from __future__ import annotations
+
+import torch
+import torch.autograd.forward_ad as fwAD
+from torch._C._functorch import is_functorch_wrapped_tensor, peek_interpreter_stack
+from torch.overrides import TorchFunctionMode
+
+from ... import _checks, _config
+from ..._cache import FunctionCache
+from ..._tree import flatten
+from .forward import FORWARD_LOCK
+
+
+def seen_by_outer(t) -> bool:
+    """A tangent or cotangent ``t`` that an outer differentiation sees."""
+    return isinstance(t, torch.Tensor) and (
+        (t.requires_grad and torch.is_grad_enabled())
+        or is_functorch_wrapped_tensor(t)
+        or is_dual(t)
+    )
+
+
+def is_dual(a) -> bool:
+    """``a`` carries a forward-mode tangent. Checked per tensor: torch's current
+    forward-AD level is a process-wide global that another thread's jvp may have set."""
+    return fwAD._current_level >= 0 and fwAD.unpack_dual(a).tangent is not None
+
+
+def tensors_of(ctx: tuple) -> list:
+    """The tensor leaves of the contexts."""
+    return [c for c in flatten(ctx)[0] if isinstance(c, torch.Tensor)] if ctx else []
+
+
+def in_functorch() -> bool:
+    """A torch.func transform is running: it may see this call through x, a context,
+    a tangent or a closure, and it forbids the graph-building calls of a plain pass."""
+    return peek_interpreter_stack() is not None
+
+
+def outer_pass(xs: tuple, ctx: tuple) -> bool:
+    """True when an outer differentiation can see this call through x or a Constant
+    (the contexts are flattened only when x alone does not tell)."""
+    if fwAD._current_level >= 0 and any(is_dual(a) for a in (*xs, *tensors_of(ctx))):
+        return True  # forward-mode AD sees this call: keep every tangent
+    if not torch.is_grad_enabled():
+        return False
+    return any(x.requires_grad for x in xs) or any(c.requires_grad for c in tensors_of(ctx))
+
+
+def reaches_outside(y, xg: tuple) -> bool:
+    """True when y's graph reaches a leaf requiring grad other than xg: f closes over
+    tensors of an outer differentiation, so the result must stay attached."""
+    node = y.grad_fn
+    if node is None or not torch.is_grad_enabled():
+        return False
+    own = [id(x) for x in xg]
+    stack, seen = [node], set()
+    while stack:
+        for nxt, _ in stack.pop().next_functions:
+            if nxt is None:
+                continue
+            variable = getattr(nxt, "variable", None)
+            if variable is not None:  # an accumulating leaf
+                if id(variable) not in own and not hasattr(variable, DONE):
+                    return True
+            elif nxt not in seen:
+                seen.add(nxt)
+                stack.append(nxt)
+    return False
+
+
+DONE = "_diffiface_done"  # marks a leaf of a finished call (see ``apply_f``)
+
+
+def apply_f(prob, fn, xg: tuple, ctx: tuple):
+    """f at the leaves this call differentiates. While f runs, a diffiface call nested
+    in f sees them as an outer pass's; once f returned they are this call's own, and a
+    graph that reaches them (an attached inner result) reaches nothing outside."""
+    y = call_f(prob, lambda: fn(xg, *ctx))
+    done(xg)
+    return y
+
+
+def done(xg) -> None:
+    """Mark diffiface's own leaves ``xg`` as those of a finished call."""
+    for x in xg:
+        setattr(x, DONE, True)
+
+
+def forward_graph(prob, fn, xs, ctx, outer):
+    with torch.enable_grad():
+        xg = tuple(own(x, outer) for x in xs)
+        y = apply_f(prob, fn, xg, ctx)
+    return xg, y
+
+
+def own(x, outer: bool):
+    """The tensor to differentiate. Inside an outer pass an alias of x (a view, or a
+    clone that keeps a forward-mode tangent), so that other uses of x (in a Constant,
+    a FixedParams parameter, a closure) are not counted as uses of the argument; a
+    detached copy of the reference otherwise."""
+    if outer:
+        if x.requires_grad:  # a view of a leaf refuses in-place ops; a non-leaf is copied
+            return x.view_as(x) if x.is_leaf else x.clone()
+        return x.clone().requires_grad_()
+    return leaf(x)
+
+
+def leaf(x):
+    """A leaf that requires grad, on a copy of x's data: torch refuses in-place ops on a
+    leaf, but f could still write to its storage through ``.detach()`` or ``.data``,
+    which would change the caller's tensor (or NumPy array: it shares the storage)."""
+    return x.detach().clone().requires_grad_()
+
+
+def grads(y, xg, w, outer, retain):
+    """The pullback of ``w`` (None: a scalar y) to ``xg``. The result stays on the graph
+    when an outer pass sees the call (``outer``) or the cotangent ``w``; a graph built
+    on y's graph keeps y's graph alive (its saved tensors are read again)."""
+    if not y.requires_grad:  # f does not depend on x: every derivative is zero
+        return tuple(torch.zeros_like(x) for x in xg)
+    create = outer or seen_by_outer(w)
+    gs = torch.autograd.grad(
+        y, xg, w, allow_unused=True, create_graph=create, retain_graph=retain or create
+    )
+    if any(g is None for g in gs):
+        return tuple(torch.zeros_like(x) if g is None else g for g, x in zip(gs, xg, strict=True))
+    return gs
+
+
+def call_forward(prob, thunk):
+    """``call_f`` for torch.func forward mode (jvp, jacfwd), one thread at a time: torch
+    keeps its forward-AD level in a process-wide global that concurrent jvps corrupt
+    ("no level exists")."""
+    with FORWARD_LOCK:
+        return call_f(prob, thunk)
+
+
+class NoScalars(TorchFunctionMode):
+    """A tensor that carries a derivative converted to a Python number or to NumPy is an
+    error (torch itself only warns for float(), and says nothing for .item(), so the
+    derivative through it would silently be dropped). JAX and autograd raise on the same
+    f. ``.detach()`` is torch's stop_gradient and stays allowed."""
+
+    _NAMES = frozenset(("__float__", "__int__", "__complex__", "item", "tolist", "numpy"))
+
+    def __init__(self, prob):
+        super().__init__()
+        self.prob = prob
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        name = getattr(func, "__name__", "")
+        if name in self._NAMES and args and isinstance(args[0], torch.Tensor):
+            t = args[0]
+            if t.requires_grad or is_functorch_wrapped_tensor(t) or is_dual(t):
+                raise _checks.dropped_derivative(self.prob.op, self.prob.backend, f"Tensor.{name}")
+        return func(*args, **(kwargs or {}))
+
+
+# functions whose first call ran under NoScalars without converting a derivative away
+CHECKED = FunctionCache(per_function=1)
+
+
+def call_f(prob, thunk):
+    """Run f; its first call (and every call under strict) checks that f converts no
+    tensor carrying a derivative to a number, at no cost to the calls after it."""
+    if _config.strict() or CHECKED.peek(prob.f, True) is None:
+        with NoScalars(prob):
+            out = call_plain(prob, thunk)
+        CHECKED.put(prob.f, True, True)
+        return out
+    return call_plain(prob, thunk)
+
+
+def call_plain(prob, thunk):
+    try:
+        return thunk()
+    except TypeError as exc:
+        clear = _checks.framework_error(prob.op, prob.backend, exc)
+        if clear is None:
+            raise
+        raise clear from exc
+    except RuntimeError as exc:
+        if "numpy()" in str(exc) or "NumPy" in str(exc):
+            raise _checks.left_framework(prob.op, prob.backend, exc) from exc
+        if "in-place operation" in str(exc):
+            raise _checks.DiffifaceValueError(
+                f"{_checks.call_form(prob.op, prob.backend)}: f changes its input in place "
+                f"({exc}). Your x is unchanged; make f work on a copy (x = x.clone()) or "
+                "use out-of-place ops."
+            ) from exc
+        raise

@@ -1,0 +1,235 @@
+"""The one operator shell: check -> plan -> run -> convert back.
+
+Every public operator is an :class:`Operator` declaration (its name, its family,
+whether f must be scalar, whether it takes a ``second_order`` backend, which fast
+path it has, and a ``run`` function on a :class:`Call`) and a thin public function
+that hands its arguments to :func:`call`. The shell does the rest, the same way for
+every operator:
+
+1. the fast path: a prepared call that matches its plan exactly, or an unprepared
+   call that matches the cached plan of the last call like it, runs the backend's
+   runner and nothing else (a backend that keeps no unprepared plans pays no lookup);
+2. enter: the boundary checks, the backend's implementation, x and the contexts
+   converted, the Problem, a FixedParams routed to its nested-AD rule;
+3. run, then remember the plan of an unprepared call for the next one like it;
+4. arrays of another framework raise ``Foreign`` while converting: the shell hands
+   the call to the bridge, the one hook through which the layer above is reached.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from .. import _checks, _config, _finite
+from .._contexts import Constant, FixedParams, unfix
+from .._errors import Foreign
+from .._tree import flatten, unflatten
+from ..nested.route import route
+from . import convert, registry, unprepared
+from .backend import SLOW
+from .plan import Prep, native_sig
+from .problem import Problem
+
+
+class Operator:
+    """One public operator, declared.
+
+    ``run(call, t, chunk_size)`` computes the result from an entered :class:`Call`
+    (``t``: the tangent or cotangent, None for operators without one). ``fast``:
+    "any" (prepared and unprepared plans), "prepared", or None. ``remember``: the
+    unprepared plans it stores, "array" (one array) or "leaves" (also native pytrees
+    with Constant contexts), or None. ``resolve(f, backend, contexts)`` gives
+    ``(impl, combo)`` for a second-order backend.
+    """
+
+    __slots__ = ("family", "fast", "name", "public", "remember", "resolve", "run", "scalar")
+
+    def __init__(
+        self, name, family, run, *, scalar=False, fast="prepared", remember=None, resolve=None
+    ):
+        self.name, self.family, self.run, self.scalar = name, family, run, scalar
+        self.fast, self.remember, self.resolve = fast, remember, resolve
+        self.public: Callable | None = None  # set by ``public``
+
+    def __repr__(self) -> str:
+        return f"<diffiface operator {self.name}>"
+
+
+def public(op: Operator) -> Callable:
+    """Decorator: the public function of ``op`` (the bridge calls it by this link)."""
+
+    def deco(fn: Callable) -> Callable:
+        op.public = fn
+        return fn
+
+    return deco
+
+
+class Call:
+    """One entered call: the implementation, the Problem, x's native leaves and kinds,
+    the contexts' values, the second-order combination; and the conversions back."""
+
+    __slots__ = ("combo", "ctx", "impl", "kinds", "prob", "xs")
+
+    def __init__(self, impl, prob: Problem, xs: tuple, kinds: tuple, ctx: tuple, combo=None):
+        self.impl, self.prob, self.xs, self.kinds, self.ctx, self.combo = (
+            impl,
+            prob,
+            xs,
+            kinds,
+            ctx,
+            combo,
+        )
+
+    def back(self, a: Any) -> Any:
+        """A result shaped like f(x), in x's kind (native if any leaf of x was)."""
+        kinds = self.kinds
+        kind = convert.NATIVE if convert.NATIVE in kinds else min(kinds, default=0)
+        return convert.back(self.impl, a, kind)
+
+    def like_x(self, gs: tuple) -> Any:
+        """Leaves shaped like x's, in x's structure and kinds."""
+        prob, kinds = self.prob, self.kinds
+        if prob.single and kinds[0] == convert.NATIVE:
+            return gs[0]
+        gs = [convert.back(self.impl, g, k) for g, k in zip(gs, kinds, strict=True)]
+        return gs[0] if prob.single else unflatten(prob.treedef, gs)
+
+
+# the bridge's entry (diffiface.bridge registers it): hook(exc, operator, f, backend,
+# args, kwargs) runs the public operator across frameworks
+_BRIDGE: list = [None]
+
+
+def on_foreign(hook: Callable) -> None:
+    _BRIDGE[0] = hook
+
+
+def call(op: Operator, f, backend, x, t, contexts: tuple, prep, chunk_size=None) -> Any:
+    """The public operator ``op`` on these arguments (``t``: its tangent, or None)."""
+    try:
+        if op.fast is not None and chunk_size is None and not _config.checking():
+            out = _fast(op, f, backend, x, t, contexts, prep)
+            if out is not SLOW:
+                return out
+        c = enter(op, f, backend, x, contexts, prep, t)
+        out = op.run(c, t, chunk_size)
+        if op.remember is not None and prep is None and chunk_size is None:
+            _remember(op, f, backend, x, c, contexts)
+        return out
+    except Foreign as exc:  # arrays of another framework: the call crosses a bridge
+        args = (x, *contexts) if t is None else (x, t, *contexts)
+        kw = {"prep": prep} if chunk_size is None else {"prep": prep, "chunk_size": chunk_size}
+        hook = _BRIDGE[0]
+        if hook is None:
+            raise
+        return hook(exc, op.public, f, backend, args, kw)
+
+
+def _fast(op: Operator, f, backend, x, t, contexts: tuple, prep) -> Any:
+    """The result by a plan's runner, or SLOW when the general path must run."""
+    if prep is not None:
+        if t is None:
+            return prepared(prep).run_direct(op.name, f, backend, x, contexts)
+        return prepared(prep).run_direct(op.name, f, backend, x, contexts, t)
+    if op.fast != "any":
+        return SLOW
+    impl = registry.known(backend)
+    if impl is None or not impl.keeps_plans:  # no plan to find: no lookup
+        return SLOW
+    if not contexts:
+        run = unprepared.lookup(op.name, f, backend, x)
+        if run is not None:
+            return run(x)
+    out = unprepared.run_leaves(op.name, f, backend, x, contexts)
+    return SLOW if out is None else out
+
+
+def prepared(prep: Any) -> Prep:
+    if not isinstance(prep, Prep):
+        raise _checks.DiffifaceTypeError(
+            f"prep must come from a di.prepare_<operator>(...) call, got {type(prep).__name__}."
+        )
+    return prep
+
+
+def enter(op: Operator, f, backend, x, contexts: tuple, prep, t=None) -> Call:
+    """Check the arguments, convert x and the contexts, build the Problem."""
+    if _config.check_finite():
+        _finite.check(op.name, backend, f, x, contexts, t)
+    if prep is not None:
+        plan = prepared(prep)
+        impl, prob, xs, kinds, ctx = plan.enter(op.name, f, backend, x, contexts, t)
+        if not getattr(plan.impl, "holds_call", False):
+            return Call(impl, prob, xs, kinds, ctx, plan.combo)
+        # finite differences over an AD gradient hold f and the contexts: enter anew
+    _checks.check_backend(op.name, f, backend, second=op.resolve is not None)
+    if op.resolve is None:
+        impl, combo = registry.implementation(backend), None
+    else:
+        impl, combo = op.resolve(f, backend, contexts)
+    return enter_impl(op.name, f, backend, impl, x, contexts, op.scalar, combo)
+
+
+def enter_impl(name: str, f, backend, impl, x, contexts: tuple, scalar: bool, combo=None) -> Call:
+    """Convert x and the contexts for ``impl`` and build the Problem; a FixedParams
+    becomes its function with the parameters as the first context."""
+    f, contexts, fixed = unfix(f, contexts)
+    if impl.is_native(x) and impl.is_float(x):  # fast path: one array of the framework
+        xs, kinds, single, tree = (x,), _ONE_NATIVE, True, _LEAF
+    else:
+        x = impl.open(x)
+        leaves, tree = flatten(x)
+        xs, kinds = convert.point(name, impl, leaves, tree)
+        single = len(leaves) == 1 and leaves[0] is x
+    prob = Problem(name, backend, impl, f, tree, single, scalar)
+    ctx = convert.contexts(name, impl, contexts) if contexts else ()
+    if fixed is not None:
+        impl = route(impl, fixed, name, xs, ctx)
+    return Call(impl, prob, xs, kinds, ctx, combo)
+
+
+_ONE_NATIVE = (convert.NATIVE,)
+_LEAF = flatten(0.0)[1]
+
+
+def _remember(op: Operator, f, backend, x, c: Call, contexts: tuple) -> None:
+    """After a plain unprepared call: store its runner for the next call like it (one
+    native or NumPy array; or, for "leaves", native pytree leaves with Constant
+    contexts of native leaves)."""
+    impl, prob, kinds = c.impl, c.prob, c.kinds
+    if impl is not prob.impl or not impl.keeps_plans:
+        return
+    if prob.single and not c.ctx and kinds[0] != convert.PYTHON:
+        form = "numpy" if kinds[0] == convert.NUMPY else "array"
+        unprepared.store(op.name, f, backend, x, impl.runner(prob, form, weak=True))
+        return
+    if op.remember != "leaves" or not all(k == convert.NATIVE for k in kinds):
+        return
+    if type(f) is FixedParams or any(type(a) is not Constant for a in contexts):
+        return
+    run = impl.runner(prob, "leaves", weak=True)
+    if run is None:
+        return
+    x_sig = native_sig(impl, x)
+    c_sig = native_sig(impl, tuple(a.value for a in contexts)) if c.ctx else None
+    if x_sig is not None and (c_sig is not None or not c.ctx):
+        unprepared.store_leaves(op.name, f, backend, x_sig, c_sig, run)
+
+
+def prepare(op: Operator, f, backend, x, contexts: tuple, t=None) -> Prep:
+    """``prepare_<op>``: enter once, build the plan, warm it up (JAX compiles), and
+    build its runners."""
+    try:
+        c = enter(op, f, backend, x, contexts, None)
+    except Foreign:
+        raise _checks.DiffifaceValueError(
+            f"prepare_{op.family}(f, {backend!r}, ...): the arguments hold arrays of another "
+            "framework (or second_order crosses frameworks), and a preparation holds one "
+            "framework's arrays. Prepare with the backend's arrays, or call the operator "
+            "without prep= (it then crosses a bridge)."
+        ) from None
+    plan = Prep(op.family, f, backend, c.impl, c.combo, c.prob, x, c.kinds, contexts, t)
+    call(op, f, backend, x, t, contexts, plan)
+    return plan.finalize()

@@ -1,0 +1,74 @@
+"""Finite differences over another backend's derivative, on NumPy arrays
+(``second_order(AutoFiniteDifferences(), inner)``)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from .. import _checks
+from .._backend_types import SecondOrder
+from ..core.problem import Problem
+from .first_order import value_and_derivative, value_and_gradient
+
+
+class FiniteDifferencesOver:
+    """Finite differences (outer) over another backend's derivative (inner), on NumPy arrays.
+
+    It stands in for a backend implementation: array helpers come from the
+    finite-differences backend, derivatives of ``f`` from the public operators
+    on the inner backend.
+    """
+
+    holds_call = True  # a plan of it holds f and the contexts: each call enters anew
+
+    def __init__(self, backend: SecondOrder, fd: Any, f: Callable, contexts: tuple):
+        self.backend, self.fd, self.inner = backend, fd, backend.inner
+        self.f, self.contexts = f, contexts
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.fd, name)
+
+    def _inner(self, prob, op: Callable, index: int) -> Problem:
+        """A NumPy problem x -> op(f, inner, x)[index] for the finite differences."""
+        f, inner, contexts = self.f, self.inner, self.contexts
+
+        def g(x, *_):
+            return np.asarray(op(f, inner, x, *contexts)[index])
+
+        return Problem(prob.op, self.backend, self.fd, g, prob.treedef, True, False)
+
+    def gradient_and_hvp(self, prob, xs, vs, ctx, combo):
+        if not prob.single:
+            raise _checks.not_single_array(prob.op, self.backend, len(xs))
+        g, hv = self.fd.value_and_jvp(self._inner(prob, value_and_gradient, 1), xs, vs, ())
+        return (g,), (hv,)
+
+    def hvp(self, prob, xs, vs, ctx, combo):
+        return self.gradient_and_hvp(prob, xs, vs, ctx, combo)[1]
+
+    def gradient_and_hvps(self, prob, xs, vss, ctx, combo):
+        out = [self.gradient_and_hvp(prob, xs, vs, ctx, combo) for vs in vss]
+        return out[0][0], [h for _, h in out]
+
+    def hessian(self, prob, xs, ctx, combo):
+        return self.value_gradient_and_hessian(prob, xs, ctx, combo)[2]
+
+    def value_gradient_and_hessian(self, prob, xs, ctx, combo):
+        y = self._inner(prob, value_and_gradient, 0).flat()(xs)
+        g, h = self.fd.value_and_jacobian(self._inner(prob, value_and_gradient, 1), xs, ())
+        return y, (g,), h
+
+    def chunked_hessian(self, prob, xs, ctx, combo, k: int):
+        """The Hessian built k columns at a time, as the dense one is (for chunk_size)."""
+        y = self._inner(prob, value_and_gradient, 0).flat()(xs)
+        g, h = self.fd.chunked_jacobian(self._inner(prob, value_and_gradient, 1), xs, (), k)
+        return y, (g,), h
+
+    def value_derivative_and_second_derivative(self, prob, xs, ctx):
+        y = self._inner(prob, value_and_derivative, 0).flat()(xs)
+        dprob = self._inner(prob, value_and_derivative, 1)
+        d, d2 = self.fd.value_and_jvp(dprob, xs, (np.ones_like(xs[0]),), ())
+        return y, d, d2

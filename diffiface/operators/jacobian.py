@@ -1,0 +1,105 @@
+"""Jacobians: jacobian, value_and_jacobian (dense limits and chunking in ``dense``)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from .. import _checks
+from ..core import convert, shell
+from ..core.backend import size
+from ..core.shell import Call, Operator
+from . import dense
+
+
+def _jacobians(c: Call, chunk_size, value: bool):
+    """(f(x), J): the backend's jacobian (under the dense limit), built in chunks, or
+    zeros when x is empty (no basis to run over)."""
+    impl, prob, xs, ctx = c.impl, c.prob, c.xs, c.ctx
+    if chunk_size is not None:
+        dense.check_chunk_size(prob.op, prob.backend, chunk_size)
+    if not prob.single:
+        raise _checks.not_single_array(prob.op, prob.backend, len(xs))
+    (x,) = xs
+    n = size(x)
+    if not n:
+        y = prob.flat()(xs, *ctx)
+        return c.back(y), c.back(convert.zeros(impl, (*y.shape, *x.shape), x))
+    if chunk_size is not None:
+        y, jac = dense.jacobian(impl, prob, xs, ctx, chunk_size)
+        return c.back(y), c.back(jac)
+    m = impl.memo_output_size(prob, xs, ctx)
+    dense.check_limit(prob.op, prob.backend, m, n, x, "Jacobian")
+    if value:
+        run = lambda: impl.value_and_jacobian(prob, xs, ctx)  # noqa: E731
+    else:
+        run = lambda: (None, impl.jacobian(prob, xs, ctx))  # noqa: E731
+    y, jac = impl.forward_or_reverse(
+        prob, run, lambda: impl.reverse_jacobian_of_one(prob, xs, ctx), impl.mode == "forward"
+    )
+    return c.back(y), c.back(jac)
+
+
+VALUE_AND_JACOBIAN = Operator(
+    "value_and_jacobian",
+    "jacobian",
+    lambda c, t, chunk_size: _jacobians(c, chunk_size, True),
+    fast="any",
+    remember="array",
+)
+JACOBIAN = Operator(
+    "jacobian",
+    "jacobian",
+    lambda c, t, chunk_size: _jacobians(c, chunk_size, False)[1],
+    fast="any",
+    remember="array",
+)
+
+
+@shell.public(VALUE_AND_JACOBIAN)
+def value_and_jacobian(
+    f: Callable, backend: Any, x: Any, *contexts: Any, prep: Any = None, chunk_size: Any = None
+) -> tuple[Any, Any]:
+    """The value ``f(x)`` and the Jacobian, of shape ``f(x).shape + x.shape``.
+
+    The direction follows the backend's ``mode``; with ``mode=None`` it is
+    forward when f has more outputs than inputs, else reverse.
+
+    Args:
+        f: function ``f(x, *contexts)`` returning an array.
+        backend: a backend instance.
+        x: one floating-point array (or a Python float).
+        *contexts: ``di.Constant(c)`` arguments.
+        prep: a preparation from the matching ``prepare_*`` function (optional).
+        chunk_size: build the Jacobian ``chunk_size`` products (rows or columns)
+            at a time, bounding the working memory; without it a Jacobian over
+            ``di.config.max_dense_bytes`` (1 GiB) is an error.
+
+    Examples:
+        >>> import numpy as np
+        >>> import diffiface as di
+        >>> y, J = di.value_and_jacobian(lambda x: x[::-1] * 2, di.AutoFiniteDifferences(),
+        ...                              np.array([1.0, 2.0]))
+        >>> J.round(6)
+        array([[0., 2.],
+               [2., 0.]])
+    """
+    return shell.call(VALUE_AND_JACOBIAN, f, backend, x, None, contexts, prep, chunk_size)
+
+
+@shell.public(JACOBIAN)
+def jacobian(
+    f: Callable, backend: Any, x: Any, *contexts: Any, prep: Any = None, chunk_size: Any = None
+) -> Any:
+    """The Jacobian of ``f`` at ``x``, of shape ``f(x).shape + x.shape``.
+
+    Same arguments as :func:`value_and_jacobian`.
+
+    Examples:
+        >>> import numpy as np
+        >>> import diffiface as di
+        >>> di.jacobian(lambda x: x**2, di.AutoFiniteDifferences(), np.array([1.0, 2.0])).round(6)
+        array([[2., 0.],
+               [0., 4.]])
+    """
+    return shell.call(JACOBIAN, f, backend, x, None, contexts, prep, chunk_size)

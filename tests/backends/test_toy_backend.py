@@ -1,0 +1,148 @@
+"""A toy backend that gives only the primitives passes the consistency matrix.
+
+``AutoToy`` wraps JAX's ``jax.jvp`` / ``jax.vjp`` (eager, no jit) and nothing else:
+every other operator, second order included, and the FixedParams rules and outer
+passes of the matrix, come from diffiface's fallbacks (``core.backend``,
+``core.fallbacks``). Adding it touches this file only: a backend type, an
+implementation class and ``register``.
+
+Three variants: both primitives, only ``value_and_jvp`` (reverse mode from columns),
+only ``value_and_pullback`` (forward mode from rows).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, ClassVar
+
+import numpy as np
+import pytest
+from helpers import HAVE
+
+import diffiface as di
+from diffiface import testing
+from diffiface.core.backend import BackendImpl
+from diffiface.core.registry import register
+
+pytestmark = pytest.mark.skipif(not HAVE["jax"], reason="the toy wraps JAX")
+
+
+@dataclasses.dataclass(frozen=True)
+class AutoToy(di.AbstractBackend):
+    """Both primitives."""
+
+    mode: str | None = None
+    framework: ClassVar[str] = "jax"  # its arrays are JAX arrays
+
+
+@dataclasses.dataclass(frozen=True)
+class AutoToyJvp(AutoToy):
+    """Only value_and_jvp."""
+
+
+@dataclasses.dataclass(frozen=True)
+class AutoToyVjp(AutoToy):
+    """Only value_and_pullback."""
+
+
+class _Arrays(BackendImpl):
+    """The array helpers of the contract, on JAX arrays."""
+
+    framework = "jax"
+    native_kind = "jax arrays"
+    output_kind = "a jax array"
+
+    def is_native(self, leaf: Any) -> bool:
+        import jax
+
+        return isinstance(leaf, jax.Array | jax.core.Tracer)
+
+    def is_traced(self, a: Any) -> bool:
+        import jax
+
+        return isinstance(a, jax.core.Tracer)
+
+    def from_numpy(self, a: np.ndarray) -> Any:
+        import jax.numpy as jnp
+
+        return jnp.asarray(a)
+
+    def default_float(self, value: float) -> Any:
+        import jax.numpy as jnp
+
+        return jnp.asarray(value, dtype=jnp.result_type(float))
+
+    def ones_like(self, a: Any) -> Any:
+        import jax.numpy as jnp
+
+        return jnp.ones_like(a)
+
+    def stack(self, arrays: list, axis: int) -> Any:
+        import jax.numpy as jnp
+
+        return jnp.stack(arrays, axis=axis)
+
+    def concat(self, arrays: list) -> Any:
+        import jax.numpy as jnp
+
+        return jnp.concatenate(arrays)
+
+
+def _jvp(self, prob, xs, vs, ctx):
+    import jax
+
+    fn = prob.flat()
+    return jax.jvp(lambda *a: fn(a, *ctx), tuple(xs), tuple(vs))
+
+
+def _pullback(self, prob, xs, ctx):
+    import jax
+
+    fn = prob.flat()
+    y, pb = jax.vjp(lambda *a: fn(a, *ctx), *xs)
+    return y, lambda w: pb(w)
+
+
+@register(AutoToy)
+class ToyImpl(_Arrays):
+    value_and_jvp = _jvp
+    value_and_pullback = _pullback
+
+
+@register(AutoToyJvp)
+class ToyJvpImpl(_Arrays):
+    value_and_jvp = _jvp
+
+
+@register(AutoToyVjp)
+class ToyVjpImpl(_Arrays):
+    value_and_pullback = _pullback
+
+
+def _cases(backend, **kw):
+    return [pytest.param(c, id=c.id) for c in testing.consistency_matrix(backends=[backend], **kw)]
+
+
+# the toy with both primitives: the whole (pruned) matrix; the one-primitive toys: every
+# operator plain and in an outer pass (the kinds and contexts are the shell's, shared)
+CASES = _cases(AutoToy())
+ONE = ("C", "0d")
+CASES_ONE = _cases(AutoToyJvp(), kinds=ONE, contexts=("plain", "di_outer", "fw_outer"))
+CASES_ONE += _cases(AutoToyVjp(), kinds=ONE, contexts=("plain", "di_outer", "fw_outer"))
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_toy_passes_the_matrix(case):
+    result = case.run()
+    assert result.ok, result.message
+
+
+@pytest.mark.parametrize("case", CASES_ONE)
+def test_one_primitive_toys_pass_the_matrix(case):
+    result = case.run()
+    assert result.ok, result.message
+
+
+def test_the_toy_matrix_covers_every_operator():
+    for cases in (CASES, CASES_ONE):
+        assert {c.values[0].op for c in cases} == set(testing.OPERATORS)

@@ -107,7 +107,7 @@ def test_bench_writes_to_out_and_not_to_the_current_folder(tmp_path, monkeypatch
     assert (tmp_path / "results" / "run1" / "bench.json").is_file()
     assert not (tmp_path / "bench.json").exists()
     assert "results/run1/bench.json" in capsys.readouterr().out
-    with pytest.raises(SystemExit, match="already exists?"):  # bench.png too with matplotlib
+    with pytest.raises(SystemExit, match=r"already exists?"):  # bench.png too with matplotlib
         _cli.main([*BENCH, "--out", "results/run1"])
     assert _cli.main(BENCH) == 0  # the default: the current folder
     assert (tmp_path / "bench.json").is_file()

@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from . import _checks
+from ._arrays import framework_of
 from ._contexts import Constant, FixedParams
 from ._tangents import Tangents
 from ._tree import flatten, paths
@@ -52,18 +53,18 @@ def _check_tree(op: str, backend: Any, name: str, tree: Any) -> None:
 
 def _values(leaf: Any) -> np.ndarray | None:
     """The values of a leaf as NumPy, or None where they are not available."""
-    while hasattr(leaf, "_value") and type(leaf).__module__.startswith("autograd"):
+    while framework_of(leaf) == "autograd":
         leaf = leaf._value  # an autograd box
     if isinstance(leaf, np.ndarray | np.generic | float):
         return np.asarray(leaf)
-    top = type(leaf).__module__.split(".")[0]
+    framework = framework_of(leaf)
     try:
-        if top == "torch":
+        if framework == "torch":
             t = leaf.detach().cpu().resolve_conj()
             if t.is_floating_point() and t.element_size() < 4:  # bfloat16, float16
                 t = t.float()
             return t.numpy()
-        if top in ("jax", "jaxlib"):
+        if framework == "jax":
             a = np.asarray(leaf)
             return a.astype(np.float32) if a.dtype.kind == "V" else a  # bfloat16
     except Exception:  # traced (jax tracer, torch.func wrapper): no values yet

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from .. import _checks
-from .._arrays import foreign
+from .._arrays import foreign, framework_of
 from .._contexts import Constant
 from .._errors import Foreign
 from .._tangents import Tangents
@@ -95,7 +95,7 @@ def _raise_leaf(op: str, impl: Any, tree: Any, i: int, leaf: Any):
         fix = f"Differentiate with respect to floats only: pass {float(leaf)!r} for a number, "
         fix += "or pass it as di.Constant(...)."
     elif hasattr(leaf, "dtype") and not _is_floating(leaf):
-        cast = "x.float()" if "torch" in type(leaf).__module__ else "x.astype(float)"
+        cast = "x.float()" if framework_of(leaf) == "torch" else "x.astype(float)"
         fix = f"Differentiate with respect to floats only: cast it (e.g. {cast}) "
         fix += "or pass it as di.Constant(...)."
     elif _jax_node(leaf):

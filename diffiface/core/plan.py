@@ -16,6 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .. import _checks
+from .._arrays import framework_of
 from .._contexts import Constant, FixedParams, unfix
 from .._tangents import Tangents
 from .._tree import flatten, paths
@@ -59,10 +60,8 @@ def _kind(leaf: Any) -> str:
     cls = type(leaf)
     kind = _KINDS.get(cls)
     if kind is None:
-        top = cls.__module__.split(".")[0]
-        kind = {"jaxlib": "jax", "autograd": "numpy"}.get(top, top)
-        if kind == "builtins":
-            kind = cls.__name__
+        kind = framework_of(leaf)  # a box is autograd's, NumPy's under an outer pass
+        kind = "numpy" if kind == "autograd" else kind or cls.__name__
         _KINDS[cls] = kind
     return kind
 

@@ -10,21 +10,15 @@ the inner call with respect to ``s``, or with respect to the tangent itself.
 
 from __future__ import annotations
 
-import dataclasses
-import warnings
-import zlib
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
-from .._checks import DisconnectedWarning
-from .._contexts import Constant, FixedParams
-from ..core.plan import FAMILY
 from . import _matrix_builtins
-from ._check import available_backends, relative_error, short_name, tolerance
-from ._matrix_builtins import like
-from ._scenario import SECOND, Scenario, outputs
+from ._check import available_backends
+from ._matrix_case import TANGENT, MatrixCase, Spec
+from ._scenario import SECOND
 
 # array kinds of x (and of its tangent / cotangent)
 KINDS = ("C", "F", "T", "strided", "0d", "float", "numpy", "numpy_F")
@@ -54,8 +48,6 @@ CORE = (
     "hessian",
     "batched_jacobian",
 )
-_TANGENT = {"jvp": "v", "value_and_jvp": "v", "hvp": "v", "gradient_and_hvp": "v"}
-_TANGENT |= {"vjp": "w", "value_and_vjp": "w"}
 _NUMPY_NATIVE = ("autograd", "finite_differences")
 _S0 = 0.8
 
@@ -63,10 +55,10 @@ _S0 = 0.8
 def _builtins() -> list:
     m = _matrix_builtins
     return [
-        _Spec.make(
+        Spec.make(
             "sin_quad", m.sin_quad, m.QX, _S0, m.quad_closed, lambda s: m.quad_closed(s, True)
         ),
-        _Spec.make(
+        Spec.make(
             "sin_matmul",
             m.sin_matmul,
             m.MX,
@@ -74,7 +66,7 @@ def _builtins() -> list:
             m.matmul_closed,
             lambda s: m.matmul_closed(s, True),
         ),
-        _Spec.make(
+        Spec.make(
             "sin_scaled",
             m.sin_scaled,
             np.asarray(0.35),
@@ -83,369 +75,6 @@ def _builtins() -> list:
             lambda s: m.scaled_closed(s, True),
         ),
     ]
-
-
-# ---- scenarios and cases ----------------------------------------------------------------------
-@dataclasses.dataclass(frozen=True, eq=False)
-class _Spec:
-    """A matrix scenario: f(x, s) at (x, s0), its references at s0 and their s-derivatives."""
-
-    name: str
-    f: Callable
-    x: np.ndarray
-    s: float
-    ref: Scenario  # y, jac, hess, second at s (with the tangent v and cotangent w)
-    dref: Scenario | None  # the same, differentiated with respect to s
-
-    @classmethod
-    def make(cls, name, f, x, s, closed, d_closed=None) -> _Spec:
-        x = np.asarray(x)
-        if x.dtype.kind != "f":
-            x = x.astype(np.float64)
-        s = float(s)
-        y = np.asarray(f(x, s))
-        rng = np.random.default_rng(zlib.crc32(name.encode()))
-        v = rng.uniform(-1, 1, x.shape).astype(x.dtype)
-        w = rng.uniform(-1, 1, y.shape).astype(x.dtype)
-        refs = _refs(name, "closed", closed(s), y)
-        base = Scenario(name, "matrix", f, x, contexts=(Constant(s),), v=v, w=w, **refs)
-        ops = tuple(op for op in base.operators if all(e is not None for e in base.expected(op)))
-        ref = dataclasses.replace(base, operators=ops)
-        dref = None
-        if d_closed is not None:
-            drefs = _refs(name, "d_closed", d_closed(s), None)
-            dref = dataclasses.replace(ref, **drefs)
-        return cls(name, f, x, s, ref, dref)
-
-
-def _refs(name: str, label: str, given: dict, y: np.ndarray | None) -> dict:
-    unknown = set(given) - {"y", "jac", "hess", "second"}
-    if unknown:
-        raise ValueError(f"consistency_matrix({name!r}): {label} gave unknown keys {unknown}.")
-    if "jac" not in given or (y is None and "y" not in given):
-        need = "'jac'" if y is not None else "'y' and 'jac'"
-        raise ValueError(f"consistency_matrix({name!r}): {label}(s) must give {need}.")
-    out = {
-        k: np.asarray(given[k], dtype=np.float64) for k in ("jac", "hess", "second") if k in given
-    }
-    out["y"] = np.ravel(np.asarray(given["y"] if "y" in given else y, dtype=np.float64))
-    out["jac"] = out["jac"].reshape(out["y"].size, -1)
-    if "second" in out:
-        out["second"] = np.ravel(out["second"])
-    return out
-
-
-@dataclasses.dataclass(frozen=True)
-class MatrixResult:
-    """The outcome of one :class:`MatrixCase`: ``ok``, and why not in ``message``."""
-
-    ok: bool
-    message: str = ""
-    error: float | None = None
-    tolerance: float | None = None
-
-    def __bool__(self) -> bool:
-        return self.ok
-
-
-@dataclasses.dataclass(frozen=True, eq=False)
-class MatrixCase:
-    """One cell of the matrix: ``run()`` calls the operator and checks it.
-
-    ``id`` reads ``scenario-operator-backend-kind-prep|unprep-context``.
-    """
-
-    spec: _Spec
-    op: str
-    backend: Any
-    kind: str
-    prepared: bool
-    context: str
-
-    @property
-    def id(self) -> str:
-        prep = "prep" if self.prepared else "unprep"
-        backend = short_name(self.backend)
-        return f"{self.spec.name}-{self.op}-{backend}-{self.kind}-{prep}-{self.context}"
-
-    def __repr__(self) -> str:
-        return f"MatrixCase({self.id})"
-
-    def run(self) -> MatrixResult:
-        """Run the case; a raised error or a DisconnectedWarning is a failure."""
-        try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("error", DisconnectedWarning)
-                return self._run()
-        except Exception as exc:  # reported, not raised: the caller decides
-            text = " ".join(str(exc).split())
-            return MatrixResult(False, f"{type(exc).__name__}: {text[:400]}")
-
-    # -- the pieces ----------------------------------------------------------------------------
-    @property
-    def _where(self) -> str:
-        return self.context.partition("+")[0]
-
-    @property
-    def _via(self) -> str:
-        return self.context.partition("+")[2] or "closure"
-
-    @property
-    def _framework(self) -> str:
-        return self.backend.framework
-
-    @property
-    def dtype(self) -> np.dtype:
-        """The dtype of the results: x's, or for a Python float x the framework's default
-        float (torch: ``torch.get_default_dtype()``; JAX: float64 under x64)."""
-        if self.kind != "float":
-            return self.spec.x.dtype
-        fw = self._framework
-        if fw == "torch":
-            import torch
-
-            return np.dtype(str(torch.get_default_dtype()).split(".")[-1])
-        if fw == "jax":
-            import jax
-
-            return np.dtype(np.float64 if jax.config.jax_enable_x64 else np.float32)
-        return np.dtype(np.float64)
-
-    def _tolerance(self) -> float:
-        if self._where == "plain":
-            return tolerance(self.backend, self.dtype, self.op)
-        # a derivative of a derivative: finite differences are held to second order
-        return tolerance(self.backend, self.dtype, "hessian")
-
-    def _arrange(self, a: np.ndarray) -> Any:
-        return arrange(self.kind, self._framework, np.asarray(a, dtype=self.dtype))
-
-    def _function(self, s: Any) -> tuple:
-        """(the function, the contexts) through which ``f`` sees ``s``."""
-        f, via = self.spec.f, self._via
-        if via == "closure":
-            return (lambda z: f(z, s)), ()
-        if via == "const":
-            return f, (Constant(s),)
-        return FixedParams(f, s), ()
-
-    def _prepare(self, s: Any, x: Any, t: Any, fn: Any = None) -> Any:
-        """The preparation of this call (None unprepared), for ``fn`` if given."""
-        import diffiface as di
-
-        if not self.prepared:
-            return None
-        fn, ctx = self._function(s) if fn is None else (fn, self._function(s)[1])
-        prepare = getattr(di, "prepare_" + FAMILY[self.op])
-        return prepare(fn, self.backend, x, *(() if t is None else (t,)), *ctx)
-
-    def _invoke(self, s: Any, x: Any, t: Any, prep: Any = None) -> tuple:
-        """The operator's outputs at ``x`` (tangent ``t``), ``f`` seeing ``s``; prepared
-        here unless ``prep`` is given."""
-        import diffiface as di
-
-        fn, ctx = self._function(s)
-        if prep is None:
-            prep = self._prepare(s, x, t, fn)
-        targs = () if t is None else (t,)
-        out = getattr(di, self.op)(fn, self.backend, x, *targs, *ctx, prep=prep)
-        return out if len(self.spec.ref.expected(self.op)) > 1 else (out,)
-
-    def _weights(self) -> tuple:
-        """Fixed weights ``u`` that reduce each output to a scalar for an outer pass."""
-        rng = np.random.default_rng(zlib.crc32(f"{self.spec.name}/{self.op}".encode()))
-        return tuple(rng.uniform(-1, 1, shape) for shape in self._shapes())
-
-    def _shapes(self) -> tuple:
-        xs, ys = self.spec.x.shape, np.shape(self.spec.ref.call(self.spec.x))
-        one = {
-            "value": ys,
-            "derivative": ys,
-            "second_derivative": ys,
-            "gradient": xs,
-            "jacobian": ys + xs,
-            "jvp": ys,
-            "vjp": xs,
-            "hvp": xs,
-            "hessian": xs + xs,
-            "batched_jacobian": ys[:1] + ys[1:] + xs[1:],
-        }
-        return tuple(one[name] for name in outputs(self.op))
-
-    def _run(self) -> MatrixResult:
-        spec, op, where = self.spec, self.op, self._where
-        tname = _TANGENT.get(op)
-        t_np = None if tname is None else getattr(spec.ref, tname)
-        tol = self._tolerance()
-        x = arrange(self.kind, self._framework, spec.x)  # a float x stays float64
-        if where == "plain":
-            t = None if t_np is None else self._arrange(t_np)
-            outs = self._invoke(spec.s, x, t)
-            return self._compare_outputs(outs, x, tol)
-        us = self._weights()
-        if where in ("di_outer", "fw_outer"):
-            t = None if t_np is None else self._arrange(t_np)
-            # s is the backend's own 0-d array, whatever the kind of x
-            s0 = arrange("0d", self._framework, np.asarray(spec.s, dtype=self.dtype))
-            # a Constant or FixedParams call is prepared outside, at the value of s
-            prep = None if self._via == "closure" else self._prepare(s0, x, t)
-
-            def outer(s):
-                return _reduce(self._invoke(s, x, t, prep), us)
-
-            got = self._outer(outer, s0)
-            dexp = spec.dref.expected(op)
-            want = np.array([sum(float(np.ravel(u) @ e) for u, e in zip(us, dexp, strict=True))])
-        else:  # the tangent or cotangent is differentiated
-            t0 = self._arrange(t_np)
-
-            def outer(t):
-                return _reduce(self._invoke(spec.s, x, t), us)
-
-            got = self._outer(outer, t0)
-            want = _tangent_reference(spec.ref, op, np.ravel(us[-1]))
-        err = relative_error(got, want)
-        if np.shape(got) != (() if where.endswith("outer") else np.shape(t_np)):
-            return MatrixResult(False, f"the outer derivative has shape {np.shape(got)}", err, tol)
-        if not err <= tol:
-            msg = f"outer derivative error {err:.2e} > {tol:.0e} (got {_show(got)}, want {want})"
-            return MatrixResult(False, msg, err, tol)
-        return MatrixResult(True, "", err, tol)
-
-    def _outer(self, fn: Callable, at: Any) -> Any:
-        """d fn / d at, by diffiface (``di_*``) or by the framework's own reverse mode."""
-        import diffiface as di
-
-        if self._where.startswith("di_"):
-            return di.gradient(fn, self.backend, at)
-        fw = self._framework
-        if fw == "jax":
-            import jax
-            import jax.numpy as jnp
-
-            return jax.jit(jax.grad(fn))(jnp.asarray(at))  # a compiled step, as in training
-        if fw == "torch":
-            import torch
-
-            if isinstance(at, torch.Tensor):
-                a = at.detach().clone()
-            else:  # a NumPy array or a float (kinds numpy, float)
-                a = torch.tensor(np.asarray(at, dtype=self.dtype))
-            a.requires_grad_(True)
-            (g,) = torch.autograd.grad(fn(a), a)
-            return g
-        import autograd
-
-        return autograd.grad(fn)(at)
-
-    def _compare_outputs(self, outs: tuple, x: Any, tol: float) -> MatrixResult:
-        expected = self.spec.ref.expected(self.op)
-        if len(outs) != len(expected):
-            return MatrixResult(False, f"{len(outs)} outputs, expected {len(expected)}")
-        problems, worst = [], 0.0
-        for i, (out, want, shape) in enumerate(zip(outs, expected, self._shapes(), strict=True)):
-            name = outputs(self.op)[i]
-            if tuple(np.shape(out) if not hasattr(out, "shape") else out.shape) != shape:
-                problems.append(f"{name} has shape {tuple(np.shape(out))}, not {shape}")
-                continue
-            kind = self._kind_problem(out, x, shape)
-            if kind:
-                problems.append(f"{name} {kind}")
-            err = relative_error(out, want)
-            worst = max(worst, err)
-            if not err <= tol:
-                got = _show(out)
-                problems.append(f"{name} error {err:.2e} > {tol:.0e} (got {got}, want {want})")
-        return MatrixResult(not problems, "; ".join(problems), worst, tol)
-
-    def _kind_problem(self, out: Any, x: Any, shape: tuple) -> str:
-        """Results come back in the kind of x: native, NumPy, or a float when 0-d."""
-        if self.kind == "float" and shape == ():
-            return "" if type(out) is float else f"is {type(out).__name__}, not float"
-        if self.kind in ("float", "numpy", "numpy_F"):
-            want = np.ndarray
-        else:
-            want = type(x) if self._framework != "jax" else _jax_array()
-        if not isinstance(out, want):
-            return f"is {type(out).__name__}, not {want.__name__}"
-        dtype = str(out.dtype).split(".")[-1]
-        if dtype != self.dtype.name:
-            return f"has dtype {dtype}, not {self.dtype.name}"
-        return ""
-
-
-def _tangent_reference(ref: Scenario, op: str, u: np.ndarray) -> np.ndarray:
-    """d/dt <u, op(f, b, x, t)> (the last output; a value does not depend on t)."""
-    if FAMILY[op] == "jvp":
-        return ref.jac.T @ u  # <u, J v>
-    if FAMILY[op] == "vjp":
-        return ref.jac @ u  # <u, wᵀ J>
-    return ref.hess.T @ u  # <u, H v>
-
-
-def _reduce(outs: tuple, us: tuple) -> Any:
-    """sum_k <u_k, out_k>, in the framework of the outputs."""
-    total = None
-    for out, u in zip(outs, us, strict=True):
-        term = (out * like(u, out)).sum() if hasattr(out, "shape") else out * float(u)
-        total = term if total is None else total + term
-    return total
-
-
-def _show(a: Any) -> str:
-    if hasattr(a, "detach"):
-        a = a.detach().cpu().numpy()
-    return np.array2string(np.ravel(np.asarray(a, dtype=np.float64)), precision=6, threshold=8)
-
-
-def _jax_array() -> type:
-    import jax
-
-    return jax.Array
-
-
-def arrange(kind: str, framework: str, a: np.ndarray) -> Any:
-    """``a`` (NumPy) as an array of ``kind`` for a backend of ``framework``.
-
-    C / 0d: the backend's own array; F: column-major (NumPy ``asfortranarray``, torch
-    ``.mT.contiguous().mT``); T: a transposed view of a C array; strided: ``big[::2]``
-    of a twice larger array; float: a Python float when 0-d (NumPy otherwise);
-    numpy / numpy_F: a NumPy array (C / Fortran order) for any backend.
-    """
-    a = np.asarray(a)
-    if kind == "float":
-        return float(a) if a.ndim == 0 else np.array(a)
-    if (kind in ("F", "T", "numpy_F") and a.ndim < 2) or (kind == "strided" and a.ndim < 1):
-        kind = {"numpy_F": "numpy"}.get(kind, "C")  # no order to give
-    if kind == "numpy":
-        return np.array(a)
-    if kind == "numpy_F":
-        return np.asfortranarray(a)
-    if kind == "T":
-        base = np.ascontiguousarray(a.T)
-        if framework == "torch":
-            import torch
-
-            return torch.from_numpy(base).permute(*reversed(range(a.ndim)))
-        return base.T
-    if kind == "strided":
-        big = np.zeros((2 * a.shape[0], *a.shape[1:]), dtype=a.dtype)
-        big[::2] = a
-        if framework == "torch":
-            import torch
-
-            return torch.from_numpy(big)[::2]
-        return big[::2]
-    if framework == "jax":
-        import jax.numpy as jnp
-
-        return jnp.asarray(np.array(a))
-    if framework == "torch":
-        import torch
-
-        t = torch.from_numpy(np.array(a))
-        return t.mT.contiguous().mT if kind == "F" else t
-    return np.asfortranarray(a) if kind == "F" else np.array(a)
 
 
 # ---- the generator ---------------------------------------------------------------------------
@@ -551,7 +180,7 @@ def consistency_matrix(
     else:
         if x is None or closed is None:
             raise ValueError("consistency_matrix(f, x, closed): give x and closed with f.")
-        specs = [_Spec.make(name, f, x, s, closed, d_closed)]
+        specs = [Spec.make(name, f, x, s, closed, d_closed)]
     backends = available_backends() if backends is None else list(backends)
     for b in backends:
         if getattr(b, "framework", None) not in ("jax", "torch", "autograd", *_NUMPY_NATIVE):
@@ -587,7 +216,7 @@ def consistency_matrix(
     return cases
 
 
-def _runs(backend: Any, spec: _Spec) -> bool:
+def _runs(backend: Any, spec: Spec) -> bool:
     if backend.framework == "jax" and spec.x.dtype == np.float64:
         import jax
 
@@ -595,7 +224,7 @@ def _runs(backend: Any, spec: _Spec) -> bool:
     return True
 
 
-def _kinds(backend: Any, spec: _Spec) -> tuple:
+def _kinds(backend: Any, spec: Spec) -> tuple:
     fw, nd = backend.framework, spec.x.ndim
     if nd == 0:
         out = ["0d", "float"]
@@ -608,7 +237,7 @@ def _kinds(backend: Any, spec: _Spec) -> tuple:
     return tuple(k for k in out if nd >= 2 or k not in ("F", "T"))
 
 
-def _contexts(backend: Any, spec: _Spec, op: str, kind: str, full: bool, first: bool) -> tuple:
+def _contexts(backend: Any, spec: Spec, op: str, kind: str, full: bool, first: bool) -> tuple:
     """The calling contexts of one (backend, scenario, operator, kind)."""
     fd = backend.framework == "finite_differences"
     out = []
@@ -620,7 +249,7 @@ def _contexts(backend: Any, spec: _Spec, op: str, kind: str, full: bool, first: 
             continue  # no closed form for the outer derivative
         if where.startswith("fw_") and fd:
             continue  # finite differences have no outer pass of their own
-        if where.endswith("tangent") and op not in _TANGENT:
+        if where.endswith("tangent") and op not in TANGENT:
             continue
         if not full and not _kept(context, op, kind, first):
             continue

@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 
+from .._arrays import framework_of
 from ._scenario import namespace
 
 QC = np.array([[0.5, -1.0, 0.25], [1.5, 0.75, -0.5]])
@@ -19,9 +20,8 @@ SA = np.array([1.0, -2.0, 0.5])
 
 def like(c: np.ndarray, z: Any) -> Any:
     """A NumPy constant usable with ``z`` (a torch tensor needs a tensor)."""
-    torch = sys.modules.get("torch")
-    if torch is not None and isinstance(z, torch.Tensor):
-        return torch.as_tensor(c, dtype=z.dtype, device=z.device)
+    if framework_of(z) == "torch":
+        return sys.modules["torch"].as_tensor(c, dtype=z.dtype, device=z.device)
     return c
 
 

@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from .._arrays import framework_of
 from .._tree import flatten, unflatten
 
 FIRST = (
@@ -58,16 +59,9 @@ def namespace(a: Any) -> Any:
         'numpy'
     """
     leaf = flatten(a)[0][0] if not hasattr(a, "shape") else a
-    jax = sys.modules.get("jax")
-    if jax is not None and isinstance(leaf, jax.Array):
-        return sys.modules["jax.numpy"]
-    torch = sys.modules.get("torch")
-    if torch is not None and isinstance(leaf, torch.Tensor):
-        return torch
-    tracer = sys.modules.get("autograd.tracer")
-    if tracer is not None and isinstance(leaf, tracer.Box):
-        return sys.modules["autograd.numpy"]
-    return np
+    module = {"jax": "jax.numpy", "torch": "torch", "autograd": "autograd.numpy"}
+    name = module.get(framework_of(leaf))
+    return np if name is None else sys.modules[name]
 
 
 @dataclasses.dataclass(frozen=True, eq=False)

@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from ... import _checks
+from ..._arrays import framework_of
 from ...bridge import node as _bridge
 
 
@@ -21,7 +22,7 @@ def to_numpy(a: Any) -> np.ndarray:
     """Any framework's CPU array as a NumPy array (a view where possible)."""
     if type(a) is np.ndarray:
         return a
-    if type(a).__module__.startswith("torch"):
+    if framework_of(a) == "torch":
         if a.device.type != "cpu":
             raise _checks.DiffifaceValueError(
                 f"a bridged call into NumPy got a tensor on {a.device}; NumPy computes on "

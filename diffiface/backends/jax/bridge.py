@@ -21,6 +21,7 @@ from jax.extend.core import Primitive
 from jax.interpreters import ad, batching, mlir
 
 from ... import _checks
+from ..._arrays import framework_of
 from ..._backend_types import AutoJax
 from ...bridge import node as _bridge
 from ...core.registry import implementation
@@ -45,7 +46,7 @@ def to_jax(a: Any) -> Any:
     _check_dtype(a)
     if isinstance(a, np.ndarray | np.generic):
         return a
-    if type(a).__module__.startswith("torch"):
+    if framework_of(a) == "torch":
         a = a.detach()
         if a.device.type == "cpu":
             return a.numpy()  # a NumPy view: jit takes it without a copy (DLPack: 30 µs)

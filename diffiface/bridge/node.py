@@ -30,12 +30,18 @@ _LOCK = threading.RLock()
 
 def module(framework: str) -> Any:
     """The bridge module of ``framework`` (imported on first use)."""
+    name = "autograd" if framework == "numpy" else framework  # NumPy's kit: autograd's
+    where = f"diffiface.backends.{name}"
     try:
-        package = "autograd" if framework == "numpy" else framework  # NumPy's kit: autograd's
-        return importlib.import_module(f"diffiface.backends.{package}.bridge")
+        return importlib.import_module(f"{where}.bridge")
     except ImportError as exc:
-        name = framework if framework != "numpy" else "autograd"
-        if exc.name is None or not exc.name.startswith(name.split(".")[0]):
+        if exc.name is not None and exc.name.startswith(where):
+            raise _checks.DiffifaceTypeError(
+                f"the {framework!r} framework has no bridge ({where}.bridge): its arrays "
+                "cannot cross to another framework, nor another's to it. Call the backend "
+                "with its own arrays."
+            ) from exc
+        if exc.name is None or not exc.name.startswith(name):
             raise
         raise _checks.FrameworkMissingError(
             f"a bridged call needs {name}, which is not installed. Install it with: "

@@ -18,6 +18,9 @@ FRAMEWORKS = {backend: backend.needs for backend in BUILTIN}
 _IMPLS: dict[type, type] = {}
 _RULES: dict[tuple[str, str], Any] = {}  # (outer framework, inner operator method) -> rule
 _INSTANCES: dict[Any, Any] = {}  # backend value -> implementation, newest last
+# backend types whose implementation keeps plans for unprepared calls: the shell looks
+# for one only for these (a set of types: the check costs no call and cannot raise)
+KEEPS_PLANS: set = set()
 MAX_INSTANCES = 256  # distinct backend values kept (AutoFiniteDifferences(step=s) per s)
 _LOCK = threading.Lock()
 
@@ -52,15 +55,6 @@ def rule_methods(framework: str) -> list[str]:
     return [m for fw, m in _RULES if fw == framework]
 
 
-def known(backend: Any) -> Any:
-    """The implementation of ``backend`` if one was made already, else None (a cheap
-    lookup for the fast path; an unhashable ``backend`` is no backend)."""
-    try:
-        return _INSTANCES.get(backend)
-    except TypeError:
-        return None
-
-
 def implementation(backend: Any) -> Any:
     """The implementation object for ``backend`` (cached per backend value)."""
     impl = _INSTANCES.get(backend)
@@ -71,6 +65,8 @@ def implementation(backend: Any) -> Any:
         if impl is None:
             impl = load(type(backend))(backend)
             _INSTANCES[backend] = impl
+            if impl.keeps_plans:
+                KEEPS_PLANS.add(type(backend))
             while len(_INSTANCES) > MAX_INSTANCES:  # the oldest first
                 del _INSTANCES[next(iter(_INSTANCES))]
     return impl

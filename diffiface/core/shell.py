@@ -8,7 +8,8 @@ every operator:
 
 1. the fast path: a prepared call that matches its plan exactly, or an unprepared
    call that matches the cached plan of the last call like it, runs the backend's
-   runner and nothing else (a backend that keeps no unprepared plans pays no lookup);
+   runner and nothing else (a backend that keeps no unprepared plans, as torch,
+   pays no lookup);
 2. enter: the boundary checks, the backend's implementation, x and the contexts
    converted, the Problem, a FixedParams routed to its nested-AD rule;
 3. run, then remember the plan of an unprepared call for the next one like it;
@@ -109,13 +110,18 @@ def on_foreign(hook: Callable) -> None:
 def call(op: Operator, f, backend, x, t, contexts: tuple, prep, chunk_size=None) -> Any:
     """The public operator ``op`` on these arguments (``t``: its tangent, or None)."""
     try:
-        if op.fast is not None and chunk_size is None and not _config.checking():
-            out = _fast(op, f, backend, x, t, contexts, prep)
-            if out is not SLOW:
-                return out
+        if chunk_size is None and op.fast is not None and not _config.checking():
+            if prep is not None:
+                out = prepared(prep).run_direct(op.name, f, backend, x, contexts, *_tangent(t))
+                if out is not SLOW:
+                    return out
+            elif op.fast == "any" and type(backend) in registry.KEEPS_PLANS:
+                out = _unprepared(op, f, backend, x, contexts)
+                if out is not SLOW:
+                    return out
         c = enter(op, f, backend, x, contexts, prep, t)
         out = op.run(c, t, chunk_size)
-        if op.remember is not None and prep is None and chunk_size is None:
+        if op.remember and c.impl.keeps_plans and prep is None and chunk_size is None:
             _remember(op, f, backend, x, c, contexts)
         return out
     except Foreign as exc:  # arrays of another framework: the call crosses a bridge
@@ -127,17 +133,12 @@ def call(op: Operator, f, backend, x, t, contexts: tuple, prep, chunk_size=None)
         return hook(exc, op.public, f, backend, args, kw)
 
 
-def _fast(op: Operator, f, backend, x, t, contexts: tuple, prep) -> Any:
-    """The result by a plan's runner, or SLOW when the general path must run."""
-    if prep is not None:
-        if t is None:
-            return prepared(prep).run_direct(op.name, f, backend, x, contexts)
-        return prepared(prep).run_direct(op.name, f, backend, x, contexts, t)
-    if op.fast != "any":
-        return SLOW
-    impl = registry.known(backend)
-    if impl is None or not impl.keeps_plans:  # no plan to find: no lookup
-        return SLOW
+def _tangent(t) -> tuple:
+    return () if t is None else (t,)
+
+
+def _unprepared(op: Operator, f, backend, x, contexts: tuple) -> Any:
+    """The result by the cached plan of the last unprepared call like this one, or SLOW."""
     if not contexts:
         run = unprepared.lookup(op.name, f, backend, x)
         if run is not None:
@@ -199,8 +200,9 @@ def _remember(op: Operator, f, backend, x, c: Call, contexts: tuple) -> None:
     native or NumPy array; or, for "leaves", native pytree leaves with Constant
     contexts of native leaves)."""
     impl, prob, kinds = c.impl, c.prob, c.kinds
-    if impl is not prob.impl or not impl.keeps_plans:
+    if impl is not prob.impl:  # routed to a nested-AD rule
         return
+    registry.KEEPS_PLANS.add(type(backend))  # a SecondOrder of a backend that keeps plans
     if prob.single and not c.ctx and kinds[0] != convert.PYTHON:
         form = "numpy" if kinds[0] == convert.NUMPY else "array"
         unprepared.store(op.name, f, backend, x, impl.runner(prob, form, weak=True))

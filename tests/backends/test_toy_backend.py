@@ -146,3 +146,27 @@ def test_one_primitive_toys_pass_the_matrix(case):
 def test_the_toy_matrix_covers_every_operator():
     for cases in (CASES, CASES_ONE):
         assert {c.values[0].op for c in cases} == set(testing.OPERATORS)
+
+
+@dataclasses.dataclass(frozen=True)
+class AutoToyNewFramework(AutoToy):
+    """A framework diffiface has no bridge for."""
+
+    framework: ClassVar[str] = "toy"
+
+
+def test_a_framework_without_a_bridge_is_a_clear_error():
+    import jax.numpy as jnp
+
+    g = di.differentiate_with(lambda x: (x**2).sum(), AutoToyNewFramework())
+    with pytest.raises(di.DiffifaceTypeError, match="'toy' framework has no bridge"):
+        g(jnp.ones(2))
+
+
+def test_the_toy_touched_no_file_of_diffiface():
+    """Registration is the only link: the backend type names no package, no table lists
+    it, and its implementation is the class registered here."""
+    from diffiface.core.registry import implementation
+
+    assert AutoToy.package is None
+    assert type(implementation(AutoToyJvp())) is ToyJvpImpl

@@ -112,12 +112,20 @@ def call(op: Operator, f, backend, x, t, contexts: tuple, prep, chunk_size=None)
     try:
         if chunk_size is None and op.fast is not None and not _config.checking():
             if prep is not None:
-                out = prepared(prep).run_direct(op.name, f, backend, x, contexts, *_tangent(t))
+                plan = prep if type(prep) is Prep else prepared(prep)  # (raises for a non-plan)
+                if t is None:
+                    out = plan.run_direct(op.name, f, backend, x, contexts)
+                else:
+                    out = plan.run_direct(op.name, f, backend, x, contexts, t)
                 if out is not SLOW:
                     return out
             elif op.fast == "any" and type(backend) in registry.KEEPS_PLANS:
-                out = _unprepared(op, f, backend, x, contexts)
-                if out is not SLOW:
+                # the cached plan of the last unprepared call like this one
+                run = None if contexts else unprepared.lookup(op.name, f, backend, x)
+                if run is not None:
+                    return run(x)
+                out = unprepared.run_leaves(op.name, f, backend, x, contexts)
+                if out is not None:
                     return out
         c = enter(op, f, backend, x, contexts, prep, t)
         out = op.run(c, t, chunk_size)
@@ -131,20 +139,6 @@ def call(op: Operator, f, backend, x, t, contexts: tuple, prep, chunk_size=None)
         if hook is None:
             raise
         return hook(exc, op.public, f, backend, args, kw)
-
-
-def _tangent(t) -> tuple:
-    return () if t is None else (t,)
-
-
-def _unprepared(op: Operator, f, backend, x, contexts: tuple) -> Any:
-    """The result by the cached plan of the last unprepared call like this one, or SLOW."""
-    if not contexts:
-        run = unprepared.lookup(op.name, f, backend, x)
-        if run is not None:
-            return run(x)
-    out = unprepared.run_leaves(op.name, f, backend, x, contexts)
-    return SLOW if out is None else out
 
 
 def prepared(prep: Any) -> Prep:

@@ -28,7 +28,7 @@ NESTED = tuple(dict.fromkeys(METHOD.values()))  # the inner operators a rule can
 
 def support_table() -> str:
     """Markdown: per operator and backend, "native" (the backend's own method) or
-    "generic" (derived from its jvp / vjp in ``_fallbacks``)."""
+    "generic" (derived from its jvp / vjp in ``core.backend`` and ``core.fallbacks``)."""
     impls = _impls()
     head = "| operator | " + " | ".join(b.__name__ for b, _ in BACKENDS) + " |"
     lines = [head, "| --- |" + " --- |" * len(BACKENDS)]

@@ -123,9 +123,10 @@ def call(op: Operator, f, backend, x, t, contexts: tuple, prep, chunk_size=None)
                 # the cached plan of the last unprepared call like this one
                 run = None if contexts else unprepared.lookup(op.name, f, backend, x)
                 if run is not None:
-                    return run(x)
-                out = unprepared.run_leaves(op.name, f, backend, x, contexts)
-                if out is not None:
+                    out = run(x)  # SLOW: the general path explains (x64 off for float64)
+                else:
+                    out = unprepared.run_leaves(op.name, f, backend, x, contexts)
+                if out is not SLOW and out is not None:
                     return out
         c = enter(op, f, backend, x, contexts, prep, t)
         out = op.run(c, t, chunk_size)

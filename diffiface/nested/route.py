@@ -2,7 +2,7 @@
 
 When ``f`` is a :class:`~diffiface.FixedParams` and the outer framework of the
 backend differentiates ``x`` or the parameters, the call is routed to the rule
-registered for (framework, operator) in ``_registry``. ``"reverse_over_reverse"``
+registered for (framework, operator) in ``core.registry``. ``"reverse_over_reverse"``
 is the framework's own nesting (it differentiates the inner call's graph);
 ``"forward_over_reverse"`` swaps in a registered rule. The switch
 ``nested_ad(False)`` (or ``config.nested_ad = False``) turns routing off: the

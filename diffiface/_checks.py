@@ -5,6 +5,7 @@ A message reads: the call form, what was expected, what came, the fix.
 
 from __future__ import annotations
 
+import numbers
 import sys
 import warnings
 from typing import Any
@@ -293,4 +294,16 @@ def check_batch_of(op: str, backend: Any, x_shape: tuple, y_shape: tuple) -> Non
             f"{call_form(op, backend)}: f must keep the batch axis first: "
             f"x has shape {tuple(x_shape)}, f(x) has shape {tuple(y_shape)}. Map each sample "
             "to its output along axis 0."
+        )
+
+
+def check_chunk_size(op: str, backend: Any, chunk_size: Any) -> None:
+    if isinstance(chunk_size, bool) or not isinstance(chunk_size, numbers.Integral):
+        got = type(chunk_size).__name__
+        raise DiffifaceTypeError(
+            f"{call_form(op, backend)}: chunk_size must be a positive int, got {got}."
+        )
+    if chunk_size < 1:
+        raise DiffifaceValueError(
+            f"{call_form(op, backend)}: chunk_size must be a positive int, got {chunk_size}."
         )

@@ -221,6 +221,8 @@ class BackendImpl(DerivedSecondOrder):
         n = size(y)
         rows = [pb(self.basis(y, i)) for i in range(n)]
         cols = [sum(_dot(r[k], vs[k]) for k in range(len(xs))) for r in rows]
+        if not cols:  # f(x) is empty
+            return y, _convert.zeros(self, tuple(y.shape), y)
         return y, self.reshape(self.stack(cols, 0), tuple(y.shape))
 
     def _need_one_primitive(self) -> None:
@@ -239,11 +241,23 @@ class BackendImpl(DerivedSecondOrder):
         return y, pb(check_w(y, w))
 
     def value_and_gradient(self, prob, xs: tuple, ctx: tuple):
+        """For a complex leaf z of a real f, ``df/dRe z + i df/dIm z`` (torch's convention,
+        the conjugate of JAX's): a bilinear pullback's result is conjugated, and forward
+        mode adds the columns along ``i e_k``."""
         if type(self).value_and_pullback is not BackendImpl.value_and_pullback:
             y, pb = self.value_and_pullback(prob, xs, ctx)
-            return y, pb(self.ones_like(y))
+            gs = pb(self.ones_like(y))
+            if self.hermitian_vjp:
+                return y, gs
+            return y, tuple(g.conj() if self.is_complex(g) else g for g in gs)
         y, cols = self._columns(prob, xs, ctx)
-        return y, tuple(self.reshape(c, tuple(x.shape)) for c, x in zip(cols, xs, strict=True))
+        gs = [self.reshape(c, tuple(x.shape)) for c, x in zip(cols, xs, strict=True)]
+        if any(self.is_complex(x) for x in xs):
+            _, imag = self._columns(prob, xs, ctx, 1j)
+            for k, (c, x) in enumerate(zip(imag, xs, strict=True)):
+                if self.is_complex(x):
+                    gs[k] = gs[k] + 1j * self.reshape(c, tuple(x.shape))
+        return y, tuple(gs)
 
     # several directions (a backend with vmap overrides these with one pass)
     def value_and_jvps(self, prob, xs: tuple, vss: list, ctx: tuple):
@@ -329,21 +343,24 @@ class BackendImpl(DerivedSecondOrder):
     def output_size(self, prob, xs: tuple, ctx: tuple) -> int:
         return size(prob.flat()(xs, *ctx))
 
-    def _columns(self, prob, xs: tuple, ctx: tuple):
-        """f(x) and, for each leaf, its Jacobian columns stacked on the last axis."""
+    def _columns(self, prob, xs: tuple, ctx: tuple, scale=1):
+        """f(x) and, for each leaf, its Jacobian columns (along ``scale`` times each basis
+        vector) stacked on the last axis."""
         y = None
         zeros = [x * 0 for x in xs]
         out = []
         for k, x in enumerate(xs):
             cols = []
             for i in range(size(x)):
-                vs = tuple(self.basis(x, i) if j == k else zeros[j] for j in range(len(xs)))
+                e = self.basis(x, i) * scale
+                vs = tuple(e if j == k else zeros[j] for j in range(len(xs)))
                 y, t = self.value_and_jvp(prob, xs, vs, ctx)
                 cols.append(t)
             out.append(self.stack(cols, -1) if cols else None)
         if y is None:
             y = prob.flat()(xs, *ctx)
-        return y, tuple(out)
+        empty = (*tuple(y.shape), 0)  # the columns of an empty leaf
+        return y, tuple(_convert.zeros(self, empty, y) if c is None else c for c in out)
 
 
 def size(a: Any) -> int:

@@ -15,6 +15,7 @@ import math
 from typing import Any
 
 from .._tree import flatten
+from . import convert
 from .problem import Problem
 
 
@@ -28,16 +29,19 @@ class DerivedSecondOrder:
         if combo is not None and combo[0] == "reverse":
             g, pb = self.value_and_pullback(gprob, xs, ctx)
             hv = pb(v)
-            return self._split(g, xs), hv
+            return self._split(g, xs), tuple(self.cast(a, x) for a, x in zip(hv, xs, strict=True))
         g, hv = self.value_and_jvp(gprob, xs, vs, ctx)
         return self._split(g, xs), self._split(hv, xs)
 
     def value_gradient_and_hessian(self, prob, xs: tuple, ctx: tuple, combo):
-        """(f(x), gradient leaves, H) at one array x: the Jacobian of the gradient,
-        in the direction ``combo`` asks for (forward by columns, reverse by rows)."""
+        """(f(x), gradient leaves, H) at one array x: the Jacobian of the gradient, by
+        rows of pullbacks for a reverse ``combo``, else as ``value_and_jacobian`` picks."""
         (x,) = xs
         gprob = self._gradient_problem(prob)
         n = math.prod(tuple(x.shape))
+        if not n:  # no basis to run over
+            y, g = self.value_and_gradient(prob, xs, ctx)
+            return y, g, convert.zeros(self, (*x.shape, *x.shape), x)
         if combo is not None and combo[0] == "reverse":
             g, pb = self.value_and_pullback(gprob, xs, ctx)
             rows = [pb(self.basis(g, i))[0] for i in range(n)]
@@ -74,6 +78,6 @@ class DerivedSecondOrder:
         out, start = [], 0
         for x in xs:
             n = math.prod(tuple(x.shape))
-            out.append(self.reshape(flat[start : start + n], tuple(x.shape)))
+            out.append(self.cast(self.reshape(flat[start : start + n], tuple(x.shape)), x))
             start += n
         return tuple(out)

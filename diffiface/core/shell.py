@@ -44,12 +44,32 @@ class Operator:
     ``(impl, combo)`` for a second-order backend.
     """
 
-    __slots__ = ("family", "fast", "name", "public", "remember", "resolve", "run", "scalar")
+    __slots__ = (
+        "family",
+        "fast",
+        "name",
+        "public",
+        "remember",
+        "resolve",
+        "run",
+        "scalar",
+        "tangent",
+    )
 
     def __init__(
-        self, name, family, run, *, scalar=False, fast="prepared", remember=None, resolve=None
+        self,
+        name,
+        family,
+        run,
+        *,
+        scalar=False,
+        tangent=False,
+        fast="prepared",
+        remember=None,
+        resolve=None,
     ):
         self.name, self.family, self.run, self.scalar = name, family, run, scalar
+        self.tangent = tangent  # takes a tangent or cotangent after x (None is one too)
         self.fast, self.remember, self.resolve = fast, remember, resolve
         self.public: Callable | None = None  # set by ``public``
 
@@ -108,15 +128,18 @@ def on_foreign(hook: Callable) -> None:
 
 
 def call(op: Operator, f, backend, x, t, contexts: tuple, prep, chunk_size=None) -> Any:
-    """The public operator ``op`` on these arguments (``t``: its tangent, or None)."""
+    """The public operator ``op`` on these arguments (``t``: its tangent, for an
+    operator that takes one)."""
+    if chunk_size is not None:
+        _checks.check_chunk_size(op.name, backend, chunk_size)
     try:
         if chunk_size is None and op.fast is not None and not _config.checking():
             if prep is not None:
                 plan = prep if type(prep) is Prep else prepared(prep)  # (raises for a non-plan)
-                if t is None:
-                    out = plan.run_direct(op.name, f, backend, x, contexts)
-                else:
+                if op.tangent:
                     out = plan.run_direct(op.name, f, backend, x, contexts, t)
+                else:
+                    out = plan.run_direct(op.name, f, backend, x, contexts)
                 if out is not SLOW:
                     return out
             elif op.fast == "any" and type(backend) in registry.KEEPS_PLANS:
@@ -134,7 +157,7 @@ def call(op: Operator, f, backend, x, t, contexts: tuple, prep, chunk_size=None)
             _remember(op, f, backend, x, c, contexts)
         return out
     except Foreign as exc:  # arrays of another framework: the call crosses a bridge
-        args = (x, *contexts) if t is None else (x, t, *contexts)
+        args = (x, t, *contexts) if op.tangent else (x, *contexts)
         kw = {"prep": prep} if chunk_size is None else {"prep": prep, "chunk_size": chunk_size}
         hook = _BRIDGE[0]
         if hook is None:

@@ -36,7 +36,6 @@ METHOD = {
     "gradient_and_hvp": "gradient_and_hvp",
     "jacobian": "jacobian",
     "value_and_jacobian": "value_and_jacobian",
-    "batched_jacobian": "value_and_batched_jacobian",
     "value_and_batched_jacobian": "value_and_batched_jacobian",
 }
 _FORWARD = ("jvp", "value_and_jvp", "derivative", "value_and_derivative")

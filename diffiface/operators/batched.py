@@ -29,7 +29,6 @@ def _batched(c: Call, chunk_size):
         _checks.check_batch(prob, tuple(x0.shape), tuple(y.shape))
         jac = convert.zeros(impl, (*y.shape, *x0.shape[1:]), x0)
     elif chunk_size is not None:
-        dense.check_chunk_size(op, backend, chunk_size)
         y, jac = _chunked(impl, prob, xs, ctx, chunk_size)
     else:
         n_in = math.prod(tuple(x0.shape[1:]))
@@ -44,11 +43,9 @@ def _batched(c: Call, chunk_size):
     return c.back(y), c.back(jac)
 
 
+# batched_jacobian runs as its value variant: one compiled function, one plan for both
 VALUE_AND_BATCHED_JACOBIAN = Operator(
     "value_and_batched_jacobian", "batched_jacobian", lambda c, t, k: _batched(c, k), fast=None
-)
-BATCHED_JACOBIAN = Operator(
-    "batched_jacobian", "batched_jacobian", lambda c, t, k: _batched(c, k)[1], fast=None
 )
 
 
@@ -91,7 +88,6 @@ def value_and_batched_jacobian(
     return shell.call(VALUE_AND_BATCHED_JACOBIAN, f, backend, x, None, contexts, prep, chunk_size)
 
 
-@shell.public(BATCHED_JACOBIAN)
 def batched_jacobian(
     f: Callable, backend: Any, x: Any, *contexts: Any, prep: Any = None, chunk_size: Any = None
 ) -> Any:
@@ -109,7 +105,7 @@ def batched_jacobian(
                [ 6.,  8.],
                [10., 12.]])
     """
-    return shell.call(BATCHED_JACOBIAN, f, backend, x, None, contexts, prep, chunk_size)
+    return value_and_batched_jacobian(f, backend, x, *contexts, prep=prep, chunk_size=chunk_size)[1]
 
 
 def _reverse(impl, prob, xs: tuple, ctx: tuple):

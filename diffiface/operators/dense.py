@@ -18,7 +18,6 @@ equal on torch in every measurement, within 3 * eps * max|entry| on JAX and auto
 
 from __future__ import annotations
 
-import numbers
 from typing import Any
 
 from .. import _checks, _config
@@ -28,19 +27,6 @@ from ..core.convert import zeros
 
 def itemsize(x: Any) -> int:
     return x.dtype.itemsize  # NumPy, jax and torch (>= 2.1) dtypes
-
-
-def check_chunk_size(op: str, backend: Any, chunk_size: Any) -> None:
-    if isinstance(chunk_size, bool) or not isinstance(chunk_size, numbers.Integral):
-        got = type(chunk_size).__name__
-        raise _checks.DiffifaceTypeError(
-            f"{_checks.call_form(op, backend)}: chunk_size must be a positive int, got {got}."
-        )
-    if chunk_size < 1:
-        raise _checks.DiffifaceValueError(
-            f"{_checks.call_form(op, backend)}: chunk_size must be a positive int, "
-            f"got {chunk_size}."
-        )
 
 
 def check_limit(op: str, backend: Any, rows: int, cols: int, x: Any, what: str) -> None:

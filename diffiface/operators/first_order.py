@@ -59,8 +59,8 @@ def _reverse_jvps(impl, prob, xs: tuple, vss: list, ctx: tuple):
     return out[0][0], [t for _, t in out]
 
 
-VALUE_AND_JVP = Operator("value_and_jvp", "jvp", lambda c, v, _: _jvps(c, v))
-JVP = Operator("jvp", "jvp", lambda c, v, _: _jvps(c, v)[1])
+VALUE_AND_JVP = Operator("value_and_jvp", "jvp", lambda c, v, _: _jvps(c, v), tangent=True)
+JVP = Operator("jvp", "jvp", lambda c, v, _: _jvps(c, v)[1], tangent=True)
 
 
 def _vjps(c: Call, w: Any):
@@ -100,8 +100,8 @@ class _CheckW:
         return w
 
 
-VALUE_AND_VJP = Operator("value_and_vjp", "vjp", lambda c, w, _: _vjps(c, w))
-VJP = Operator("vjp", "vjp", lambda c, w, _: _vjps(c, w)[1])
+VALUE_AND_VJP = Operator("value_and_vjp", "vjp", lambda c, w, _: _vjps(c, w), tangent=True)
+VJP = Operator("vjp", "vjp", lambda c, w, _: _vjps(c, w)[1], tangent=True)
 
 
 def _derivatives(c: Call):

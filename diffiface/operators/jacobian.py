@@ -16,8 +16,6 @@ def _jacobians(c: Call, chunk_size, value: bool):
     """(f(x), J): the backend's jacobian (under the dense limit), built in chunks, or
     zeros when x is empty (no basis to run over)."""
     impl, prob, xs, ctx = c.impl, c.prob, c.xs, c.ctx
-    if chunk_size is not None:
-        dense.check_chunk_size(prob.op, prob.backend, chunk_size)
     if not prob.single:
         raise _checks.not_single_array(prob.op, prob.backend, len(xs))
     (x,) = xs

@@ -124,7 +124,7 @@ def prepare_second_derivative(f: Callable, backend: Any, x: Any, *contexts: Any)
         >>> round(di.second_derivative(f, b, 2.0, prep=di.prepare_second_derivative(f, b, 1.0)), 3)
         12.0
     """
-    return prepare(second_order.SECOND_DERIVATIVE, f, backend, x, contexts)
+    return prepare(second_order.VALUE_DERIVATIVE_AND_SECOND_DERIVATIVE, f, backend, x, contexts)
 
 
 def prepare_batched_jacobian(f: Callable, backend: Any, x: Any, *contexts: Any) -> Prep:
@@ -137,4 +137,4 @@ def prepare_batched_jacobian(f: Callable, backend: Any, x: Any, *contexts: Any) 
         >>> di.batched_jacobian(f, b, x, prep=di.prepare_batched_jacobian(f, b, x)).shape
         (3, 2, 2)
     """
-    return prepare(batched.BATCHED_JACOBIAN, f, backend, x, contexts)
+    return prepare(batched.VALUE_AND_BATCHED_JACOBIAN, f, backend, x, contexts)

@@ -70,17 +70,22 @@ def _hvps(c: Call, v: Any, gradient: bool):
 
 
 GRADIENT_AND_HVP = Operator(
-    "gradient_and_hvp", "hvp", lambda c, v, _: _hvps(c, v, True), scalar=True, resolve=_resolve
+    "gradient_and_hvp",
+    "hvp",
+    lambda c, v, _: _hvps(c, v, True),
+    scalar=True,
+    tangent=True,
+    resolve=_resolve,
 )
-HVP = Operator("hvp", "hvp", lambda c, v, _: _hvps(c, v, False)[1], scalar=True, resolve=_resolve)
+HVP = Operator(
+    "hvp", "hvp", lambda c, v, _: _hvps(c, v, False)[1], scalar=True, tangent=True, resolve=_resolve
+)
 
 
 def _hessians(c: Call, chunk_size):
     """(f(x), g, H) at one array x."""
     impl, prob, xs, ctx = c.impl, c.prob, c.xs, c.ctx
     op, backend = prob.op, prob.backend
-    if chunk_size is not None:
-        dense.check_chunk_size(op, backend, chunk_size)
     if not prob.single:
         raise _checks.not_single_array(op, backend, len(xs))
     if chunk_size is not None and size(xs[0]):
@@ -127,16 +132,11 @@ def _second_derivatives(c: Call):
     return c.back(y), c.back(d), c.back(d2)
 
 
+# second_derivative runs as its value variant: one compiled function, one plan for both
 VALUE_DERIVATIVE_AND_SECOND_DERIVATIVE = Operator(
     "value_derivative_and_second_derivative",
     "second_derivative",
     lambda c, t, _: _second_derivatives(c),
-    resolve=_resolve,
-)
-SECOND_DERIVATIVE = Operator(
-    "second_derivative",
-    "second_derivative",
-    lambda c, t, _: _second_derivatives(c)[2],
     resolve=_resolve,
 )
 
@@ -256,7 +256,6 @@ def value_derivative_and_second_derivative(
     return shell.call(VALUE_DERIVATIVE_AND_SECOND_DERIVATIVE, f, backend, x, None, contexts, prep)
 
 
-@shell.public(SECOND_DERIVATIVE)
 def second_derivative(f: Callable, backend: Any, x: Any, *contexts: Any, prep: Any = None) -> Any:
     """The second derivative ``f''(x)`` at a scalar ``x``, shaped like ``f(x)``.
 
@@ -268,4 +267,4 @@ def second_derivative(f: Callable, backend: Any, x: Any, *contexts: Any, prep: A
         >>> round(di.second_derivative(np.sin, di.AutoFiniteDifferences(), 0.5), 4)
         -0.4794
     """
-    return shell.call(SECOND_DERIVATIVE, f, backend, x, None, contexts, prep)
+    return value_derivative_and_second_derivative(f, backend, x, *contexts, prep=prep)[2]

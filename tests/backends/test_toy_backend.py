@@ -170,3 +170,57 @@ def test_the_toy_touched_no_file_of_diffiface():
 
     assert AutoToy.package is None
     assert type(implementation(AutoToyJvp())) is ToyJvpImpl
+
+
+TOYS = [AutoToy(), AutoToyJvp(), AutoToyVjp()]
+TOY_IDS = ["both", "jvp", "vjp"]
+
+
+@pytest.mark.parametrize("toy", TOYS, ids=TOY_IDS)
+def test_complex_gradient_follows_the_convention(toy):
+    """A real f of complex z: df/dRe z + i df/dIm z, as AutoJax and AutoTorch give."""
+    import jax.numpy as jnp
+
+    def f(z):
+        return jnp.real(z * jnp.conj(z)).sum() + jnp.imag(z).sum() * 3.0
+
+    z = jnp.array([1.0 + 2.0j, -0.5 + 0.25j])
+    want = di.gradient(f, di.AutoJax(), z)
+    np.testing.assert_allclose(np.asarray(want), 2 * np.asarray(z) + 3j, rtol=1e-12)
+    np.testing.assert_allclose(np.asarray(di.gradient(f, toy, z)), np.asarray(want), rtol=1e-12)
+
+
+@pytest.mark.parametrize("toy", TOYS, ids=TOY_IDS)
+@pytest.mark.parametrize("outer", [None, "forward", "reverse"])
+def test_second_order_keeps_each_leafs_dtype(toy, outer):
+    import jax.numpy as jnp
+
+    def f(x):
+        return (jnp.sin(x["a"]).sum() * x["b"] ** 2).sum()
+
+    x = {"a": jnp.array([0.3, 0.7], dtype=jnp.float32), "b": jnp.array([1.5])}
+    v = {"a": jnp.array([1.0, -1.0], dtype=jnp.float32), "b": jnp.array([0.5])}
+    b = toy if outer is None else di.second_order(type(toy)(mode=outer), toy)
+    g, hv = di.gradient_and_hvp(f, b, x, v)
+    g_ref, hv_ref = di.gradient_and_hvp(f, di.AutoJax(), x, v)
+    for k in x:
+        assert g[k].dtype == x[k].dtype and hv[k].dtype == x[k].dtype, k
+        np.testing.assert_allclose(np.asarray(g[k]), np.asarray(g_ref[k]), rtol=1e-6)
+        np.testing.assert_allclose(np.asarray(hv[k]), np.asarray(hv_ref[k]), rtol=1e-6)
+
+
+@pytest.mark.parametrize("toy", TOYS, ids=TOY_IDS)
+@pytest.mark.parametrize("outer", [None, "reverse"])
+def test_empty_x_gives_empty_derivatives(toy, outer):
+    import jax.numpy as jnp
+
+    def f(x):
+        return (x**2).sum() + 1.0
+
+    x = jnp.zeros((0,))
+    b = toy if outer is None else di.second_order(type(toy)(mode=outer), toy)
+    assert di.gradient(f, toy, x).shape == (0,)
+    assert di.jacobian(lambda x: x * 2.0, toy, x).shape == (0, 0)
+    assert di.hvp(f, b, x, x).shape == (0,)
+    y, g, h = di.value_gradient_and_hessian(f, b, x)
+    assert float(y) == 1.0 and g.shape == (0,) and h.shape == (0, 0)

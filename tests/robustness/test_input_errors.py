@@ -327,3 +327,39 @@ def test_jax_float64_tangent_without_x64():
         x = jax.numpy.ones(2)
         with pytest.raises(ValueError, match="v is float64, but JAX has x64 disabled"):
             di.jvp(lambda x: x**2, di.AutoJax(), x, np.ones(2))
+
+
+# ---- found in review of the operator shell ---------------------------------------------------
+def _prepared(op, f, b, x):
+    return getattr(di, f"prepare_{op}")(f, b, x, x if op != "vjp" else f(x))
+
+
+@pytest.mark.parametrize("op", ["jvp", "vjp", "hvp"])
+@pytest.mark.parametrize("prepared", [False, True], ids=["unprep", "prep"])
+def test_a_none_tangent_is_a_clear_error(backend, op, prepared):
+    """None is a (bad) tangent: the shell must not take it for "no tangent"."""
+    ns = xp(backend)
+
+    def f(x):
+        return ns.sin(x) if op != "hvp" else ns.sin(x).sum()
+
+    x = native(backend, np.array([0.3, 0.6]))
+    kw = {"prep": _prepared(op, f, backend, x)} if prepared else {}
+    with pytest.raises((di.DiffifaceTypeError, di.DiffifaceValueError)):
+        getattr(di, op)(f, backend, x, None, **kw)
+
+
+def test_a_bad_chunk_size_is_named_first():
+    x = np.array([1.0, 2.0])
+    with pytest.raises(di.DiffifaceValueError, match=r"jacobian.*chunk_size must be a positive"):
+        di.jacobian(np.sin, "not a backend", x, chunk_size=0)
+    with pytest.raises(di.DiffifaceTypeError, match=r"^hessian\(.*chunk_size must be a positive"):
+        di.hessian(lambda x: (x**2).sum(), di.AutoFiniteDifferences(), x, chunk_size=1.5)
+
+
+def test_a_bad_chunk_size_across_frameworks_names_the_users_call():
+    torch = pytest.importorskip("torch")
+    x = torch.tensor([1.0, 2.0], dtype=torch.float64)
+    b = di.second_order(di.AutoFiniteDifferences(), di.AutoTorch())
+    with pytest.raises(di.DiffifaceValueError, match=r"^hessian\(f, SecondOrder"):
+        di.hessian(lambda x: (x**2).sum(), b, x, chunk_size=0)

@@ -477,3 +477,31 @@ def test_foreign_array_kind_crosses_a_bridge():
     g = di.gradient(lambda x: (x**2).sum(), di.AutoJax(), torch.ones(2))
     assert isinstance(g, torch.Tensor)
     torch.testing.assert_close(g, torch.full((2,), 2.0))
+
+
+@pytest.mark.skipif(not (HAVE["jax"] and HAVE["torch"]), reason="needs jax and torch")
+def test_torch_batched_backward_over_a_bridged_call():
+    """torch's batched backward (is_grads_batched: Tangents vjp and hvp, chunked and
+    batched Jacobians, the plain Hessian) has no batching rule for a bridged call: it runs
+    one backward per direction there, with the same results (closed forms)."""
+    import jax.numpy as jnp
+    import torch
+
+    cube = di.differentiate_with(lambda x: jnp.sin(x) ** 3, di.AutoJax())
+    x = torch.tensor([0.3, 0.5, 0.9], dtype=torch.float64)
+    d1 = 3 * torch.sin(x) ** 2 * torch.cos(x)
+    d2 = 6 * torch.sin(x) * torch.cos(x) ** 2 - 3 * torch.sin(x) ** 3
+    b = di.AutoTorch(mode="reverse")
+    w1, w2 = torch.ones(3, dtype=torch.float64), torch.arange(3.0, dtype=torch.float64)
+    got = di.vjp(cube, b, x, di.Tangents(w1, w2))
+    torch.testing.assert_close(got[0], d1 * w1)
+    torch.testing.assert_close(got[1], d1 * w2)
+    torch.testing.assert_close(di.jacobian(cube, b, x, chunk_size=2), torch.diag(d1))
+    torch.testing.assert_close(di.batched_jacobian(cube, b, x[:, None])[:, 0, 0], d1)
+    total = lambda x: cube(x).sum()  # noqa: E731
+    torch.testing.assert_close(di.hessian(total, di.AutoTorch(), x), torch.diag(d2))
+    hv = di.hvp(total, di.AutoTorch(), x, di.Tangents(w1, w2))
+    torch.testing.assert_close(hv[1], d2 * w2)
+    over = di.second_order(di.AutoTorch(mode="reverse"), di.AutoJax())
+    f = lambda x: jnp.sum(jnp.sin(x) ** 3)  # noqa: E731
+    torch.testing.assert_close(di.hessian(f, over, x, chunk_size=2), torch.diag(d2))

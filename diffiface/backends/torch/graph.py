@@ -193,3 +193,41 @@ def call_plain(prob, thunk):
                 "use out-of-place ops."
             ) from exc
         raise
+
+
+def batched_grads(outputs, inputs, ws, create: bool) -> tuple:
+    """``torch.autograd.grad`` of ``outputs`` along each of the stacked ``ws`` (leading
+    axis), batched in one backward pass (``is_grads_batched``). An op without a batching
+    rule on the graph (a bridged call, an autograd.Function without vmap support) makes
+    torch refuse the batched pass: then one backward per direction, the same results."""
+    try:
+        return torch.autograd.grad(
+            outputs,
+            inputs,
+            ws,
+            is_grads_batched=True,
+            allow_unused=True,
+            create_graph=create,
+            retain_graph=True,  # for the fallback below; freed with the graph on return
+        )
+    except RuntimeError as exc:
+        if "atching rule not implemented" not in str(exc) and "vmap" not in str(exc):
+            raise
+    single = not isinstance(outputs, list | tuple)
+    outs = [outputs] if single else list(outputs)
+    stacks = [ws] if single else list(ws)
+    per = [
+        torch.autograd.grad(
+            outs,
+            inputs,
+            [s[i] for s in stacks],
+            allow_unused=True,
+            create_graph=create,
+            retain_graph=True,
+        )
+        for i in range(stacks[0].shape[0])
+    ]
+    return tuple(
+        None if any(p[k] is None for p in per) else torch.stack([p[k] for p in per])
+        for k in range(len(inputs))
+    )

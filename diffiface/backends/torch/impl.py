@@ -26,6 +26,7 @@ from ...core.registry import register
 from . import direct
 from .graph import (
     apply_f,
+    batched_grads,
     call_f,
     call_forward,
     forward_graph,
@@ -267,14 +268,7 @@ class TorchImpl(BackendImpl):
         w = torch.stack([check_w(y, w) for w in ws])
         n = len(ws)
         if y.requires_grad:
-            gs = torch.autograd.grad(
-                y,
-                xg,
-                w,
-                is_grads_batched=True,
-                allow_unused=True,
-                create_graph=outer or seen_by_outer(w),
-            )
+            gs = batched_grads(y, xg, w, outer or seen_by_outer(w))
         else:
             gs = (None,) * len(xg)
         gs = [
@@ -341,9 +335,7 @@ class TorchImpl(BackendImpl):
             w = torch.eye(n_out, dtype=y.dtype, device=y.device)[:, None].expand(n_out, b, n_out)
             w = w.reshape((n_out, *y.shape))
             if y.requires_grad:
-                (rows,) = torch.autograd.grad(
-                    y, xg, w, is_grads_batched=True, allow_unused=True, create_graph=outer
-                )
+                (rows,) = batched_grads(y, xg, w, outer)
             else:
                 rows = None
             if rows is None:
@@ -397,13 +389,8 @@ class TorchImpl(BackendImpl):
             hv = [None] * len(xs)
             if used:
                 vs = [torch.stack([vs[k] for vs in vss]) for k in used]
-                hv = torch.autograd.grad(
-                    [gs[k] for k in used],
-                    xg,
-                    vs,
-                    is_grads_batched=True,
-                    allow_unused=True,
-                    create_graph=keep or any(seen_by_outer(v) for v in vs),
+                hv = batched_grads(
+                    [gs[k] for k in used], xg, vs, keep or any(seen_by_outer(v) for v in vs)
                 )
         hv = [
             torch.zeros((n, *x.shape), dtype=x.dtype, device=x.device) if h is None else h
@@ -451,9 +438,7 @@ class TorchImpl(BackendImpl):
                 h = None
                 if g.requires_grad and n:
                     eye = torch.eye(n, dtype=x.dtype, device=x.device).reshape((n, *x.shape))
-                    (h,) = torch.autograd.grad(
-                        g, xg, eye, is_grads_batched=True, allow_unused=True, create_graph=keep
-                    )
+                    (h,) = batched_grads(g, (xg,), eye, keep)
             if h is None:
                 h = torch.zeros((n, *x.shape), dtype=x.dtype, device=x.device)
             h = h.reshape((*x.shape, *x.shape))

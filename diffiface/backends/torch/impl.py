@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextvars
 import functools
 import math
+import sys
 import time
 from typing import Any
 
@@ -176,7 +177,7 @@ class TorchImpl(BackendImpl):
         return a.requires_grad or is_functorch_wrapped_tensor(a) or is_dual(a)
 
     def cast(self, a: Any, like: Any) -> Any:
-        return a.to(dtype=like.dtype, device=like.device)
+        return _placed(a.to(dtype=like.dtype, device=like.device), like)
 
     def ones_like(self, a: Any) -> Any:
         return torch.ones_like(a)
@@ -184,7 +185,7 @@ class TorchImpl(BackendImpl):
     def basis(self, like: Any, i: int) -> Any:
         e = torch.zeros(like.numel(), dtype=like.dtype, device=like.device)
         e[i] = 1
-        return e.reshape(like.shape)
+        return _placed(e.reshape(like.shape), like)
 
     def stack(self, arrays: list, axis: int) -> Any:
         return torch.stack(arrays, dim=axis)
@@ -213,8 +214,17 @@ class TorchImpl(BackendImpl):
             return y, grads(y, xg, None, True, True)
         return _plain_value_and_grad(prob, prob.flat(), xs, ctx)
 
+    def reverse_jvp(self, prob, xs, vs, ctx):
+        """The reverse formulation's J v placed like f(x) (a DTensor's sum over the
+        Jacobian's columns comes back as a partial sum)."""
+        y, t = super().reverse_jvp(prob, xs, vs, ctx)
+        dtensor = _dtensor_type()
+        if dtensor is not None and isinstance(t, dtensor) and isinstance(y, dtensor):
+            t = t.redistribute(y.device_mesh, y.placements)
+        return y, t
+
     def forward_unsupported(self, exc):
-        return isinstance(exc, RuntimeError | NotImplementedError) and any(
+        return isinstance(exc, RuntimeError | NotImplementedError | AssertionError) and any(
             s in str(exc) for s in _NO_FORWARD
         )
 
@@ -472,6 +482,25 @@ class TorchImpl(BackendImpl):
         return y, d1, d2
 
 
+def _placed(a, like):
+    """``a`` (a plain tensor) placed like ``like``: a DTensor's basis vectors and
+    cotangents must be DTensors of its mesh and placements (every rank builds the same
+    full tensor, so distributing it only keeps each rank's shard)."""
+    dtensor = _dtensor_type()
+    if dtensor is None or not isinstance(like, dtensor) or isinstance(a, dtensor):
+        return a
+    from torch.distributed.tensor import distribute_tensor
+
+    return distribute_tensor(a, like.device_mesh, like.placements)
+
+
+def _dtensor_type():
+    """torch's DTensor class once torch.distributed.tensor was imported (a DTensor can
+    exist only then), else None: no import on the common path."""
+    module = sys.modules.get("torch.distributed.tensor")
+    return None if module is None else module.DTensor
+
+
 def _one(fn, ctx):
     return lambda x: fn((x,), *ctx)
 
@@ -518,5 +547,7 @@ _NO_FORWARD = (
     "setup_context staticmethod",
     "must implement the jvp function",
     "does not have vmap support",
+    "does not have a sharding strategy registered",  # DTensor: no forward-mode AD
+    "out variant should have at least one out arg",  # DTensor under torch.func.jacfwd
 )
 _HESSIAN_WAY = "hessian way"  # and of its Hessian formulation

@@ -180,6 +180,17 @@ class SecondOrder(AbstractBackend):
     inner: AbstractBackend
     framework: ClassVar[str] = "second_order"
 
+    @property
+    def crosses(self) -> bool:
+        """The outer AD framework differentiates another framework's gradient (a bridge)."""
+        o, i = self.outer.framework, self.inner.framework
+        return o != i and o != "finite_differences"
+
+    @property
+    def differences_over_ad(self) -> bool:
+        """Finite differences (outer) of an AD framework's gradient (inner)."""
+        return self.outer.framework == "finite_differences" != self.inner.framework
+
     def __post_init__(self) -> None:
         for name in ("outer", "inner"):
             b = getattr(self, name)

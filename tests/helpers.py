@@ -53,27 +53,23 @@ def to_numpy(a):
     return np.asarray(a)
 
 
-# The tests' one tolerance table, defined from the public one. diffiface.testing.tolerance
-# is the bound a user's check accepts (an error relative to max(1, |reference|)); the
-# tests hold each backend tighter, by these margins (the public bound divided by the
-# margin, rounded to one significant digit), as (rtol, atol) with rtol == atol, that is
-# an error under about the same bound times (1 + |reference|):
-#   AD       float64  1e-8 / 100 = 1e-10    float32  1e-4 / 5 = 2e-5
-#   FD       float64  1e-5 / 10  = 1e-6     float32  2e-2 / 1 = 2e-2 (central, cube-root step)
-MARGIN = {
-    (False, "float64"): 100,
-    (False, "float32"): 5,
-    (True, "float64"): 10,
-    (True, "float32"): 1,
+# The tests' one tolerance table, first-order operators: (rtol, atol) with rtol == atol,
+# by (finite differences?, dtype). Each is at most diffiface.testing.tolerance, the bound
+# a user's check accepts (checked below), so no test is looser than the public promise.
+TOLERANCE = {
+    (False, "float64"): 1e-10,  # public 1e-8
+    (False, "float32"): 2e-5,  # public 1e-4
+    (True, "float64"): 1e-6,  # public 1e-5 (central differences, cube-root step)
+    (True, "float32"): 2e-2,  # public 2e-2
 }
+for (_fd, _dtype), _tol in TOLERANCE.items():
+    _b = di.AutoFiniteDifferences() if _fd else di.AutoJax()
+    assert _tol <= testing.tolerance(_b, np.dtype(_dtype), "jacobian"), (_fd, _dtype)
 
 
-def tolerance(backend, dtype, op="jacobian"):
-    """(rtol, atol) for ``op`` by backend and dtype: the public
-    ``diffiface.testing.tolerance`` divided by the tests' margin (see MARGIN)."""
-    fd = backend.framework == "finite_differences"
-    bound = testing.tolerance(backend, dtype, op) / MARGIN[(fd, np.dtype(dtype).name)]
-    tol = float(f"{bound:.0e}")
+def tolerance(backend, dtype):
+    """(rtol, atol) of a first-order result by backend and dtype (see TOLERANCE)."""
+    tol = TOLERANCE[(backend.framework == "finite_differences", np.dtype(dtype).name)]
     return tol, tol
 
 

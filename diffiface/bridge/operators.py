@@ -15,6 +15,7 @@ from typing import Any
 
 from .. import _checks
 from .._arrays import framework_of, is_jax_tracer
+from .._backend_types import SecondOrder
 from .._cache import FunctionCache
 from .._contexts import Constant, FixedParams
 from .._errors import Crossing, Foreign
@@ -38,13 +39,13 @@ _CACHE = FunctionCache(per_function=16, functions=32)
 
 
 def cross(exc: Foreign, op: Callable, f: Callable, backend: Any, args: tuple, kw: dict) -> Any:
-    """The public operator ``op`` run across a bridge. Each operator catches ``Foreign``
-    around its body (a try costs nothing; a wrapper would cost 0.4 µs per call). A
-    ``Foreign`` that did not come from this call's own arguments (one raised inside f)
-    is not this call's to cross: it goes on up."""
+    """The public operator ``op`` run across a bridge: the operator shell's hook for a
+    ``Foreign`` raised while converting the arguments. A ``Foreign`` that did not come
+    from this call's own arguments (one raised inside f) is not this call's to cross:
+    it goes on up."""
     if isinstance(exc, Crossing):
         return cross_second_order(op.__name__, f, backend, args, kw)
-    if _fd_over(backend):  # finite differences on NumPy copies, results like x
+    if isinstance(backend, SecondOrder) and backend.differences_over_ad:  # on NumPy copies
         return _fd_over_arrays(exc, op, f, backend, args, kw)
     own = framework_key(backend)
     params = f.params if isinstance(f, FixedParams) else None
@@ -55,15 +56,6 @@ def cross(exc: Foreign, op: Callable, f: Callable, backend: Any, args: tuple, kw
     if all(framework_of(a) in (None, "numpy", own) for a in flatten((params, values))[0]):
         raise exc
     return call(op, f, backend, args, kw)
-
-
-def _fd_over(backend: Any) -> bool:
-    """``second_order(AutoFiniteDifferences(), inner)`` over an AD framework's gradient."""
-    return (
-        getattr(backend, "framework", "") == "second_order"
-        and backend.outer.framework == "finite_differences"
-        and backend.inner.framework != "finite_differences"
-    )
 
 
 def _fd_over_arrays(exc: Foreign, op: Callable, f: Callable, backend: Any, args, kw) -> Any:

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .. import _checks
-from .._backend_types import AutoFiniteDifferences, SecondOrder
+from .._backend_types import SecondOrder
 from .._errors import Crossing
 from .._tangents import Tangents
 from ..core import convert, registry, shell
@@ -27,19 +27,12 @@ def _resolve(f, backend, contexts: tuple):
     if not isinstance(backend, SecondOrder):
         return registry.implementation(backend), None
     outer, inner = backend.outer, backend.inner
-    if _crosses(backend):
+    if backend.crosses:
         raise Crossing  # the outer framework differentiates across a bridge
-    if isinstance(outer, AutoFiniteDifferences) and not isinstance(inner, AutoFiniteDifferences):
+    if backend.differences_over_ad:
         return FiniteDifferencesOver(backend, registry.implementation(outer), f, contexts), None
     combo = (getattr(outer, "mode", None) or "forward", getattr(inner, "mode", None) or "reverse")
     return registry.implementation(inner), combo
-
-
-def _crosses(backend: SecondOrder) -> bool:
-    """The outer framework differentiates another's gradient (finite differences over
-    any gradient has its own path)."""
-    o, i = backend.outer.framework, backend.inner.framework
-    return o != i and o != "finite_differences"
 
 
 def _either(c: Call, run: Callable) -> Any:

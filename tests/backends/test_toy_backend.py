@@ -163,7 +163,7 @@ def test_a_framework_without_a_bridge_is_a_clear_error():
         g(jnp.ones(2))
 
 
-def test_the_toy_touched_no_file_of_diffiface():
+def test_the_toy_is_reached_by_its_registration_alone():
     """Registration is the only link: the backend type names no package, no table lists
     it, and its implementation is the class registered here."""
     from diffiface.core.registry import implementation

@@ -40,3 +40,8 @@ class Foreign(DiffifaceTypeError):
 
 class Crossing(Foreign):
     """Raised for ``second_order(outer, inner)`` of two frameworks."""
+
+
+class SparsityWarning(UserWarning):
+    """A sparsity pattern that may miss nonzeros: detected locally (at a few points), or
+    widened to dense for an operation the global detector does not know."""

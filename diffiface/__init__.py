@@ -12,6 +12,7 @@ from ._backend_types import AbstractBackend as AbstractBackend
 from ._backend_types import AutoAutograd as AutoAutograd
 from ._backend_types import AutoFiniteDifferences as AutoFiniteDifferences
 from ._backend_types import AutoJax as AutoJax
+from ._backend_types import AutoSparse as AutoSparse
 from ._backend_types import AutoTorch as AutoTorch
 from ._backend_types import SecondOrder as SecondOrder
 from ._backend_types import second_order as second_order
@@ -62,6 +63,8 @@ from .operators.second_order import (
     value_derivative_and_second_derivative as value_derivative_and_second_derivative,
 )
 from .operators.second_order import value_gradient_and_hessian as value_gradient_and_hessian
+from .sparse.api import coloring as coloring
+from .sparse.api import sparsity_pattern as sparsity_pattern
 
 __version__ = "0.1.0"
 
@@ -70,6 +73,7 @@ __all__ = [
     "AutoAutograd",
     "AutoFiniteDifferences",
     "AutoJax",
+    "AutoSparse",
     "AutoTorch",
     "Config",
     "Constant",
@@ -85,6 +89,7 @@ __all__ = [
     "Tangents",
     "batched_jacobian",
     "clear_caches",
+    "coloring",
     "config",
     "derivative",
     "differentiate_with",
@@ -108,6 +113,7 @@ __all__ = [
     "prepare_vjp",
     "second_derivative",
     "second_order",
+    "sparsity_pattern",
     "value_and_batched_jacobian",
     "value_and_derivative",
     "value_and_gradient",

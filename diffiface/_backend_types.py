@@ -10,7 +10,7 @@ import math
 import numbers
 from typing import ClassVar
 
-from ._errors import DiffifaceValueError
+from ._errors import DiffifaceTypeError, DiffifaceValueError
 
 _MODES = (None, "forward", "reverse")
 _FD_METHODS = ("central", "forward", "backward")
@@ -206,14 +206,127 @@ class SecondOrder(AbstractBackend):
                 )
 
 
-def second_order(outer: AbstractBackend, inner: AbstractBackend) -> SecondOrder:
+def second_order(outer: AbstractBackend, inner: AbstractBackend) -> SecondOrder | AutoSparse:
     """The backend where ``outer`` differentiates the gradient computed by ``inner``.
+
+    An :class:`AutoSparse` outer or inner makes the whole combination sparse:
+    ``second_order(AutoSparse(a), b)`` is ``AutoSparse(second_order(a, b))`` (a sparse
+    Hessian whose compressed passes are Hessian-vector products of that combination).
 
     Examples:
         >>> second_order(AutoTorch(mode="reverse"), AutoTorch())
         SecondOrder(outer=AutoTorch(mode='reverse'), inner=AutoTorch(mode=None))
+        >>> second_order(AutoSparse(AutoJax()), AutoJax()).backend
+        SecondOrder(outer=AutoJax(mode=None), inner=AutoJax(mode=None))
     """
-    return SecondOrder(outer, inner)
+    sparse = [b for b in (outer, inner) if isinstance(b, AutoSparse)]
+    if not sparse:
+        return SecondOrder(outer, inner)
+    if len(sparse) == 2 and dataclasses.replace(outer, backend=None) != dataclasses.replace(
+        inner, backend=None
+    ):
+        raise DiffifaceValueError(
+            f"second_order({outer!r}, {inner!r}): the two AutoSparse settings differ. Wrap "
+            "one of them only: second_order(AutoSparse(outer, ...), inner)."
+        )
+    plain = [b.backend if isinstance(b, AutoSparse) else b for b in (outer, inner)]
+    return dataclasses.replace(sparse[0], backend=SecondOrder(*plain))
+
+
+_DETECTORS = ("global", "local")
+_ORDERS = ("largest_first", "natural", "smallest_last", "random")
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class AutoSparse(AbstractBackend):
+    """Sparse Jacobians and Hessians: a few compressed passes of ``backend`` instead of
+    one per row or column.
+
+    ``jacobian``, ``value_and_jacobian``, ``hessian`` and ``value_gradient_and_hessian``
+    (and their ``prepare_*``) return a sparse matrix of shape ``(f(x).size, x.size)``
+    (x and f(x) flattened in C order): ``jax.experimental.sparse.BCOO`` on JAX, a torch
+    sparse CSR tensor on torch, ``scipy.sparse.csr_array`` on NumPy (autograd, finite
+    differences, and NumPy inputs on any backend). Preparation detects the pattern and
+    colors it once; a prepared call costs the compressed passes (one jvp, vjp or hvp per
+    color, batched where the framework batches) and one gather. Every other operator
+    runs on ``backend`` unchanged.
+
+    Args:
+        backend: the dense backend (or ``second_order(outer, inner)`` for Hessians).
+            Its ``mode`` picks column coloring and jvps ("forward"), row coloring and
+            vjps ("reverse"), or whichever needs fewer colors (None).
+        sparsity_detector: "global" (a pattern valid for every x, read from the traced
+            program: JAX's jaxpr or torch's aten graph), "local" (the nonzeros of dense
+            Jacobians at x and two nearby random points: valid near x only, with a
+            ``SparsityWarning``), or the pattern itself (a ``scipy.sparse`` matrix or a
+            2-D boolean array of shape ``(f(x).size, x.size)``).
+        coloring: the vertex order of the greedy coloring: "largest_first" (fewest
+            colors, usually), "natural", "smallest_last" or "random".
+        dense: return a dense array shaped like the dense operator's result instead.
+        strict: check every call with one extra random product that no nonzero lies
+            outside the pattern (a too-small given or local pattern); an error names it.
+
+    Examples:
+        >>> AutoSparse(AutoJax())
+        AutoSparse(backend=AutoJax(mode=None), sparsity_detector='global', coloring='largest_first', dense=False, strict=False)
+    """  # noqa: E501
+
+    backend: AbstractBackend
+    sparsity_detector: object = "global"
+    coloring: str = "largest_first"
+    dense: bool = False
+    strict: bool = False
+    package: ClassVar[str | None] = "diffiface.sparse.impl"
+    needs: ClassVar[str | None] = "scipy"
+
+    @property
+    def framework(self) -> str:  # type: ignore[override]
+        return self.backend.framework
+
+    @property
+    def mode(self) -> str | None:
+        return getattr(self.backend, "mode", None)
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is AutoSparse and self._key() == other._key()
+
+    def __hash__(self) -> int:
+        return hash(self._key())
+
+    def _key(self) -> tuple:
+        d = self.sparsity_detector
+        d = d if isinstance(d, str) else ("pattern", id(d))  # a given pattern: by identity
+        return (self.backend, d, self.coloring, self.dense, self.strict)
+
+    def __post_init__(self) -> None:
+        b = self.backend
+        if b is None:  # (a template, see second_order)
+            return
+        if isinstance(b, type) and issubclass(b, AbstractBackend):
+            raise DiffifaceTypeError(
+                f"AutoSparse({b.__name__}): backend must be an instance, got the class. Did "
+                f"you mean AutoSparse({b.__name__}())?"
+            )
+        if not isinstance(b, AbstractBackend) or isinstance(b, AutoSparse):
+            raise DiffifaceTypeError(
+                f"AutoSparse(backend): backend must be a dense backend such as AutoJax() or "
+                f"second_order(...), got {b!r}."
+            )
+        d = self.sparsity_detector
+        if isinstance(d, str) and d not in _DETECTORS:
+            raise DiffifaceValueError(
+                f"AutoSparse(sparsity_detector={d!r}): use 'global', 'local', or the pattern "
+                "itself (a scipy.sparse matrix or a 2-D boolean array)."
+            )
+        if not isinstance(d, str) and getattr(d, "ndim", None) != 2:
+            raise DiffifaceTypeError(
+                f"AutoSparse(sparsity_detector=...): a given pattern must be a scipy.sparse "
+                f"matrix or a 2-D boolean array, got {type(d).__name__}."
+            )
+        if self.coloring not in _ORDERS:
+            raise DiffifaceValueError(
+                f"AutoSparse(coloring={self.coloring!r}): use one of {', '.join(_ORDERS)}."
+            )
 
 
 # the built-in backends, in the order shown to users

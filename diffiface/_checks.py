@@ -10,7 +10,7 @@ import sys
 import warnings
 from typing import Any
 
-from ._backend_types import AbstractBackend, SecondOrder
+from ._backend_types import AbstractBackend, AutoSparse, SecondOrder
 from ._errors import (
     DiffifaceTypeError,
     DiffifaceValueError,
@@ -46,6 +46,12 @@ def check_backend(op: str, f: Any, backend: Any, second: bool = False) -> None:
             f"{op}(f, {backend.__name__}, x): backend must be an instance, got the class "
             f"{backend.__name__}. Did you mean {backend.__name__}()?"
         )
+    if isinstance(backend, AutoSparse) and isinstance(backend.backend, SecondOrder):
+        if not second:
+            raise DiffifaceTypeError(
+                f"{op}(f, {backend!r}, x): a sparse SecondOrder backend is for hessian and "
+                f"hvp. Use a first-order one: {op}(f, AutoSparse({backend.backend.inner!r}), x)."
+            )
     if isinstance(backend, SecondOrder) and not second:
         raise DiffifaceTypeError(
             f"{op}(f, {backend!r}, x): a SecondOrder backend is for hvp, hessian and "

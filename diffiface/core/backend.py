@@ -114,6 +114,7 @@ class BackendImpl(DerivedSecondOrder):
     protect = None  # xs -> the leaves f receives, copied where f could change the caller's
 
     keeps_plans = False  # runner(..., weak=True) can give runners for unprepared calls
+    sparse = False  # AutoSparse's implementation: sparse_jacobian and sparse_hessian
 
     def runner(self, prob, form: str, combo=None, weak: bool = False):
         """The plan's runner, or None (the general path runs every call).

@@ -16,6 +16,8 @@ def _jacobians(c: Call, chunk_size, value: bool):
     """(f(x), J): the backend's jacobian (under the dense limit), built in chunks, or
     zeros when x is empty (no basis to run over)."""
     impl, prob, xs, ctx = c.impl, c.prob, c.xs, c.ctx
+    if impl.sparse:  # AutoSparse
+        return impl.sparse_jacobian(c, chunk_size)
     if not prob.single:
         raise _checks.not_single_array(prob.op, prob.backend, len(xs))
     (x,) = xs

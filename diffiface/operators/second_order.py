@@ -12,7 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .. import _checks
-from .._backend_types import SecondOrder
+from .._backend_types import AutoSparse, SecondOrder
 from .._errors import Crossing
 from .._tangents import Tangents
 from ..core import convert, registry, shell
@@ -24,6 +24,9 @@ from .fd_over import FiniteDifferencesOver
 
 def _resolve(f, backend, contexts: tuple):
     """(impl, combo) of a second-order call; combo is None for a plain backend."""
+    if isinstance(backend, AutoSparse):  # the dense combination, made sparse
+        impl, combo = _resolve(f, backend.backend, contexts)
+        return registry.implementation(backend).over(impl), combo
     if not isinstance(backend, SecondOrder):
         return registry.implementation(backend), None
     outer, inner = backend.outer, backend.inner
@@ -79,6 +82,8 @@ def _hessians(c: Call, chunk_size):
     """(f(x), g, H) at one array x."""
     impl, prob, xs, ctx = c.impl, c.prob, c.xs, c.ctx
     op, backend = prob.op, prob.backend
+    if impl.sparse:  # AutoSparse
+        return impl.sparse_hessian(c, lambda run: _either(c, run), op != "hessian", chunk_size)
     if not prob.single:
         raise _checks.not_single_array(op, backend, len(xs))
     if chunk_size is not None and size(xs[0]):

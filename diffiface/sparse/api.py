@@ -1,0 +1,77 @@
+"""The public sparse functions: ``sparsity_pattern`` and ``coloring`` (each imports
+scipy and the detectors on first use, so ``import diffiface`` stays light)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .._backend_types import AutoSparse, SecondOrder
+from .._errors import DiffifaceTypeError
+
+
+def sparsity_pattern(f, backend: Any, x: Any, *contexts: Any, hessian: bool = False):
+    """The sparsity pattern of f's Jacobian (or, with ``hessian=True``, of a scalar f's
+    Hessian) at x, as a boolean ``scipy.sparse.csr_array``.
+
+    Rows are f(x)'s elements and columns x's, both flattened in C order. ``backend``
+    is a dense backend (global detection) or an :class:`AutoSparse` (its
+    ``sparsity_detector``).
+
+    Args:
+        f: function ``f(x, *contexts)``.
+        backend: ``AutoJax()``, ``AutoTorch()`` (global detection) or ``AutoSparse(...)``.
+        x: one array.
+        *contexts: ``di.Constant(c)`` arguments.
+        hessian: the pattern of the Hessian of a scalar f.
+
+    Examples:
+        >>> import jax.numpy as jnp
+        >>> import diffiface as di
+        >>> p = di.sparsity_pattern(lambda x: x[1:] * x[:-1], di.AutoJax(), jnp.ones(4))
+        >>> p.toarray().astype(int)
+        array([[1, 1, 0, 0],
+               [0, 1, 1, 0],
+               [0, 0, 1, 1]])
+    """
+    from ..core import registry, shell
+    from ..core.backend import size
+    from .detect import pattern
+
+    sparse = backend if isinstance(backend, AutoSparse) else AutoSparse(backend)
+    op = "hessian" if hessian else "jacobian"
+    dense = sparse.backend
+    impl = registry.implementation(dense.inner if isinstance(dense, SecondOrder) else dense)
+    c = shell.enter_impl(op, f, sparse, impl, x, contexts, hessian)
+    if not c.prob.single:
+        raise DiffifaceTypeError(
+            f"sparsity_pattern(f, {backend!r}, x): x must be one array, got a tree of "
+            f"{len(c.xs)} leaves. Flatten it into one array."
+        )
+    (xv,) = c.xs
+    m = size(xv) if hessian else size(c.prob.flat()(c.xs, *c.ctx))
+    return pattern(sparse, impl, c.prob, xv, c.ctx, m)
+
+
+def coloring(pattern: Any, kind: str = "column", order: str = "largest_first"):
+    """The colors of a sparsity pattern's greedy coloring, one per compressed pass.
+
+    Args:
+        pattern: a ``scipy.sparse`` matrix or a 2-D boolean array.
+        kind: "column" (structurally orthogonal columns share a color: J times the
+            seeds), "row" (rows: the seeds times J) or "star" (a symmetric Hessian: every
+            nonzero read directly from H times the seeds).
+        order: "largest_first", "natural", "smallest_last" or "random".
+
+    Returns:
+        An int array of colors 0..k-1, one per column (row for "row").
+
+    Examples:
+        >>> import numpy as np
+        >>> import diffiface as di
+        >>> tridiagonal = np.eye(5, dtype=bool) | np.eye(5, k=1, dtype=bool) | np.eye(5, k=-1, dtype=bool)
+        >>> int(di.coloring(tridiagonal).max()) + 1, int(di.coloring(tridiagonal, "star").max()) + 1
+        (3, 3)
+    """  # noqa: E501
+    from . import coloring as col
+
+    return col.coloring(pattern, kind, order)

@@ -1,0 +1,108 @@
+"""Sparsity detection: global (the traced program), local (dense derivatives at a few
+points), or the pattern the user gave."""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+import numpy as np
+import scipy.sparse as sp
+
+from .._backend_types import AutoSparse, SecondOrder
+from .._errors import DiffifaceTypeError, DiffifaceValueError, SparsityWarning
+from ..core.backend import size
+from .coloring import as_pattern
+
+LOCAL_POINTS = 3  # x itself and two random points near it
+
+
+def pattern(sparse: AutoSparse, d: Any, prob: Any, x: Any, ctx: tuple, m: int, combo=None):
+    """The pattern of f's Jacobian (``m`` outputs) or, for a scalar f, of its Hessian."""
+    hessian, n = prob.scalar, size(x)
+    want = (n, n) if hessian else (m, n)
+    what = "Hessian" if hessian else "Jacobian"
+    det = sparse.sparsity_detector
+    if not isinstance(det, str):
+        p = as_pattern(det)
+        if p.shape != want:
+            raise DiffifaceValueError(
+                f"{_form(prob)}: the given sparsity pattern has shape {p.shape}, and the "
+                f"{what} of f at x has shape {want} (f(x) and x flattened). Pass a pattern "
+                "of that shape, or sparsity_detector='global'."
+            )
+        return p
+    if det == "local":
+        return local(d, prob, x, ctx, combo)
+    return global_pattern(_framework(sparse.backend), prob, x, ctx)
+
+
+def global_pattern(framework: str, prob: Any, x: Any, ctx: tuple) -> sp.csr_array:
+    """The pattern valid at every x, from the program f traces to."""
+    f = prob.f
+    if framework == "jax":
+        import jax.numpy as jnp
+
+        from . import detect_jax as module
+
+        x = x if hasattr(x, "aval") else jnp.asarray(x)
+    elif framework == "torch":
+        from . import detect_torch as module
+    else:
+        raise DiffifaceTypeError(
+            f"{_form(prob)}: sparsity_detector='global' reads the program f traces to, which "
+            f"JAX and torch have and {framework} has not. Use sparsity_detector='local' "
+            "(the nonzeros at x and two nearby points: valid near x only), or pass the "
+            "pattern itself."
+        )
+
+    def fn(x):
+        return f(x, *ctx)
+
+    if prob.scalar:
+        return module.hessian_pattern(fn, x)
+    return module.jacobian_pattern(fn, x)
+
+
+def local(d: Any, prob: Any, x: Any, ctx: tuple, combo=None) -> sp.csr_array:
+    """The nonzeros of dense derivatives at x and nearby random points (may miss a
+    nonzero that is zero at all of them)."""
+    rng = np.random.default_rng(0)
+    base = d.to_numpy(x) if not d.is_traced(x) else None
+    if base is None:
+        raise DiffifaceValueError(
+            f"{_form(prob)}: sparsity_detector='local' needs x's values, and x is traced "
+            "by an outer transform. Prepare outside the transform, or pass the pattern."
+        )
+    n = base.size
+    found = None
+    for k in range(LOCAL_POINTS):
+        point = base if k == 0 else base + 0.1 * (1 + np.abs(base)) * rng.standard_normal(n)
+        xp = d.cast(d.from_numpy(np.asarray(point, dtype=base.dtype).reshape(base.shape)), x)
+        if prob.scalar:
+            dense = d.hessian(prob, (xp,), ctx, combo)
+        else:
+            _, dense = d.reverse_jacobian_of_one(prob, (xp,), ctx)
+        a = np.asarray(d.to_numpy(dense)).reshape(-1, n)
+        nz = (a != 0) | np.isnan(a)
+        found = nz if found is None else found | nz
+    warnings.warn(
+        f"{_form(prob)}: the sparsity pattern is local (the nonzeros at x and "
+        f"{LOCAL_POINTS - 1} nearby points); a nonzero elsewhere is missed. Use "
+        "sparsity_detector='global' (JAX, torch) or pass the pattern; "
+        "AutoSparse(..., strict=True) checks every call.",
+        SparsityWarning,
+        stacklevel=6,
+    )
+    if prob.scalar:
+        found = found | found.T
+    return as_pattern(found)
+
+
+def _framework(b: Any) -> str:
+    """The framework f is written in: the inner backend's for a second-order one."""
+    return (b.inner if isinstance(b, SecondOrder) else b).framework
+
+
+def _form(prob: Any) -> str:
+    return f"{prob.op}(f, {prob.backend!r}, x)"

@@ -1,0 +1,119 @@
+"""AutoSparse's implementation: the dense backend's, with sparse Jacobians and Hessians.
+
+Every operator but the four sparse ones runs on the dense backend unchanged (attribute
+access goes through to it). The sparse ones build a :class:`SparsePlan` once per
+problem (a prepared problem keeps it) and then run its compressed passes.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .. import _checks
+from .._backend_types import AutoSparse, SecondOrder
+from ..core import convert, registry
+from .plan import KEY, SparsePlan
+
+SPARSE_OPS = ("jacobian", "value_and_jacobian", "hessian", "value_gradient_and_hessian")
+
+
+@registry.register(AutoSparse)
+class SparseImpl:
+    """The implementation of one ``AutoSparse`` backend over its dense implementation."""
+
+    sparse = True
+
+    def __init__(self, backend: AutoSparse, dense: Any = None) -> None:
+        self.backend = backend
+        if dense is None and not isinstance(backend.backend, SecondOrder):
+            dense = registry.implementation(backend.backend)
+        self.dense = dense  # (a second-order one is resolved per call: see over)
+
+    def __getattr__(self, name: str) -> Any:
+        dense = self.__dict__.get("dense")
+        if dense is None:
+            raise AttributeError(name)
+        return getattr(dense, name)
+
+    def over(self, dense: Any) -> SparseImpl:
+        """This backend over ``dense`` (the implementation a second-order call resolved)."""
+        return self if dense is self.dense else SparseImpl(self.backend, dense)
+
+    def runner(self, prob, form: str, combo=None, weak: bool = False):
+        """The dense backend's runner for the other operators; for a prepared sparse one,
+        the compressed passes on one native array."""
+        if prob.op not in SPARSE_OPS:
+            return self.dense.runner(prob, form, combo, weak)
+        plan = prob.fns.get(KEY)
+        if weak or form != "array" or plan is None or self.backend.strict:
+            return None
+        fmt, op = plan.format, prob.op
+        if op == "jacobian":
+            return lambda x: fmt(plan.jacobian(prob, (x,), ())[1])
+        if op == "value_and_jacobian":
+
+            def value_and_jacobian(x):
+                y, data = plan.jacobian(prob, (x,), ())
+                return y, fmt(data)
+
+            return value_and_jacobian
+        if plan.kind != "star" or combo != plan.combo:
+            return None
+        if op == "hessian":
+            return lambda x: fmt(plan.hessian(prob, (x,), (), combo)[1])
+        fn = prob.flat()
+
+        def value_gradient_and_hessian(x):
+            g, data = plan.hessian(prob, (x,), (), combo)
+            return fn((x,)), g[0], fmt(data)
+
+        return value_gradient_and_hessian
+
+    # ---- the sparse operators (called by the operators' run functions) ---------
+    def sparse_jacobian(self, c, chunk_size=None) -> tuple:
+        """(f(x), J) with J sparse."""
+        prob, xs, ctx = c.prob, c.xs, c.ctx
+        _check(c, chunk_size)
+        plan = self._plan(c, None, lambda: prob.flat()(xs, *ctx))
+        y, data = plan.jacobian(prob, xs, ctx)
+        if self.backend.strict:
+            plan.check(prob, xs, ctx, data, None)
+        return c.back(y), self._out(c, plan, data)
+
+    def sparse_hessian(self, c, either, value: bool, chunk_size=None) -> tuple:
+        """(f(x), g, H) with H sparse; ``either(run)`` runs ``run(combo)`` in the second-order
+        combination (reverse over reverse where f has no forward mode)."""
+        prob, xs, ctx = c.prob, c.xs, c.ctx
+        _check(c, chunk_size)
+        plan = self._plan(c, c.combo)
+        g, data = either(lambda combo: plan.hessian(prob, xs, ctx, combo))
+        if self.backend.strict:
+            plan.check(prob, xs, ctx, data, c.combo)
+        y = c.back(prob.flat()(xs, *ctx)) if value else None
+        return y, c.like_x(g), self._out(c, plan, data)
+
+    def _plan(self, c, combo, value=None) -> SparsePlan:
+        prob = c.prob
+        plan = prob.fns.get(KEY)
+        if plan is None:
+            y = None if value is None else value()
+            kind = "native" if c.kinds[0] == convert.NATIVE else "numpy"
+            plan = SparsePlan(self.backend, self.dense, prob, c.xs[0], c.ctx, combo, y, kind)
+            prob.fns[KEY] = plan
+        return plan
+
+    def _out(self, c, plan: SparsePlan, data: Any) -> Any:
+        out = plan.format(data)
+        return c.back(out) if self.backend.dense else out
+
+
+def _check(c, chunk_size) -> None:
+    prob = c.prob
+    if not prob.single:
+        raise _checks.not_single_array(prob.op, prob.backend, len(c.xs))
+    if chunk_size is not None:
+        raise _checks.DiffifaceValueError(
+            f"{prob.op}(f, {prob.backend!r}, x, chunk_size={chunk_size!r}): chunk_size bounds "
+            "the memory of a dense Jacobian; a sparse one takes one pass per color already. "
+            "Leave chunk_size out."
+        )

@@ -1,0 +1,168 @@
+"""A sparse plan: the pattern, its coloring, the seeds and the gather, made once per
+prepared problem; a call runs the compressed passes and one gather."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import scipy.sparse as sp
+
+from .._errors import DiffifaceValueError
+from ..core import convert
+from ..core.backend import size
+from . import coloring as col
+from . import detect
+from .formats import Format, native_index, take
+
+KEY = "sparse plan"  # its key in the problem's memo (a prepared problem keeps it)
+
+
+class SparsePlan:
+    """What a sparse Jacobian or Hessian of one f at x's shape needs, framework-ready.
+
+    ``kind``: "column" (jvps along the colors' seeds), "row" (vjps) or "star" (hvps
+    of a symmetric Hessian)."""
+
+    def __init__(self, sparse, d, prob, x, ctx, combo, y=None, fmt_kind="native"):
+        self.sparse, self.d, self.combo = sparse, d, combo
+        n = size(x)
+        m = n if prob.scalar else size(y)
+        self.y_shape = None if y is None else tuple(y.shape)
+        self.x_shape = tuple(x.shape)
+        self.pattern = p = detect.pattern(sparse, d, prob, x, ctx, m, combo)
+        order = sparse.coloring
+        if prob.scalar:
+            self.kind = "star"
+        elif sparse.mode == "forward":
+            self.kind = "column"
+        elif sparse.mode == "reverse":
+            self.kind = "row"
+        else:  # the direction with fewer colors (forward on a tie)
+            cc, rc = col.column_coloring(p, order), col.row_coloring(p, order)
+            self.kind = "row" if _count(rc) < _count(cc) else "column"
+        self._ways: dict = {}
+        self.x_like, self.y_like = x, y
+        self.way(self.kind)
+        shape = (*self.x_shape, *self.x_shape) if prob.scalar else (*self.y_shape, *self.x_shape)
+        if sparse.dense:
+            fmt = "dense"
+        elif fmt_kind == "native" and d.framework in ("jax", "torch"):
+            fmt = d.framework
+        else:
+            fmt = "numpy"
+        self.format = Format(fmt, p, x, shape, d)
+
+    def way(self, kind: str) -> tuple:
+        """(seeds, gather, colors) for one compression, made on first use."""
+        got = self._ways.get(kind)
+        if got is not None:
+            return got
+        p, order, d = self.pattern, self.sparse.coloring, self.d
+        if kind == "column":
+            colors = col.column_coloring(p, order)
+            gather, like = col.column_gather(p, colors), self.x_like
+        elif kind == "row":
+            colors = col.row_coloring(p, order)
+            gather, like = col.row_gather(p, colors), self.y_like
+        else:
+            colors = col.star_coloring(p, order)
+            gather, like = col.star_gather(p, colors), self.x_like
+        seeds = [
+            (d.cast(d.from_numpy(s.reshape(tuple(like.shape))), like),)
+            for s in col.seeds(colors, _count(colors))
+        ]
+        got = self._ways[kind] = (seeds, native_index(d, gather, like), colors)
+        return got
+
+    @property
+    def colors(self) -> int:
+        return _count(self.way(self.kind)[2])
+
+    # ---- the compressed passes ----------------------------------------------
+    def jacobian(self, prob, xs, ctx) -> tuple:
+        """(f(x), the nonzeros in the pattern's order)."""
+        d, kind = self.d, self.kind
+        if kind == "row":
+            return self._rows(prob, xs, ctx)
+        chosen = self.sparse.mode == "forward"
+        return d.forward_or_reverse(
+            prob, lambda: self._columns(prob, xs, ctx), lambda: self._rows(prob, xs, ctx), chosen
+        )
+
+    def _columns(self, prob, xs, ctx):
+        d = self.d
+        seeds, gather, _ = self.way("column")
+        if not seeds:
+            y = prob.flat()(xs, *ctx)
+            return y, convert.zeros(d, (0,), y)
+        y, ts = d.value_and_jvps(prob, xs, seeds, ctx)
+        b = d.stack([d.reshape(t, (-1,)) for t in ts], 1)  # (m, colors)
+        return y, take(d, b, gather)
+
+    def _rows(self, prob, xs, ctx):
+        d = self.d
+        seeds, gather, _ = self.way("row")
+        if not seeds:
+            y = prob.flat()(xs, *ctx)
+            return y, convert.zeros(d, (0,), y)
+        y, gss = d.value_and_vjps(prob, xs, [s for (s,) in seeds], ctx, _as_is)
+        b = d.stack([d.reshape(g[0], (-1,)) for g in gss], 0)  # (colors, n)
+        return y, take(d, b, gather)
+
+    def hessian(self, prob, xs, ctx, combo) -> tuple:
+        """(the gradient, the Hessian's nonzeros in the pattern's order)."""
+        d = self.d
+        seeds, gather, _ = self.way("star")
+        if not seeds:
+            g = d.gradient(prob, xs, ctx)
+            return g, convert.zeros(d, (0,), xs[0])
+        g, hvs = d.gradient_and_hvps(prob, xs, seeds, ctx, combo)
+        b = d.stack([d.reshape(h[0], (-1,)) for h in hvs], 1)  # (n, colors)
+        return g, take(d, b, gather)
+
+    # ---- strict: no nonzero outside the pattern ------------------------------
+    def check(self, prob, xs, ctx, data, combo) -> None:
+        """One product along a random direction against the sparse matrix's: a nonzero
+        outside the pattern shows as a difference."""
+        d, p = self.d, self.pattern
+        m, n = p.shape
+        rng = np.random.default_rng(1)
+        x = xs[0]
+        vals = np.asarray(d.to_numpy(data), dtype=np.float64)
+        mat = sp.csr_array((vals, p.indices, p.indptr), shape=p.shape)
+        if self.kind == "row":
+            w = rng.standard_normal(m)
+            wy = d.cast(d.from_numpy(w.reshape(self.y_shape)), self.y_like)
+            _, (got,) = d.value_and_vjp(prob, xs, wy, ctx, _as_is)
+            want = mat.T @ w
+        else:
+            v = rng.standard_normal(n)
+            vx = (d.cast(d.from_numpy(v.reshape(self.x_shape)), x),)
+            if prob.scalar:
+                _, got = d.gradient_and_hvp(prob, xs, vx, ctx, combo)
+                got = got[0]
+            else:
+                _, got = d.value_and_jvp(prob, xs, vx, ctx)
+            want = mat @ v
+        got = np.asarray(d.to_numpy(got), dtype=np.float64).reshape(-1)
+        scale = np.abs(mat) @ np.abs(v) if self.kind != "row" else np.abs(mat).T @ np.abs(w)
+        tol = (1e-6 if d.framework == "finite_differences" else 1e-9) * (1 + scale)
+        bad = np.flatnonzero(~(np.abs(got - want) <= tol))
+        if bad.size:
+            what = "Hessian" if prob.scalar else "Jacobian"
+            i = int(bad[0])
+            raise DiffifaceValueError(
+                f"{prob.op}(f, {prob.backend!r}, x): the {what} has a nonzero outside the "
+                f"sparsity pattern (a random product differs at element {i}: {got[i]:.6g} "
+                f"against {want[i]:.6g} from the pattern). The pattern is too small: use "
+                "sparsity_detector='global', or pass a pattern that holds every nonzero."
+            )
+
+
+def _count(colors: np.ndarray) -> int:
+    return int(colors.max()) + 1 if colors.size else 0
+
+
+def _as_is(y: Any, w: Any) -> Any:
+    return w

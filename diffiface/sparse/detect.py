@@ -84,7 +84,7 @@ def local(d: Any, prob: Any, x: Any, ctx: tuple, combo=None) -> sp.csr_array:
         else:
             _, dense = d.reverse_jacobian_of_one(prob, (xp,), ctx)
         a = np.asarray(d.to_numpy(dense)).reshape(-1, n)
-        nz = (a != 0) | np.isnan(a)
+        nz = (np.abs(a) > _noise(d, a)) | np.isnan(a)
         found = nz if found is None else found | nz
     warnings.warn(
         f"{_form(prob)}: the sparsity pattern is local (the nonzeros at x and "
@@ -97,6 +97,14 @@ def local(d: Any, prob: Any, x: Any, ctx: tuple, combo=None) -> sp.csr_array:
     if prob.scalar:
         found = found | found.T
     return as_pattern(found)
+
+
+def _noise(d: Any, a: np.ndarray) -> float:
+    """Entries at most this large count as zero: none for AD (its zeros are exact); for
+    finite differences the rounding noise of a difference quotient, 1e-6 of the largest."""
+    if d.framework != "finite_differences":
+        return 0.0
+    return 1e-6 * max(1.0, float(np.nanmax(np.abs(a), initial=0.0)))
 
 
 def _framework(b: Any) -> str:

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from .. import _checks
 from .._backend_types import AutoSparse, SecondOrder
 from ..core import convert, registry
@@ -89,7 +91,10 @@ class SparseImpl:
         g, data = either(lambda combo: plan.hessian(prob, xs, ctx, combo))
         if self.backend.strict:
             plan.check(prob, xs, ctx, data, c.combo)
-        y = c.back(prob.flat()(xs, *ctx)) if value else None
+        y = None
+        if value:
+            y = prob.flat()(xs, *ctx)
+            y = c.back(np.asarray(y) if isinstance(y, np.generic) else y)  # (a NumPy sum)
         return y, c.like_x(g), self._out(c, plan, data)
 
     def _plan(self, c, combo, value=None) -> SparsePlan:

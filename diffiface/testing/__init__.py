@@ -30,6 +30,7 @@ from ._scenario import OPERATORS as OPERATORS
 from ._scenario import Scenario as Scenario
 from ._scenario import compute_references as compute_references
 from ._scenario import namespace as namespace
+from ._sparse import sparse_scenarios as sparse_scenarios
 
 __all__ = [
     "OPERATORS",
@@ -44,5 +45,6 @@ __all__ = [
     "default_scenarios",
     "namespace",
     "skip_reason",
+    "sparse_scenarios",
     "tolerance",
 ]

@@ -10,16 +10,17 @@ from typing import Any
 
 import numpy as np
 
-from .._backend_types import AutoFiniteDifferences, AutoJax, SecondOrder
+from .._backend_types import AutoFiniteDifferences, AutoJax, AutoSparse, SecondOrder
 from .._contexts import Constant
 from .._tree import flatten, unflatten
 from ..core.plan import FAMILY
 from ..core.registry import FRAMEWORKS, implementation
 from ._report import Report, Result
-from ._scenario import OPERATORS, SECOND, Scenario, flat_result
+from ._scenario import OPERATORS, SECOND, Scenario, flat_result, is_sparse
 
 _TANGENT = {"jvp": "v", "value_and_jvp": "v", "hvp": "v", "gradient_and_hvp": "v"}
 _TANGENT |= {"vjp": "w", "value_and_vjp": "w"}
+SPARSE = ("jacobian", "value_and_jacobian", "hessian", "value_gradient_and_hessian")
 
 
 def available_backends() -> list:
@@ -51,7 +52,13 @@ def tolerance(backend: Any, dtype: np.dtype, op: str) -> float:
     return 2e-2 if f32 else 1e-5
 
 
+def dense_backend(backend: Any) -> Any:
+    """The backend an AutoSparse runs on (any other backend itself)."""
+    return backend.backend if isinstance(backend, AutoSparse) else backend
+
+
 def _is_fd(backend: Any) -> bool:
+    backend = dense_backend(backend)
     if isinstance(backend, SecondOrder):
         return isinstance(backend.outer, AutoFiniteDifferences) or isinstance(
             backend.inner, AutoFiniteDifferences
@@ -63,6 +70,12 @@ def skip_reason(backend: Any, scenario: Scenario, op: str) -> str | None:
     """Why ``op`` of ``scenario`` is not run on ``backend``, or None."""
     if op not in scenario.operators:
         return "does not apply to these shapes"
+    if isinstance(backend, AutoSparse):
+        if op not in SPARSE:
+            return "AutoSparse makes jacobian and hessian sparse (the rest is its backend's)"
+        if flatten(scenario.x)[1] != flatten(0.0)[1]:
+            return "a sparse Jacobian or Hessian takes one array"
+        backend = backend.backend
     if isinstance(backend, SecondOrder) and op not in SECOND:
         return "a SecondOrder backend is for second-order operators"
     base = backend.inner if isinstance(backend, SecondOrder) else backend
@@ -160,6 +173,8 @@ def run_one(backend: Any, s: Scenario, op: str, prepared: bool, inputs: str) -> 
     if case.mutated():
         problems.append("an input was mutated")
     problems += _kinds(outs, case.x, s.dtype, inputs)
+    if isinstance(backend, AutoSparse):
+        problems += _zeros(outs[-1], expected[-1])
     status = "pass" if err <= tol and not problems else "fail"
     return dataclasses.replace(
         base,
@@ -220,11 +235,26 @@ def relative_error(out: Any, expected: np.ndarray) -> float:
     return float(np.max(np.abs(got - want), initial=0.0)) / scale
 
 
+def _zeros(out: Any, expected: np.ndarray) -> list:
+    """A sparse result is exactly zero where the reference is."""
+    got = flat_result(out)
+    want = np.ravel(np.asarray(expected, dtype=np.float64))
+    if got.shape == want.shape and np.any(got[want == 0] != 0):
+        return ["a nonzero where the reference has an exact zero"]
+    return []
+
+
 def _kinds(outs: tuple, x: Any, dtype: np.dtype, inputs: str) -> list:
-    """Results are arrays of the input's kind and dtype (Python floats for 0-d float input)."""
+    """Results are arrays of the input's kind and dtype (Python floats for 0-d float input);
+    a sparse matrix's values have the input's dtype."""
     kind = type(flatten(x)[0][0])
     problems = []
     for out in outs:
+        if is_sparse(out):
+            got = str(getattr(out, "dtype", dtype)).split(".")[-1]
+            if got != np.dtype(dtype).name:
+                problems.append(f"a sparse result has dtype {got}, not {np.dtype(dtype).name}")
+            continue
         for leaf in flatten(out)[0]:
             if isinstance(leaf, float) and kind is float:
                 continue
@@ -243,6 +273,7 @@ def _np(a: Any) -> np.ndarray:
 
 def _converter(backend: Any, inputs: str) -> Callable:
     """NumPy leaves -> fresh arrays of the backend (copies of NumPy for "numpy" inputs)."""
+    backend = dense_backend(backend)
     base = backend.inner if isinstance(backend, SecondOrder) else backend
     convert = np.array if inputs == "numpy" else implementation(base).from_numpy
 
@@ -254,6 +285,8 @@ def _converter(backend: Any, inputs: str) -> Callable:
 
 
 def short_name(backend: Any) -> str:
+    if isinstance(backend, AutoSparse):
+        return f"Sparse({short_name(backend.backend)})"
     if isinstance(backend, SecondOrder):
         return f"{short_name(backend.outer)}-over-{short_name(backend.inner)}"
     mode = getattr(backend, "mode", None)

@@ -228,10 +228,28 @@ def _dtype(a: Any) -> np.dtype:
     return np.asarray(a).dtype if not isinstance(a, float) else np.dtype(np.float64)
 
 
+def is_sparse(a: Any) -> bool:
+    """A sparse matrix of one of the frameworks (BCOO, torch sparse, scipy.sparse)."""
+    layout = getattr(a, "layout", None)
+    if layout is not None:  # torch
+        return str(layout) != "torch.strided"
+    return type(a).__name__ == "BCOO" or hasattr(a, "tocsr")
+
+
+def dense(a: Any) -> Any:
+    """A sparse matrix as a dense array (anything else as it is)."""
+    if not is_sparse(a):
+        return a
+    if hasattr(a, "to_dense"):  # torch
+        return a.to_dense()
+    return a.toarray() if hasattr(a, "toarray") else a.todense()
+
+
 def flat_result(tree: Any) -> np.ndarray:
     """A result (array, float or pytree of them, any framework) as one float64 vector."""
     out = []
     for a in flatten(tree)[0]:
+        a = dense(a)
         if hasattr(a, "detach"):
             a = a.detach().cpu().numpy()
         out.append(np.ravel(np.asarray(a, dtype=np.float64)))

@@ -1,0 +1,228 @@
+"""AutoSparse end to end: every backend and detector against the closed-form sparse
+scenarios (values, exact zeros, result types), preparation, strict mode and errors."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from conftest import HAVE
+from helpers import native, xp
+
+import diffiface as di
+from diffiface import testing
+from diffiface.sparse import detect
+from diffiface.sparse.plan import KEY
+from diffiface.testing._scenario import dense as densify
+from diffiface.testing._scenario import flat_result
+from diffiface.testing._sparse import (
+    _banded_jac,
+    _brusselator_jac,
+    _rosenbrock_grad_hess,
+    banded,
+    brusselator,
+    rosenbrock,
+)
+
+SCENARIOS = testing.sparse_scenarios(("float64", "float32"))
+GLOBAL = [b for b, m in ((di.AutoJax(), "jax"), (di.AutoTorch(), "torch")) if HAVE[m]]
+DENSE = [*GLOBAL, *([di.AutoAutograd()] if HAVE["autograd"] else []), di.AutoFiniteDifferences()]
+
+
+def _np(a):
+    return np.asarray(a.detach() if hasattr(a, "detach") else a)
+
+
+def _pattern_of(s):
+    ref = s.hess if s.hess is not None else s.jac
+    return sp.csr_array(np.asarray(ref) != 0)
+
+
+def _backends():
+    out = []
+    for b in GLOBAL:
+        out += [di.AutoSparse(b), di.AutoSparse(type(b)(mode="reverse"))]
+        out += [di.AutoSparse(type(b)(mode="forward"), dense=True)]
+    for b in DENSE:
+        out.append(di.AutoSparse(b, sparsity_detector="local"))
+    return out
+
+
+@pytest.mark.parametrize("prepared", [False, True], ids=["unprepared", "prepared"])
+@pytest.mark.parametrize("backend", _backends(), ids=testing.short_name)
+def test_matches_closed_forms(backend, prepared):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", di.SparsityWarning)
+        report = testing.check([backend], SCENARIOS, prepared=prepared)
+    ran = [r for r in report.results if r.status != "skip"]
+    assert ran, report.results
+    bad = [f"{r.scenario} {r.operator}: {r.status} {r.reason}" for r in ran if r.status != "pass"]
+    assert not bad, bad
+
+
+@pytest.mark.parametrize("dense", DENSE, ids=repr)
+def test_given_pattern_on_every_backend(dense):
+    for s in testing.sparse_scenarios():
+        backend = di.AutoSparse(dense, sparsity_detector=_pattern_of(s))
+        report = testing.check([backend], [s], prepared=True)
+        bad = [r.reason for r in report.results if r.status not in ("pass", "skip")]
+        assert not bad, (s.name, bad)
+
+
+def test_result_types():
+    x = np.linspace(0.5, 1.5, 8)
+    if HAVE["jax"]:
+        import jax.numpy as jnp
+        from jax.experimental import sparse as jsparse
+
+        j = di.jacobian(banded, di.AutoSparse(di.AutoJax()), jnp.asarray(x))
+        assert isinstance(j, jsparse.BCOO) and j.shape == (6, 8) and j.nse == 18
+        # NumPy in, SciPy out (the kind of x decides, as for dense results)
+        assert isinstance(di.jacobian(banded, di.AutoSparse(di.AutoJax()), x), sp.csr_array)
+    if HAVE["torch"]:
+        import torch
+
+        j = di.jacobian(banded, di.AutoSparse(di.AutoTorch()), torch.tensor(x))
+        assert j.layout == torch.sparse_csr and j.dtype == torch.float64
+        h = di.hessian(rosenbrock, di.AutoSparse(di.AutoTorch()), torch.tensor(x))
+        assert h.layout == torch.sparse_csr and h._nnz() == 8 + 2 * 7
+    j = di.jacobian(banded, di.AutoSparse(di.AutoFiniteDifferences(), sparsity_detector="local"), x)
+    assert isinstance(j, sp.csr_array) and j.nnz == 18
+
+
+@pytest.mark.parametrize("backend", GLOBAL, ids=repr)
+def test_dense_equals_the_dense_backend(backend):
+    x = native(backend, np.random.default_rng(0).uniform(0.5, 1.5, 2 * 4 * 4))
+    want = di.jacobian(brusselator, backend, x)
+    got = di.jacobian(brusselator, di.AutoSparse(backend, dense=True), x)
+    assert type(got) is type(want) and tuple(got.shape) == tuple(want.shape)
+    np.testing.assert_allclose(flat_result(got), flat_result(want), rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("backend", GLOBAL, ids=repr)
+def test_prepared_call_detects_and_colors_once(backend, monkeypatch):
+    calls = []
+    real = detect.pattern
+    monkeypatch.setattr(detect, "pattern", lambda *a, **k: calls.append(1) or real(*a, **k))
+    sparse = di.AutoSparse(backend)
+    x = native(backend, np.random.default_rng(1).uniform(0.5, 1.5, 2 * 6 * 6))
+    prep = di.prepare_jacobian(brusselator, sparse, x)
+    for _ in range(3):
+        j = di.jacobian(brusselator, sparse, x, prep=prep)
+    assert len(calls) == 1
+    plan = prep._probs["jacobian"].fns[KEY]
+    assert plan.colors <= 12  # the 5-point stencil and the u-v coupling (asdex: 12)
+    want = _brusselator_jac(np.asarray(x, dtype=np.float64))
+    np.testing.assert_allclose(_np(densify(j)), want, atol=1e-12)
+
+
+@pytest.mark.parametrize("backend", GLOBAL, ids=repr)
+def test_second_order_combinations(backend):
+    cls = type(backend)
+    x = native(backend, np.random.default_rng(2).uniform(-1, 1.5, 9))
+    want = _rosenbrock_grad_hess(np.asarray(x, dtype=np.float64))[1]
+    for outer, inner in (("forward", "reverse"), ("reverse", "reverse"), ("forward", "forward")):
+        b = di.second_order(di.AutoSparse(cls(mode=outer)), cls(mode=inner))
+        assert isinstance(b, di.AutoSparse) and isinstance(b.backend, di.SecondOrder)
+        h = di.hessian(rosenbrock, b, x)
+        np.testing.assert_allclose(_np(densify(h)), want, rtol=1e-10)
+    over = di.AutoSparse(di.second_order(di.AutoFiniteDifferences(), cls()))
+    h = di.hessian(rosenbrock, over, x)
+    np.testing.assert_allclose(_np(densify(h)), want, rtol=1e-5, atol=1e-4)
+
+
+@pytest.mark.parametrize("dense", DENSE, ids=repr)
+def test_strict_catches_a_pattern_too_small(dense):
+    x = native(dense, np.linspace(0.5, 1.5, 8))
+    small = sp.csr_array(np.eye(6, 8, k=1, dtype=bool))  # misses two of the three bands
+    with pytest.raises(di.DiffifaceValueError, match="outside the sparsity pattern"):
+        di.jacobian(banded, di.AutoSparse(dense, sparsity_detector=small, strict=True), x)
+    full = sp.csr_array(sum(np.eye(6, 8, k=k, dtype=bool) for k in range(3)))
+    strict = di.AutoSparse(dense, sparsity_detector=full, strict=True)
+    j = di.jacobian(banded, strict, x)
+    want = _banded_jac(np.linspace(0.5, 1.5, 8))
+    tol = 1e-5 if dense.framework == "finite_differences" else 1e-12
+    np.testing.assert_allclose(_np(densify(j)), want, atol=tol)
+
+
+@pytest.mark.parametrize("dense", DENSE, ids=repr)
+def test_strict_hessian(dense):
+    x = native(dense, np.linspace(-1, 1.5, 8))
+    diag = sp.csr_array(np.eye(8, dtype=bool))
+    with pytest.raises(di.DiffifaceValueError, match="outside the sparsity pattern"):
+        di.hessian(rosenbrock, di.AutoSparse(dense, sparsity_detector=diag, strict=True), x)
+
+
+def test_local_detection_warns():
+    x = np.linspace(0.5, 1.5, 8)
+    with pytest.warns(di.SparsityWarning, match="local"):
+        di.jacobian(banded, di.AutoSparse(di.AutoFiniteDifferences(), sparsity_detector="local"), x)
+
+
+def test_errors_name_the_fix():
+    x = np.linspace(0.5, 1.5, 8)
+    fd, local = di.AutoFiniteDifferences(), "local"
+    with pytest.raises(di.DiffifaceTypeError, match="sparsity_detector='local'"):
+        di.jacobian(banded, di.AutoSparse(di.AutoFiniteDifferences()), x)
+    with pytest.raises(di.DiffifaceValueError, match=r"shape \(3, 3\).*\(6, 8\)"):
+        di.jacobian(banded, di.AutoSparse(fd, sparsity_detector=np.eye(3, dtype=bool)), x)
+    with pytest.raises(di.DiffifaceValueError, match="chunk_size"):
+        di.jacobian(banded, di.AutoSparse(fd, sparsity_detector=local), x, chunk_size=2)
+    with pytest.raises(di.DiffifaceTypeError, match="one array"):
+        di.jacobian(lambda t: t["a"] * 2, di.AutoSparse(fd, sparsity_detector=local), {"a": x})
+    with pytest.raises(di.DiffifaceTypeError, match="Did you mean AutoSparse"):
+        di.AutoSparse(di.AutoJax)
+    with pytest.raises(di.DiffifaceTypeError, match="dense backend"):
+        di.AutoSparse(di.AutoSparse(di.AutoJax()))
+    with pytest.raises(di.DiffifaceValueError, match="sparsity_detector"):
+        di.AutoSparse(di.AutoJax(), sparsity_detector="magic")
+    with pytest.raises(di.DiffifaceValueError, match="coloring"):
+        di.AutoSparse(di.AutoJax(), coloring="best")
+    second = di.AutoSparse(di.second_order(di.AutoFiniteDifferences(), di.AutoFiniteDifferences()))
+    with pytest.raises(di.DiffifaceTypeError, match="hessian and hvp"):
+        di.jacobian(banded, second, x)
+
+
+@pytest.mark.parametrize("dense", DENSE, ids=repr)
+def test_other_operators_run_on_the_dense_backend(dense):
+    x = native(dense, np.linspace(0.5, 1.5, 6))
+    sparse = di.AutoSparse(dense, sparsity_detector="local")
+    got = di.gradient(rosenbrock, sparse, x)
+    want = di.gradient(rosenbrock, dense, x)
+    np.testing.assert_allclose(np.asarray(flat_result(got)), flat_result(want))
+    v = native(dense, np.ones(6))
+    got = di.hvp(rosenbrock, sparse, x, v)
+    want = di.hvp(rosenbrock, dense, x, v)
+    np.testing.assert_allclose(flat_result(got), flat_result(want))
+
+
+@pytest.mark.parametrize("backend", GLOBAL, ids=repr)
+def test_contexts_and_empty(backend):
+    ns = xp(backend)
+    x = native(backend, np.linspace(0.5, 1.5, 6))
+    c = native(backend, np.arange(6.0))
+
+    def f(x, c):
+        return x * c + ns.sin(x)
+
+    j = di.jacobian(f, di.AutoSparse(backend), x, di.Constant(c))
+    want = np.diag(np.arange(6.0) + np.cos(np.linspace(0.5, 1.5, 6)))
+    np.testing.assert_allclose(_np(densify(j)), want, rtol=1e-12)
+    # a Jacobian with no nonzero: no pass at all, and an empty sparse matrix
+    j = di.jacobian(lambda x: x * 0.0 + 1.0, di.AutoSparse(backend), x)
+    assert _np(densify(j)).shape == (6, 6)
+    assert not _np(densify(j)).any()
+
+
+def test_sparsity_pattern_and_coloring_are_public():
+    p = np.eye(5, dtype=bool) | np.eye(5, k=1, dtype=bool) | np.eye(5, k=-1, dtype=bool)
+    assert di.coloring(p).max() + 1 == 3
+    if HAVE["jax"]:
+        import jax.numpy as jnp
+
+        got = di.sparsity_pattern(banded, di.AutoJax(), jnp.ones(8))
+        assert (got.toarray() == (_banded_jac(np.ones(8)) != 0)).all()
+        got = di.sparsity_pattern(rosenbrock, di.AutoJax(), jnp.ones(8), hessian=True)
+        assert (got.toarray() == (np.abs(np.arange(8)[:, None] - np.arange(8)) <= 1)).all()

@@ -27,6 +27,7 @@ from ._config import config as config
 from ._config import options as options
 from ._contexts import Constant as Constant
 from ._contexts import FixedParams as FixedParams
+from ._errors import SparsityWarning as SparsityWarning
 from ._tangents import Tangents as Tangents
 from ._within import within_gradient as within_gradient
 from .bridge.node import differentiate_with as differentiate_with  # (and the bridge hooks in)
@@ -86,6 +87,7 @@ __all__ = [
     "Prep",
     "RecompileWarning",
     "SecondOrder",
+    "SparsityWarning",
     "Tangents",
     "batched_jacobian",
     "clear_caches",

@@ -3,6 +3,7 @@ pattern's CSR order, with every index array made once per plan."""
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import numpy as np
@@ -32,6 +33,9 @@ class Format:
             dev = like.device
             self.crow = torch.as_tensor(indptr, device=dev)
             self.col = torch.as_tensor(indices, device=dev)
+            with warnings.catch_warnings():  # torch's once-per-process "beta" notice: here
+                warnings.simplefilter("ignore", UserWarning)
+                self(torch.zeros(len(indices), dtype=like.dtype, device=dev))
         elif kind == "dense":
             self.flat = native_index(impl, rows * n + indices, like)
 
@@ -46,7 +50,9 @@ class Format:
         if kind == "torch":
             import torch
 
-            return torch.sparse_csr_tensor(self.crow, self.col, data, size=self.mn)
+            return torch.sparse_csr_tensor(
+                self.crow, self.col, data, size=self.mn, check_invariants=False
+            )
         if kind == "numpy":
             data = np.asarray(data)
             return sp.csr_array((data, self.np_indices, self.np_indptr), shape=self.mn)

@@ -15,6 +15,7 @@ import diffiface as di
 from diffiface import testing
 from diffiface.sparse import detect
 from diffiface.sparse.plan import KEY
+from diffiface.testing._check import short_name
 from diffiface.testing._scenario import dense as densify
 from diffiface.testing._scenario import flat_result
 from diffiface.testing._sparse import (
@@ -51,7 +52,7 @@ def _backends():
 
 
 @pytest.mark.parametrize("prepared", [False, True], ids=["unprepared", "prepared"])
-@pytest.mark.parametrize("backend", _backends(), ids=testing.short_name)
+@pytest.mark.parametrize("backend", _backends(), ids=short_name)
 def test_matches_closed_forms(backend, prepared):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", di.SparsityWarning)

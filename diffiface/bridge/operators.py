@@ -15,7 +15,7 @@ from typing import Any
 
 from .. import _checks
 from .._arrays import framework_of, is_jax_tracer
-from .._backend_types import SecondOrder
+from .._backend_types import AutoSparse, SecondOrder
 from .._cache import FunctionCache
 from .._contexts import Constant, FixedParams
 from .._errors import Crossing, Foreign
@@ -43,6 +43,13 @@ def cross(exc: Foreign, op: Callable, f: Callable, backend: Any, args: tuple, kw
     ``Foreign`` raised while converting the arguments. A ``Foreign`` that did not come
     from this call's own arguments (one raised inside f) is not this call's to cross:
     it goes on up."""
+    if isinstance(backend, AutoSparse):
+        raise _checks.DiffifaceTypeError(
+            f"{op.__name__}(f, {backend!r}, x): a sparse Jacobian or Hessian does not cross "
+            "frameworks: x, the tangents and the contexts must be arrays of the backend's "
+            "framework (NumPy for finite differences, also over an AD gradient), and "
+            "second_order(outer, inner) must keep to one framework. Convert x first."
+        )
     if isinstance(exc, Crossing):
         return cross_second_order(op.__name__, f, backend, args, kw)
     if isinstance(backend, SecondOrder) and backend.differences_over_ad:  # on NumPy copies

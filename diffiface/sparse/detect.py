@@ -47,7 +47,11 @@ def global_pattern(framework: str, prob: Any, x: Any, ctx: tuple) -> sp.csr_arra
 
         x = x if hasattr(x, "aval") else jnp.asarray(x)
     elif framework == "torch":
+        import torch
+
         from . import detect_torch as module
+
+        x = x if isinstance(x, torch.Tensor) else torch.as_tensor(x)  # (finite differences over)
     else:
         raise DiffifaceTypeError(
             f"{_form(prob)}: sparsity_detector='global' reads the program f traces to, which "

@@ -37,6 +37,10 @@ class SparseImpl:
             raise AttributeError(name)
         return getattr(dense, name)
 
+    @property
+    def keeps_plans(self) -> bool:  # (the dense backend's, for the other operators)
+        return self.dense is not None and self.dense.keeps_plans
+
     def over(self, dense: Any) -> SparseImpl:
         """This backend over ``dense`` (the implementation a second-order call resolved)."""
         return self if dense is self.dense else SparseImpl(self.backend, dense)

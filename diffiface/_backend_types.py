@@ -234,7 +234,7 @@ def second_order(outer: AbstractBackend, inner: AbstractBackend) -> SecondOrder 
 
 
 _DETECTORS = ("global", "local")
-_ORDERS = ("largest_first", "natural", "smallest_last", "random")
+_ORDERS = ("largest_first", "natural", "smallest_last")
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -261,7 +261,7 @@ class AutoSparse(AbstractBackend):
             ``SparsityWarning``), or the pattern itself (a ``scipy.sparse`` matrix or a
             2-D boolean array of shape ``(f(x).size, x.size)``).
         coloring: the vertex order of the greedy coloring: "largest_first" (fewest
-            colors, usually), "natural", "smallest_last" or "random".
+            colors, usually), "natural" or "smallest_last".
         dense: return a dense array shaped like the dense operator's result instead.
         strict: check every call with one extra random product that no nonzero lies
             outside the pattern (a too-small given or local pattern); an error names it.

@@ -22,7 +22,7 @@ _INSTANCES: dict[Any, Any] = {}  # backend value -> implementation, newest last
 # for one only for these (a set of types: the check costs no call and cannot raise)
 KEEPS_PLANS: set = set()
 MAX_INSTANCES = 256  # distinct backend values kept (AutoFiniteDifferences(step=s) per s)
-_LOCK = threading.Lock()
+_LOCK = threading.RLock()  # (reentrant: AutoSparse builds its dense backend inside)
 
 
 def register(backend_type: type):

@@ -60,7 +60,7 @@ def coloring(pattern: Any, kind: str = "column", order: str = "largest_first"):
         kind: "column" (structurally orthogonal columns share a color: J times the
             seeds), "row" (rows: the seeds times J) or "star" (a symmetric Hessian: every
             nonzero read directly from H times the seeds).
-        order: "largest_first", "natural", "smallest_last" or "random".
+        order: "largest_first", "natural", "smallest_last", or a permutation of the vertices.
 
     Returns:
         An int array of colors 0..k-1, one per column (row for "row").

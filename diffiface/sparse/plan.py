@@ -38,9 +38,10 @@ class SparsePlan:
             self.kind = "column"
         elif sparse.mode == "reverse":
             self.kind = "row"
-        else:  # the direction with fewer colors (forward on a tie)
-            cc, rc = col.column_coloring(p, order), col.row_coloring(p, order)
-            self.kind = "row" if _count(rc) < _count(cc) else "column"
+        else:  # the direction with fewer colors; on a tie the dense backend's choice
+            cc, rc = _count(col.column_coloring(p, order)), _count(col.row_coloring(p, order))
+            tie = cc == rc and d.prefers_reverse(prob, (x,), ctx)
+            self.kind = "row" if rc < cc or tie else "column"
         self._ways: dict = {}
         self.x_like, self.y_like = x, y
         self.way(self.kind)

@@ -3,6 +3,8 @@ scenarios (values, exact zeros, result types), preparation, strict mode and erro
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import warnings
 
 import numpy as np
@@ -229,3 +231,16 @@ def test_sparsity_pattern_and_coloring_are_public():
         assert (got.toarray() == (_banded_jac(np.ones(8)) != 0)).all()
         got = di.sparsity_pattern(rosenbrock, di.AutoJax(), jnp.ones(8), hessian=True)
         assert (got.toarray() == (np.abs(np.arange(8)[:, None] - np.arange(8)) <= 1)).all()
+
+
+def test_first_use_in_a_fresh_process():
+    """The first AutoSparse call of a process builds its dense backend inside the
+    registry's lock (it deadlocked when the lock was not reentrant)."""
+    code = (
+        "import numpy as np, diffiface as di\n"
+        "b = di.AutoSparse(di.AutoFiniteDifferences(), sparsity_detector=np.eye(3, dtype=bool))\n"
+        "print(round(di.jacobian(lambda x: 2 * x, b, np.ones(3)).toarray().sum(), 6))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "6.0"

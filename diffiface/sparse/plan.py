@@ -55,7 +55,8 @@ class SparsePlan:
         self.format = Format(fmt, p, x, shape, d)
 
     def way(self, kind: str) -> tuple:
-        """(seeds, gather, colors) for one compression, made on first use."""
+        """(seeds, the seeds stacked, gather, colors) for one compression, made on first
+        use."""
         got = self._ways.get(kind)
         if got is not None:
             return got
@@ -69,16 +70,15 @@ class SparsePlan:
         else:
             colors = col.star_coloring(p, order)
             gather, like = col.star_gather(p, colors), self.x_like
-        seeds = [
-            (d.cast(d.from_numpy(s.reshape(tuple(like.shape))), like),)
-            for s in col.seeds(colors, _count(colors))
-        ]
-        got = self._ways[kind] = (seeds, native_index(d, gather, like), colors)
+        k, shape = _count(colors), tuple(like.shape)
+        stacked = d.cast(d.from_numpy(col.seeds(colors, k).reshape(k, *shape)), like)
+        seeds = [(stacked[i],) for i in range(k)]
+        got = self._ways[kind] = (seeds, stacked, native_index(d, gather, like), colors)
         return got
 
     @property
     def colors(self) -> int:
-        return _count(self.way(self.kind)[2])
+        return _count(self.way(self.kind)[3])
 
     # ---- the compressed passes ----------------------------------------------
     def jacobian(self, prob, xs, ctx) -> tuple:
@@ -92,35 +92,38 @@ class SparsePlan:
         )
 
     def _columns(self, prob, xs, ctx):
-        d = self.d
-        seeds, gather, _ = self.way("column")
-        if not seeds:
-            y = prob.flat()(xs, *ctx)
-            return y, convert.zeros(d, (0,), y)
-        y, ts = d.value_and_jvps(prob, xs, seeds, ctx)
-        b = d.stack([d.reshape(t, (-1,)) for t in ts], 1)  # (m, colors)
-        return y, take(d, b, gather)
+        return self._pass(prob, xs, ctx, "column")
 
     def _rows(self, prob, xs, ctx):
-        d = self.d
-        seeds, gather, _ = self.way("row")
-        if not seeds:
-            y = prob.flat()(xs, *ctx)
-            return y, convert.zeros(d, (0,), y)
-        y, gss = d.value_and_vjps(prob, xs, [s for (s,) in seeds], ctx, _as_is)
-        b = d.stack([d.reshape(g[0], (-1,)) for g in gss], 0)  # (colors, n)
-        return y, take(d, b, gather)
+        return self._pass(prob, xs, ctx, "row")
 
     def hessian(self, prob, xs, ctx, combo) -> tuple:
         """(the gradient, the Hessian's nonzeros in the pattern's order)."""
+        return self._pass(prob, xs, ctx, "star", combo)
+
+    def _pass(self, prob, xs, ctx, kind, combo=None):
+        """The compressed products and the gather: the backend's own ``compressed``
+        (JAX: one compiled call), else its batched jvps, vjps or hvps."""
         d = self.d
-        seeds, gather, _ = self.way("star")
+        seeds, stacked, gather, _ = self.way(kind)
         if not seeds:
-            g = d.gradient(prob, xs, ctx)
-            return g, convert.zeros(d, (0,), xs[0])
-        g, hvs = d.gradient_and_hvps(prob, xs, seeds, ctx, combo)
-        b = d.stack([d.reshape(h[0], (-1,)) for h in hvs], 1)  # (n, colors)
-        return g, take(d, b, gather)
+            if kind == "star":
+                return d.gradient(prob, xs, ctx), convert.zeros(d, (0,), xs[0])
+            y = prob.flat()(xs, *ctx)
+            return y, convert.zeros(d, (0,), y)
+        own = getattr(d, "compressed", None)
+        if own is not None:
+            return own(prob, xs, ctx, kind, stacked, gather, combo)
+        if kind == "column":
+            y, ts = d.value_and_jvps(prob, xs, seeds, ctx)
+            b = d.stack([d.reshape(t, (-1,)) for t in ts], 1)  # (m, colors)
+        elif kind == "row":
+            y, gss = d.value_and_vjps(prob, xs, [s for (s,) in seeds], ctx, _as_is)
+            b = d.stack([d.reshape(g[0], (-1,)) for g in gss], 0)  # (colors, n)
+        else:
+            y, hvs = d.gradient_and_hvps(prob, xs, seeds, ctx, combo)  # y: the gradient
+            b = d.stack([d.reshape(h[0], (-1,)) for h in hvs], 1)  # (n, colors)
+        return y, take(d, b, gather)
 
     # ---- strict: no nonzero outside the pattern ------------------------------
     def check(self, prob, xs, ctx, data, combo) -> None:

@@ -91,7 +91,10 @@ def test_result_types():
         assert j.layout == torch.sparse_csr and j.dtype == torch.float64
         h = di.hessian(rosenbrock, di.AutoSparse(di.AutoTorch()), torch.tensor(x))
         assert h.layout == torch.sparse_csr and h._nnz() == 8 + 2 * 7
-    j = di.jacobian(banded, di.AutoSparse(di.AutoFiniteDifferences(), sparsity_detector="local"), x)
+    with pytest.warns(di.SparsityWarning):
+        j = di.jacobian(
+            banded, di.AutoSparse(di.AutoFiniteDifferences(), sparsity_detector="local"), x
+        )
     assert isinstance(j, sp.csr_array) and j.nnz == 18
 
 

@@ -278,6 +278,32 @@ class JaxImpl(BackendImpl):
         g, hvs = _run(prob, run, _arg(prob, xs), _stack(prob, vss), *dyn)
         return _tuple(prob, g), _unstack(prob, hvs, len(vss))
 
+    def compressed(self, prob, xs, ctx, kind, seeds, gather, combo=None):
+        """A sparse plan's passes in one compiled call: (f(x), or the gradient leaves for
+        "star", and the nonzeros ``B.ravel()[gather]``) where B is J S ("column"), Sᵀ J
+        ("row") or H S ("star") for the seeds S stacked on the first axis."""
+        outer, inner = combo or ("forward", "reverse")
+
+        def make(with_ctx):
+            def run(x, s, idx, *dyn):
+                fn = with_ctx(dyn)
+                if kind == "star":
+                    fn = _grad_fn(fn, inner)
+                if kind == "row" or (kind == "star" and outer == "reverse"):
+                    y, pb = jax.vjp(fn, x)
+                    b = jax.vmap(lambda w: pb(w)[0])(s)
+                else:
+                    y = fn(x)
+                    b = jax.vmap(lambda v: jax.jvp(fn, (x,), (v,))[1])(s)
+                b = b.reshape(b.shape[0], -1)
+                return y, (b if kind == "row" else b.T).reshape(-1)[idx]
+
+            return run
+
+        run, dyn = self._compiled(prob, ("compressed", kind, outer, inner), ctx, make)
+        y, data = _run(prob, run, xs[0], seeds, gather, *dyn)
+        return ((y,) if kind == "star" else y), data
+
     def value_and_pullback(self, prob, xs, ctx):
         fn = prob.flat()
         y, pb = jax.vjp(lambda xs: fn(xs, *ctx), xs)

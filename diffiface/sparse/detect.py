@@ -86,7 +86,11 @@ def local(d: Any, prob: Any, x: Any, ctx: tuple, combo=None) -> sp.csr_array:
         if prob.scalar:
             dense = d.hessian(prob, (xp,), ctx, combo)
         else:
-            _, dense = d.reverse_jacobian_of_one(prob, (xp,), ctx)
+            dense = d.forward_or_reverse(
+                prob,
+                lambda: d.value_and_jacobian(prob, (xp,), ctx),  # noqa: B023
+                lambda: d.reverse_jacobian_of_one(prob, (xp,), ctx),  # noqa: B023
+            )[1]
         a = np.asarray(d.to_numpy(dense)).reshape(-1, n)
         nz = (np.abs(a) > _noise(d, a)) | np.isnan(a)
         found = nz if found is None else found | nz

@@ -286,7 +286,10 @@ def _converter(backend: Any, inputs: str) -> Callable:
 
 def short_name(backend: Any) -> str:
     if isinstance(backend, AutoSparse):
-        return f"Sparse({short_name(backend.backend)})"
+        det = backend.sparsity_detector
+        how = f", {det}" if isinstance(det, str) else ", given"
+        how = "" if how == ", global" else how
+        return f"Sparse({short_name(backend.backend)}{how})"
     if isinstance(backend, SecondOrder):
         return f"{short_name(backend.outer)}-over-{short_name(backend.inner)}"
     mode = getattr(backend, "mode", None)

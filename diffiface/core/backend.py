@@ -115,6 +115,7 @@ class BackendImpl(DerivedSecondOrder):
 
     keeps_plans = False  # runner(..., weak=True) can give runners for unprepared calls
     sparse = False  # AutoSparse's implementation: sparse_jacobian and sparse_hessian
+    cheap_forward = True  # a jvp costs about a vjp (torch's forward mode costs far more)
 
     def runner(self, prob, form: str, combo=None, weak: bool = False):
         """The plan's runner, or None (the general path runs every call).

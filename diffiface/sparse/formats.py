@@ -27,6 +27,7 @@ class Format:
             import jax.numpy as jnp
 
             self.indices = jnp.asarray(np.stack([rows, indices], 1).astype(np.int32))
+            self.info = {"shape": (m, n), "indices_sorted": True, "unique_indices": True}
         elif kind == "torch":
             import torch
 
@@ -44,9 +45,8 @@ class Format:
         if kind == "jax":
             from jax.experimental import sparse as jsparse
 
-            return jsparse.BCOO(
-                (data, self.indices), shape=self.mn, indices_sorted=True, unique_indices=True
-            )
+            # (the pytree constructor: BCOO(...) would convert and check both arrays again)
+            return jsparse.BCOO.tree_unflatten(self.info, (data, self.indices))
         if kind == "torch":
             import torch
 

@@ -3,6 +3,7 @@ prepared problem; a call runs the compressed passes and one gather."""
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 import numpy as np
@@ -15,7 +16,8 @@ from . import coloring as col
 from . import detect
 from .formats import Format, native_index, take
 
-KEY = "sparse plan"  # its key in the problem's memo (a prepared problem keeps it)
+KEY = "sparse plan"
+_NUMBERS = itertools.count()  # its key in the problem's memo (a prepared problem keeps it)
 
 
 class SparsePlan:
@@ -26,6 +28,7 @@ class SparsePlan:
 
     def __init__(self, sparse, d, prob, x, ctx, combo, y=None, fmt_kind="native"):
         self.sparse, self.d, self.combo = sparse, d, combo
+        self.number = next(_NUMBERS)  # names this plan's compiled passes (never reused)
         n = size(x)
         m = n if prob.scalar else size(y)
         self.y_shape = None if y is None else tuple(y.shape)
@@ -38,10 +41,9 @@ class SparsePlan:
             self.kind = "column"
         elif sparse.mode == "reverse":
             self.kind = "row"
-        else:  # the direction with fewer colors; on a tie the dense backend's choice
+        else:  # the direction with fewer colors; on a tie forward, unless it is dear
             cc, rc = _count(col.column_coloring(p, order)), _count(col.row_coloring(p, order))
-            tie = cc == rc and d.prefers_reverse(prob, (x,), ctx)
-            self.kind = "row" if rc < cc or tie else "column"
+            self.kind = "row" if rc < cc or (rc == cc and not d.cheap_forward) else "column"
         self._ways: dict = {}
         self.x_like, self.y_like = x, y
         self.way(self.kind)
@@ -113,7 +115,7 @@ class SparsePlan:
             return y, convert.zeros(d, (0,), y)
         own = getattr(d, "compressed", None)
         if own is not None:
-            return own(prob, xs, ctx, kind, stacked, gather, combo)
+            return own(prob, xs, ctx, kind, stacked, gather, combo, self.number)
         if kind == "column":
             y, ts = d.value_and_jvps(prob, xs, seeds, ctx)
             b = d.stack([d.reshape(t, (-1,)) for t in ts], 1)  # (m, colors)

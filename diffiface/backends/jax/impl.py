@@ -278,14 +278,16 @@ class JaxImpl(BackendImpl):
         g, hvs = _run(prob, run, _arg(prob, xs), _stack(prob, vss), *dyn)
         return _tuple(prob, g), _unstack(prob, hvs, len(vss))
 
-    def compressed(self, prob, xs, ctx, kind, seeds, gather, combo=None):
+    def compressed(self, prob, xs, ctx, kind, seeds, gather, combo=None, plan=0):
         """A sparse plan's passes in one compiled call: (f(x), or the gradient leaves for
         "star", and the nonzeros ``B.ravel()[gather]``) where B is J S ("column"), Sᵀ J
-        ("row") or H S ("star") for the seeds S stacked on the first axis."""
+        ("row") or H S ("star") for the seeds S stacked on the first axis. The seeds and
+        the gather are compiled in as constants (``plan``: their plan's unique number)."""
         outer, inner = combo or ("forward", "reverse")
+        s, idx = seeds, gather
 
         def make(with_ctx):
-            def run(x, s, idx, *dyn):
+            def run(x, *dyn):
                 fn = with_ctx(dyn)
                 if kind == "star":
                     fn = _grad_fn(fn, inner)
@@ -300,8 +302,8 @@ class JaxImpl(BackendImpl):
 
             return run
 
-        run, dyn = self._compiled(prob, ("compressed", kind, outer, inner), ctx, make)
-        y, data = _run(prob, run, xs[0], seeds, gather, *dyn)
+        run, dyn = self._compiled(prob, ("compressed", kind, outer, inner, plan), ctx, make)
+        y, data = _run(prob, run, xs[0], *dyn)
         return ((y,) if kind == "star" else y), data
 
     def value_and_pullback(self, prob, xs, ctx):

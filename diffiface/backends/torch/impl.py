@@ -126,6 +126,7 @@ class TorchImpl(BackendImpl):
     native_kind = "torch tensors"
     output_kind = "a torch.Tensor"
     hermitian_vjp = True
+    cheap_forward = False  # forward-mode AD runs far slower than a backward here
     reverse_combo = None  # the plain double backward
 
     def is_native(self, leaf: Any) -> bool:

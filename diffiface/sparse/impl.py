@@ -54,23 +54,22 @@ class SparseImpl:
         if weak or form != "array" or plan is None or self.backend.strict:
             return None
         fmt, op = plan.format, prob.op
-        if op == "jacobian":
-            return lambda x: fmt(plan.jacobian(prob, (x,), ())[1])
+        if op in ("hessian", "value_gradient_and_hessian") and combo != plan.combo:
+            return None
+        run = plan.direct(prob, combo)  # (a forward failure turned the plan to rows)
+        if op == "jacobian" or op == "hessian":
+            return lambda x: fmt(run(x)[1])
         if op == "value_and_jacobian":
 
             def value_and_jacobian(x):
-                y, data = plan.jacobian(prob, (x,), ())
+                y, data = run(x)
                 return y, fmt(data)
 
             return value_and_jacobian
-        if plan.kind != "star" or combo != plan.combo:
-            return None
-        if op == "hessian":
-            return lambda x: fmt(plan.hessian(prob, (x,), (), combo)[1])
         fn = prob.flat()
 
         def value_gradient_and_hessian(x):
-            g, data = plan.hessian(prob, (x,), (), combo)
+            g, data = run(x)
             return fn((x,)), g[0], fmt(data)
 
         return value_gradient_and_hessian

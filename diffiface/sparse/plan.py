@@ -85,27 +85,25 @@ class SparsePlan:
     # ---- the compressed passes ----------------------------------------------
     def jacobian(self, prob, xs, ctx) -> tuple:
         """(f(x), the nonzeros in the pattern's order)."""
-        d, kind = self.d, self.kind
-        if kind == "row":
-            return self._rows(prob, xs, ctx)
+        if self.kind == "row":
+            return self.run(prob, xs, ctx, "row")
+
+        def rows():  # f has no forward mode (a custom_vjp): rows from now on
+            self.kind = "row"
+            return self.run(prob, xs, ctx, "row")
+
         chosen = self.sparse.mode == "forward"
-        return d.forward_or_reverse(
-            prob, lambda: self._columns(prob, xs, ctx), lambda: self._rows(prob, xs, ctx), chosen
-        )
-
-    def _columns(self, prob, xs, ctx):
-        return self._pass(prob, xs, ctx, "column")
-
-    def _rows(self, prob, xs, ctx):
-        return self._pass(prob, xs, ctx, "row")
+        forward = lambda: self.run(prob, xs, ctx, "column")  # noqa: E731
+        return self.d.forward_or_reverse(prob, forward, rows, chosen)
 
     def hessian(self, prob, xs, ctx, combo) -> tuple:
         """(the gradient, the Hessian's nonzeros in the pattern's order)."""
-        return self._pass(prob, xs, ctx, "star", combo)
+        return self.run(prob, xs, ctx, "star", combo)
 
-    def _pass(self, prob, xs, ctx, kind, combo=None):
+    def run(self, prob, xs, ctx, kind, combo=None):
         """The compressed products and the gather: the backend's own ``compressed``
-        (JAX: one compiled call), else its batched jvps, vjps or hvps."""
+        passes (JAX: one compiled call; torch: the rows' batched backward) where it
+        gives them, else its batched jvps, vjps or hvps."""
         d = self.d
         seeds, stacked, gather, _ = self.way(kind)
         if not seeds:
@@ -115,7 +113,10 @@ class SparsePlan:
             return y, convert.zeros(d, (0,), y)
         own = getattr(d, "compressed", None)
         if own is not None:
-            return own(prob, xs, ctx, kind, stacked, gather, combo, self.number)
+            run = own(prob, ctx, kind, stacked, gather, combo, self.number)
+            out = None if run is None else run(xs)
+            if out is not None:
+                return out
         if kind == "column":
             y, ts = d.value_and_jvps(prob, xs, seeds, ctx)
             b = d.stack([d.reshape(t, (-1,)) for t in ts], 1)  # (m, colors)
@@ -126,6 +127,19 @@ class SparsePlan:
             y, hvs = d.gradient_and_hvps(prob, xs, seeds, ctx, combo)  # y: the gradient
             b = d.stack([d.reshape(h[0], (-1,)) for h in hvs], 1)  # (n, colors)
         return y, take(d, b, gather)
+
+    def direct(self, prob, combo=None):
+        """``run(x) -> (f(x) or the gradient, nonzeros)`` for a prepared call on one
+        native array without contexts: the backend's compiled passes called as they
+        are, else the general ``run``."""
+        kind, d = self.kind, self.d
+        own = getattr(d, "compressed", None)
+        if own is not None and self.way(kind)[0]:
+            _, stacked, gather, _ = self.way(kind)
+            run = own(prob, (), kind, stacked, gather, combo, self.number)
+            if run is not None and d.framework == "jax":  # (torch's may hand over: None)
+                return lambda x: run((x,))
+        return lambda x: self.run(prob, (x,), (), kind, combo)
 
     # ---- strict: no nonzero outside the pattern ------------------------------
     def check(self, prob, xs, ctx, data, combo) -> None:

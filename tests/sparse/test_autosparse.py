@@ -252,3 +252,33 @@ def test_first_use_in_a_fresh_process():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "6.0"
+
+
+@pytest.mark.skipif(not HAVE["jax"], reason="jax missing")
+def test_no_forward_mode_takes_rows():
+    """A custom_vjp has no forward mode: the column plan turns to rows by itself (a
+    forward mode the user fixed is a clear error), prepared or not."""
+    import jax
+    import jax.numpy as jnp
+
+    @jax.custom_vjp
+    def cube(x):
+        return x**3
+
+    cube.defvjp(lambda x: (x**3, x), lambda x, g: (3 * x**2 * g,))
+
+    def f(x):
+        return cube(x[1:]) - x[:-1]
+
+    x = jnp.linspace(0.5, 1.5, 7)
+    want = np.asarray(jax.jacrev(f)(x))
+    # a custom_vjp hides its pattern's rows from the forward pass: give the pattern
+    pattern = sp.csr_array(want != 0)
+    backend = di.AutoSparse(di.AutoJax(mode=None), sparsity_detector=pattern)
+    prep = di.prepare_jacobian(f, backend, x)
+    for _ in range(2):
+        np.testing.assert_allclose(_np(densify(di.jacobian(f, backend, x, prep=prep))), want)
+        np.testing.assert_allclose(_np(densify(di.jacobian(f, backend, x))), want)
+    forward = di.AutoSparse(di.AutoJax(mode="forward"), sparsity_detector=pattern)
+    with pytest.raises(di.DiffifaceTypeError, match="mode='reverse'"):
+        di.jacobian(f, forward, x)

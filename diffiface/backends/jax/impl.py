@@ -278,11 +278,11 @@ class JaxImpl(BackendImpl):
         g, hvs = _run(prob, run, _arg(prob, xs), _stack(prob, vss), *dyn)
         return _tuple(prob, g), _unstack(prob, hvs, len(vss))
 
-    def compressed(self, prob, xs, ctx, kind, seeds, gather, combo=None, plan=0):
-        """A sparse plan's passes in one compiled call: (f(x), or the gradient leaves for
-        "star", and the nonzeros ``B.ravel()[gather]``) where B is J S ("column"), Sᵀ J
-        ("row") or H S ("star") for the seeds S stacked on the first axis. The seeds and
-        the gather are compiled in as constants (``plan``: their plan's unique number)."""
+    def compressed(self, prob, ctx, kind, seeds, gather, combo=None, plan=0):
+        """A sparse plan's passes as one compiled call: ``run(xs) -> (f(x), or the gradient
+        leaves for "star", and the nonzeros B.ravel()[gather])`` where B is J S ("column"),
+        Sᵀ J ("row") or H S ("star") for the seeds S stacked on the first axis. The seeds
+        and the gather are compiled in as constants (``plan``: their plan's unique number)."""
         outer, inner = combo or ("forward", "reverse")
         s, idx = seeds, gather
 
@@ -303,8 +303,14 @@ class JaxImpl(BackendImpl):
             return run
 
         run, dyn = self._compiled(prob, ("compressed", kind, outer, inner, plan), ctx, make)
-        y, data = _run(prob, run, xs[0], *dyn)
-        return ((y,) if kind == "star" else y), data
+        if kind != "star":
+            return lambda xs: _run(prob, run, xs[0], *dyn)
+
+        def gradient_and_data(xs):
+            g, data = _run(prob, run, xs[0], *dyn)
+            return (g,), data
+
+        return gradient_and_data
 
     def value_and_pullback(self, prob, xs, ctx):
         fn = prob.flat()

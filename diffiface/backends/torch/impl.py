@@ -288,6 +288,28 @@ class TorchImpl(BackendImpl):
         ]
         return (y if outer else y.detach()), [tuple(g[i] for g in gs) for i in range(n)]
 
+    def compressed(self, prob, ctx, kind, seeds, gather, combo=None, plan=0):
+        """A sparse plan's row pass (see ``JaxImpl.compressed``): one forward and one
+        batched backward along the stacked seeds, gathered without unstacking. None (the
+        generic passes) for the other kinds; a call under an outer pass returns None."""
+        if kind != "row":
+            return None
+        fn = prob.flat()
+
+        def run(xs):
+            if in_functorch() or outer_pass(xs, ctx):
+                return None
+            xg, y = forward_graph(prob, fn, xs, ctx, False)
+            if reaches_outside(y, xg):
+                return None
+            (g,) = batched_grads(y, xg, seeds, False) if y.requires_grad else (None,)
+            if g is None:
+                x = xs[0]
+                g = torch.zeros((seeds.shape[0], *x.shape), dtype=x.dtype, device=x.device)
+            return y.detach(), g.reshape(-1)[gather]
+
+        return run
+
     def value_and_jacobian(self, prob, xs, ctx):
         return self._jacobian(prob, xs, ctx, True)
 

@@ -1,0 +1,307 @@
+"""Sparse Jacobians and Hessians (AutoSparse), measured in one run (float64, CPU, one
+thread, medians of interleaved repeats; every result checked against the dense one).
+
+1. JAX against asdex (when installed): the Brusselator Jacobian (N = 32 and 48: 2048
+   and 4608 unknowns) and the Rosenbrock Hessian (n = 4000), prepared sparse call
+   against asdex's jitted one, colors, preparation time, and the dense jitted call.
+2. torch: the same problems against ``torch.func.jacrev`` / ``torch.func.hessian``.
+3. autograd and finite differences: a sparse call against colors x one prepared jvp
+   (hvp for the Hessian).
+4. Zero missed nonzeros: every global pattern against the dense Jacobian at random
+   points, on every problem.
+5. How cost grows: Brusselator Jacobians for n = 1e3, 1e4, 1e5, sparse and dense.
+
+Run: ``taskset -c 0 python benchmarks/sparse.py [--quick] [--md docs/sparse_results.md]
+[--png docs/sparse_growth.png]``
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+
+from timing import interleaved, one_thread  # first: one thread, before numpy loads
+
+# isort: split
+import importlib.util
+import warnings
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import torch
+
+import diffiface as di
+from diffiface.sparse.plan import KEY
+from diffiface.testing._sparse import brusselator, rosenbrock
+
+jax.config.update("jax_enable_x64", True)
+one_thread()
+ROUNDS = 5
+HAVE_ASDEX = importlib.util.find_spec("asdex") is not None
+ROWS: list = []  # (problem, configuration, value, unit, target, ok)
+
+
+def row(problem, config, value, unit, target="", ok=None):
+    ROWS.append((problem, config, value, unit, target, ok))
+    mark = "" if ok is None else (" ✓" if ok else " ✗")
+    print(f"{problem:28} {config:44} {value:12.4g} {unit:6} {target}{mark}", flush=True)
+
+
+def point(n, seed=0):
+    return np.random.default_rng(seed).uniform(0.5, 1.5, n)
+
+
+def blocked(fn):
+    return lambda: jax.block_until_ready(fn())
+
+
+def seconds(fn):
+    t0 = time.perf_counter()
+    out = fn()
+    return out, time.perf_counter() - t0
+
+
+def plan_of(prep, op):
+    return prep._probs[op].fns[KEY]
+
+
+def dense_of(a):
+    if hasattr(a, "todense"):
+        a = a.todense()
+    if hasattr(a, "to_dense"):
+        a = a.to_dense()
+    if hasattr(a, "toarray"):
+        a = a.toarray()
+    return np.asarray(a)
+
+
+# ---- 1. JAX against asdex ---------------------------------------------------------
+def jax_vs_asdex(name, f, n, hessian, quick):
+    x = jnp.asarray(point(n) if not hessian else np.random.default_rng(0).uniform(-1, 1.5, n))
+    op = "hessian" if hessian else "jacobian"
+    sparse = di.AutoSparse(di.AutoJax())
+    prepare = di.prepare_hessian if hessian else di.prepare_jacobian
+    call = di.hessian if hessian else di.jacobian
+    prep, t_prep = seconds(lambda: prepare(f, sparse, x))
+    ours = plan_of(prep, op)
+    dense = jax.jit(jax.hessian(f) if hessian else jax.jacfwd(f))
+    want = np.asarray(dense(x))
+    got = dense_of(call(f, sparse, x, prep=prep))
+    np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-10)
+    configs = {"diffiface": blocked(lambda: call(f, sparse, x, prep=prep))}
+    if HAVE_ASDEX:
+        import asdex
+
+        def asdex_prep():
+            if hessian:
+                c = asdex.hessian_coloring(f, x)
+                fn = jax.jit(asdex.hessian_from_coloring(f, c))
+            else:
+                c = asdex.jacobian_coloring(f, x)
+                fn = jax.jit(asdex.jacobian_from_coloring(f, c))
+            jax.block_until_ready(fn(x))
+            return c, fn
+
+        (colored, fn), t_asdex = seconds(asdex_prep)
+        np.testing.assert_allclose(dense_of(fn(x)), want, rtol=1e-10, atol=1e-10)
+        configs["asdex (jit)"] = blocked(lambda: fn(x))
+    configs["dense (jit)"] = blocked(lambda: dense(x))
+    repeats = 50 if quick else 500
+    got = interleaved(configs, repeats, ROUNDS, warmup=5, round_warmup=5)
+    us = got["diffiface"]
+    row(name, f"JAX sparse {op}, prepared call", us, "µs")
+    row(name, "JAX dense (jit)", got["dense (jit)"], "µs", f"sparse {got['dense (jit)'] / us:.0f}x")
+    if HAVE_ASDEX:
+        ratio = us / got["asdex (jit)"]
+        row(name, "asdex (jit)", got["asdex (jit)"], "µs")
+        row(name, "diffiface / asdex, call", ratio, "ratio", "≤ 1.2", ratio <= 1.2)
+        theirs = colored.coloring.num_colors if hasattr(colored, "coloring") else None
+        theirs = theirs or _asdex_colors(colored)
+        row(name, f"colors: ours {ours.colors}, asdex {theirs}", ours.colors, "", "≤ asdex",
+            ours.colors <= theirs)
+        row(name, "diffiface / asdex, preparation", t_prep / t_asdex, "ratio", "≤ 2",
+            t_prep / t_asdex <= 2)
+    else:
+        row(name, "asdex not installed (pip install asdex)", float("nan"), "")
+
+
+def _asdex_colors(colored):
+    for attr in ("num_colors", "n_colors"):
+        if hasattr(colored, attr):
+            return int(getattr(colored, attr))
+    return int(np.max(colored.colors)) + 1
+
+
+# ---- 2. torch ----------------------------------------------------------------------
+def torch_vs_func(name, f, n, hessian, target, quick):
+    x = torch.tensor(point(n) if not hessian else np.random.default_rng(0).uniform(-1, 1.5, n))
+    sparse = di.AutoSparse(di.AutoTorch())
+    prepare = di.prepare_hessian if hessian else di.prepare_jacobian
+    call = di.hessian if hessian else di.jacobian
+    prep = prepare(f, sparse, x)
+    dense = torch.func.hessian(f) if hessian else torch.func.jacrev(f)
+    want = dense(x).numpy()
+    np.testing.assert_allclose(dense_of(call(f, sparse, x, prep=prep)), want, rtol=1e-10, atol=1e-10)
+    configs = {"diffiface": lambda: call(f, sparse, x, prep=prep), "dense": lambda: dense(x)}
+    repeats = 10 if quick else 30
+    got = interleaved(configs, repeats, ROUNDS, warmup=1)
+    what = "torch.func.hessian" if hessian else "torch.func.jacrev"
+    row(name, f"torch sparse, prepared call", got["diffiface"], "µs")
+    row(name, what, got["dense"], "µs")
+    speedup = got["dense"] / got["diffiface"]
+    row(name, f"{what} / sparse", speedup, "x", f"≥ {target}", speedup >= target)
+
+
+# ---- 3. autograd and finite differences -------------------------------------------
+def per_color(name, backend, f, n, hessian, quick):
+    import autograd.numpy as anp  # noqa: F401  (the scenario functions take its arrays)
+
+    x = point(n) if not hessian else np.random.default_rng(0).uniform(-1, 1.5, n)
+    sparse = di.AutoSparse(backend, sparsity_detector=_pattern(f, n, hessian))
+    op = "hessian" if hessian else "jacobian"
+    if hessian:
+        prep = di.prepare_hessian(f, sparse, x)
+        v = np.ones(n)
+        one = di.prepare_hvp(f, backend, x, v)
+        configs = {
+            "sparse": lambda: di.hessian(f, sparse, x, prep=prep),
+            "one": lambda: di.hvp(f, backend, x, v, prep=one),
+        }
+    else:
+        prep = di.prepare_jacobian(f, sparse, x)
+        v = np.ones(n)
+        one = di.prepare_jvp(f, backend, x, v)
+        configs = {
+            "sparse": lambda: di.jacobian(f, sparse, x, prep=prep),
+            "one": lambda: di.jvp(f, backend, x, v, prep=one),
+        }
+    colors = plan_of(prep, op).colors
+    repeats = 20 if quick else 100
+    got = interleaved(configs, repeats, ROUNDS, warmup=2)
+    ratio = got["sparse"] / (colors * got["one"])
+    kind = "hvp" if hessian else "jvp"
+    label = f"{type(backend).__name__.removeprefix('Auto')}: sparse / ({colors} x one {kind})"
+    row(name, label, ratio, "ratio", "≤ 1.3", ratio <= 1.3)
+
+
+def _pattern(f, n, hessian):
+    """The global pattern (JAX's detector: autograd and finite differences have none)."""
+    return di.sparsity_pattern(f, di.AutoJax(), jnp.ones(n), hessian=hessian)
+
+
+# ---- 4. missed nonzeros ------------------------------------------------------------
+def missed(quick):
+    total = 0
+    problems = [(brusselator, 2 * 16 * 16, False), (rosenbrock, 500, True)]
+    for f, n, hessian in problems:
+        for backend in (di.AutoJax(), di.AutoTorch()):
+            to = jnp.asarray if backend.framework == "jax" else torch.tensor
+            x0 = to(point(n))
+            p = di.sparsity_pattern(f, backend, x0, hessian=hessian).toarray()
+            for seed in range(3):
+                x = point(n, seed + 1)
+                dense = jax.hessian(f) if hessian else jax.jacfwd(f)
+                nz = np.asarray(dense(jnp.asarray(x))) != 0
+                total += int((nz & ~p).sum())
+    row("every problem", "nonzeros missed by the global patterns", total, "", "= 0", total == 0)
+
+
+# ---- 5. how cost grows -------------------------------------------------------------
+def growth(quick):
+    out = []
+    sizes = (1000, 10000) if quick else (1000, 10000, 100000)
+    for target in sizes:
+        grid = max(3, round((target / 2) ** 0.5))
+        n = 2 * grid * grid
+        for fw in ("jax", "torch"):
+            backend = di.AutoJax() if fw == "jax" else di.AutoTorch()
+            x = jnp.asarray(point(n)) if fw == "jax" else torch.tensor(point(n))
+            sparse = di.AutoSparse(backend)
+            prep, t_prep = seconds(lambda: di.prepare_jacobian(brusselator, sparse, x))
+            plan = plan_of(prep, "jacobian")
+            call = (lambda: jax.block_until_ready(di.jacobian(brusselator, sparse, x, prep=prep)))
+            us = interleaved({"s": call}, 10 if quick else 30, 3, warmup=1)["s"]
+            mem = plan.colors * n * 8 + plan.pattern.nnz * 16  # compressed + the result
+            dense_us = None
+            if n <= 12000:
+                if fw == "jax":
+                    d = jax.jit(jax.jacrev(brusselator))
+                    dcall = lambda: jax.block_until_ready(d(x))  # noqa: E731
+                else:
+                    d = torch.func.jacrev(brusselator)
+                    dcall = lambda: d(x)  # noqa: E731
+                dense_us = interleaved({"d": dcall}, 3, 1, warmup=1)["d"]
+            out.append((fw, n, us, t_prep, mem, dense_us, n * n * 8))
+            dense_txt = "cannot run (%.0f GB)" % (n * n * 8 / 1e9) if dense_us is None else (
+                f"{dense_us / 1e3:.1f} ms")
+            row(f"Brusselator n={n}", f"{fw}: sparse call / prep / memory",
+                us, "µs", f"prep {t_prep:.2f} s, {mem / 1e6:.1f} MB; dense {dense_txt}")
+    return out
+
+
+def chart(points, path):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for fw, style in (("jax", "o-"), ("torch", "s-")):
+        pts = [p for p in points if p[0] == fw]
+        ax.loglog([p[1] for p in pts], [p[2] / 1e3 for p in pts], style, label=f"{fw} sparse")
+        dense = [p for p in pts if p[5] is not None]
+        ax.loglog([p[1] for p in dense], [p[5] / 1e3 for p in dense], style[0] + "--",
+                  label=f"{fw} dense jacrev")
+    ax.set_xlabel("unknowns n (Brusselator)")
+    ax.set_ylabel("ms per Jacobian (prepared)")
+    ax.set_title("Sparse against dense Jacobians, one CPU thread")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+
+
+def markdown(path, wall):
+    lines = ["| problem | configuration | value | unit | target |", "| --- | --- | --- | --- | --- |"]
+    for problem, config, value, unit, target, ok in ROWS:
+        mark = "" if ok is None else (" ✓" if ok else " ✗")
+        lines.append(f"| {problem} | {config} | {value:.4g} | {unit} | {target}{mark} |")
+    with open(path, "w") as fh:
+        fh.write(
+            "# Sparse benchmark\n\n"
+            "Written by `benchmarks/sparse.py` (float64, CPU, one thread, medians of "
+            "interleaved repeats; each sparse result checked against the dense one first). "
+            f"Whole run: {wall:.0f} s.\n\n" + "\n".join(lines) + "\n\n"
+            "![sparse against dense](sparse_growth.png)\n"
+        )
+
+
+def main(quick=False, md=None, png=None):
+    start = time.perf_counter()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        jax_vs_asdex("Brusselator 2048", brusselator, 2 * 32 * 32, False, quick)
+        jax_vs_asdex("Brusselator 4608", brusselator, 2 * 48 * 48, False, quick)
+        jax_vs_asdex("Rosenbrock Hessian 4000", rosenbrock, 4000, True, quick)
+        torch_vs_func("Brusselator 2048", brusselator, 2 * 32 * 32, False, 50, quick)
+        torch_vs_func("Rosenbrock Hessian 4000", rosenbrock, 4000, True, 30, quick)
+        if importlib.util.find_spec("autograd") is not None:
+            per_color("Brusselator 2048", di.AutoAutograd(), brusselator, 2 * 32 * 32, False, quick)
+            per_color("Rosenbrock Hessian 4000", di.AutoAutograd(), rosenbrock, 4000, True, quick)
+        per_color("Brusselator 2048", di.AutoFiniteDifferences(), brusselator, 2048, False, quick)
+        missed(quick)
+        points = growth(quick)
+    wall = time.perf_counter() - start
+    print(f"\n{wall:.0f} s")
+    if md:
+        markdown(md, wall)
+    if png:
+        chart(points, png)
+
+
+if __name__ == "__main__":
+    args = sys.argv[1:]
+    md = args[args.index("--md") + 1] if "--md" in args else None
+    png = args[args.index("--png") + 1] if "--png" in args else None
+    main(quick="--quick" in args, md=md, png=png)

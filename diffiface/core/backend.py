@@ -345,6 +345,11 @@ class BackendImpl(DerivedSecondOrder):
     def output_size(self, prob, xs: tuple, ctx: tuple) -> int:
         return size(prob.flat()(xs, *ctx))
 
+    def output_like(self, prob, xs: tuple, ctx: tuple) -> Any:
+        """Something with f(x)'s shape and dtype (f(x) itself, unless the framework can
+        tell without running f)."""
+        return prob.flat()(xs, *ctx)
+
     def _columns(self, prob, xs: tuple, ctx: tuple, scale=1):
         """f(x) and, for each leaf, its Jacobian columns (along ``scale`` times each basis
         vector) stacked on the last axis."""

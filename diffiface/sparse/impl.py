@@ -56,9 +56,10 @@ class SparseImpl:
         fmt, op = plan.format, prob.op
         if op in ("hessian", "value_gradient_and_hessian") and combo != plan.combo:
             return None
-        run = plan.direct(prob, combo)  # (a forward failure turned the plan to rows)
         if op == "jacobian" or op == "hessian":
-            return lambda x: fmt(run(x)[1])
+            bare = plan.direct(prob, combo, value=False)
+            return lambda x: fmt(bare(x)[1])
+        run = plan.direct(prob, combo)  # (a forward failure turned the plan to rows)
         if op == "value_and_jacobian":
 
             def value_and_jacobian(x):
@@ -79,7 +80,7 @@ class SparseImpl:
         """(f(x), J) with J sparse."""
         prob, xs, ctx = c.prob, c.xs, c.ctx
         _check(c, chunk_size)
-        plan = self._plan(c, None, lambda: prob.flat()(xs, *ctx))
+        plan = self._plan(c, None, lambda: self.dense.output_like(prob, xs, ctx))
         y, data = plan.jacobian(prob, xs, ctx)
         if self.backend.strict:
             plan.check(prob, xs, ctx, data, None)

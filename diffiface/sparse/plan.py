@@ -65,13 +65,16 @@ class SparsePlan:
         p, order, d = self.pattern, self.sparse.coloring, self.d
         if kind == "column":
             colors = col.column_coloring(p, order)
-            gather, like = col.column_gather(p, colors), self.x_like
+            gather, like = (
+                _seed_major(col.column_gather(p, colors), colors, p.shape[0]),
+                self.x_like,
+            )
         elif kind == "row":
             colors = col.row_coloring(p, order)
             gather, like = col.row_gather(p, colors), self.y_like
         else:
             colors = col.star_coloring(p, order)
-            gather, like = col.star_gather(p, colors), self.x_like
+            gather, like = _seed_major(col.star_gather(p, colors), colors, p.shape[0]), self.x_like
         k, shape = _count(colors), tuple(like.shape)
         stacked = d.cast(d.from_numpy(col.seeds(colors, k).reshape(k, *shape)), like)
         seeds = [(stacked[i],) for i in range(k)]
@@ -119,24 +122,24 @@ class SparsePlan:
                 return out
         if kind == "column":
             y, ts = d.value_and_jvps(prob, xs, seeds, ctx)
-            b = d.stack([d.reshape(t, (-1,)) for t in ts], 1)  # (m, colors)
+            b = [t for t in ts]
         elif kind == "row":
             y, gss = d.value_and_vjps(prob, xs, [s for (s,) in seeds], ctx, _as_is)
-            b = d.stack([d.reshape(g[0], (-1,)) for g in gss], 0)  # (colors, n)
+            b = [g[0] for g in gss]
         else:
             y, hvs = d.gradient_and_hvps(prob, xs, seeds, ctx, combo)  # y: the gradient
-            b = d.stack([d.reshape(h[0], (-1,)) for h in hvs], 1)  # (n, colors)
-        return y, take(d, b, gather)
+            b = [h[0] for h in hvs]
+        return y, take(d, d.stack([d.reshape(a, (-1,)) for a in b], 0), gather)  # (colors, .)
 
-    def direct(self, prob, combo=None):
+    def direct(self, prob, combo=None, value=True):
         """``run(x) -> (f(x) or the gradient, nonzeros)`` for a prepared call on one
         native array without contexts: the backend's compiled passes called as they
-        are, else the general ``run``."""
+        are (without the value where the operator returns none), else ``run``."""
         kind, d = self.kind, self.d
         own = getattr(d, "compressed", None)
         if own is not None and self.way(kind)[0]:
             _, stacked, gather, _ = self.way(kind)
-            run = own(prob, (), kind, stacked, gather, combo, self.number)
+            run = own(prob, (), kind, stacked, gather, combo, self.number, value)
             if run is not None and d.framework == "jax":  # (torch's may hand over: None)
                 return lambda x: run((x,))
         return lambda x: self.run(prob, (x,), (), kind, combo)
@@ -178,6 +181,13 @@ class SparsePlan:
                 f"against {want[i]:.6g} from the pattern). The pattern is too small: use "
                 "sparsity_detector='global', or pass a pattern that holds every nonzero."
             )
+
+
+def _seed_major(gather: np.ndarray, colors: np.ndarray, rows: int) -> np.ndarray:
+    """Indices into B (rows, colors) as indices into its transpose (colors, rows): the
+    products come stacked one per seed, and gathering them so skips a transposition."""
+    k = _count(colors)
+    return (gather % k) * rows + gather // k if k else gather
 
 
 def _count(colors: np.ndarray) -> int:

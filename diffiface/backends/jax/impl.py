@@ -278,11 +278,12 @@ class JaxImpl(BackendImpl):
         g, hvs = _run(prob, run, _arg(prob, xs), _stack(prob, vss), *dyn)
         return _tuple(prob, g), _unstack(prob, hvs, len(vss))
 
-    def compressed(self, prob, ctx, kind, seeds, gather, combo=None, plan=0):
+    def compressed(self, prob, ctx, kind, seeds, gather, combo=None, plan=0, value=True):
         """A sparse plan's passes as one compiled call: ``run(xs) -> (f(x), or the gradient
-        leaves for "star", and the nonzeros B.ravel()[gather])`` where B is J S ("column"),
-        Sᵀ J ("row") or H S ("star") for the seeds S stacked on the first axis. The seeds
-        and the gather are compiled in as constants (``plan``: their plan's unique number)."""
+        leaves for "star", or None without ``value``; and the nonzeros B.ravel()[gather])``
+        where B holds one product per seed (the seeds S stacked on the first axis): Jv
+        ("column"), wᵀJ ("row") or Hv ("star"). The seeds and the gather are compiled in
+        as constants (``plan``: their plan's unique number)."""
         outer, inner = combo or ("forward", "reverse")
         s, idx = seeds, gather
 
@@ -295,15 +296,15 @@ class JaxImpl(BackendImpl):
                     y, pb = jax.vjp(fn, x)
                     b = jax.vmap(lambda w: pb(w)[0])(s)
                 else:
-                    y = fn(x)
                     b = jax.vmap(lambda v: jax.jvp(fn, (x,), (v,))[1])(s)
-                b = b.reshape(b.shape[0], -1)
-                return y, (b if kind == "row" else b.T).reshape(-1)[idx]
+                    y = fn(x) if value else None
+                return y, b.reshape(-1)[idx]
 
             return run
 
-        run, dyn = self._compiled(prob, ("compressed", kind, outer, inner, plan), ctx, make)
-        if kind != "star":
+        tag = ("compressed", kind, outer, inner, plan, value)
+        run, dyn = self._compiled(prob, tag, ctx, make)
+        if kind != "star" or not value:
             return lambda xs: _run(prob, run, xs[0], *dyn)
 
         def gradient_and_data(xs):
@@ -355,6 +356,11 @@ class JaxImpl(BackendImpl):
             return math.prod(jax.eval_shape(fn, x, *dyn).shape)
 
         return CACHE.get(prob.f, prob.key("size", static, avals), build)
+
+    def output_like(self, prob, xs, ctx):
+        """f(x)'s shape and dtype from jax.eval_shape (f is traced, not run op by op)."""
+        fn = prob.flat()
+        return jax.eval_shape(lambda xs: fn(xs, *ctx), xs)
 
     def value_and_batched_jacobian(self, prob, xs, ctx):
         mode, op, backend = self.mode, prob.op, prob.backend  # the closure must not hold prob

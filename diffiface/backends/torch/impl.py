@@ -288,7 +288,7 @@ class TorchImpl(BackendImpl):
         ]
         return (y if outer else y.detach()), [tuple(g[i] for g in gs) for i in range(n)]
 
-    def compressed(self, prob, ctx, kind, seeds, gather, combo=None, plan=0):
+    def compressed(self, prob, ctx, kind, seeds, gather, combo=None, plan=0, value=True):
         """A sparse plan's row pass (see ``JaxImpl.compressed``): one forward and one
         batched backward along the stacked seeds, gathered without unstacking. None (the
         generic passes) for the other kinds; a call under an outer pass returns None."""

@@ -2,7 +2,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test lint docs format bench clean
+.PHONY: demo test lint docs format bench bench-sparse clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -36,6 +36,9 @@ $(VENV)/.bench: $(VENV)/.installed
 
 bench: $(VENV)/.bench
 	$(shell command -v taskset >/dev/null && echo taskset -c 0) $(BIN)/python benchmarks/run.py
+
+bench-sparse: $(VENV)/.bench
+	cd benchmarks && $(shell command -v taskset >/dev/null && echo taskset -c 0) ../$(BIN)/python sparse.py --md ../docs/sparse_results.md --png ../docs/sparse_growth.png
 
 clean:
 	rm -rf $(VENV) build dist site .pytest_cache

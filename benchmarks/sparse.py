@@ -106,9 +106,9 @@ def jax_vs_asdex(name, f, n, hessian, quick):
         (colored, fn), t_asdex = seconds(asdex_prep)
         np.testing.assert_allclose(dense_of(fn(x)), want, rtol=1e-10, atol=1e-10)
         configs["asdex (jit)"] = blocked(lambda: fn(x))
-    configs["dense (jit)"] = blocked(lambda: dense(x))
     repeats = 50 if quick else 500
     got = interleaved(configs, repeats, ROUNDS, warmup=5, round_warmup=5)
+    got["dense (jit)"] = interleaved({"d": blocked(lambda: dense(x))}, ROUNDS, ROUNDS, warmup=1)["d"]
     us = got["diffiface"]
     row(name, f"JAX sparse {op}, prepared call", us, "µs")
     row(name, "JAX dense (jit)", got["dense (jit)"], "µs", f"sparse {got['dense (jit)'] / us:.0f}x")
@@ -118,10 +118,22 @@ def jax_vs_asdex(name, f, n, hessian, quick):
         row(name, "diffiface / asdex, call", ratio, "ratio", "≤ 1.2", ratio <= 1.2)
         theirs = colored.coloring.num_colors if hasattr(colored, "coloring") else None
         theirs = theirs or _asdex_colors(colored)
-        row(name, f"colors: ours {ours.colors}, asdex {theirs}", ours.colors, "", "≤ asdex",
-            ours.colors <= theirs)
-        row(name, "diffiface / asdex, preparation", t_prep / t_asdex, "ratio", "≤ 2",
-            t_prep / t_asdex <= 2)
+        row(
+            name,
+            f"colors: ours {ours.colors}, asdex {theirs}",
+            ours.colors,
+            "",
+            "≤ asdex",
+            ours.colors <= theirs,
+        )
+        row(
+            name,
+            "diffiface / asdex, preparation",
+            t_prep / t_asdex,
+            "ratio",
+            "≤ 2",
+            t_prep / t_asdex <= 2,
+        )
     else:
         row(name, "asdex not installed (pip install asdex)", float("nan"), "")
 
@@ -142,12 +154,14 @@ def torch_vs_func(name, f, n, hessian, target, quick):
     prep = prepare(f, sparse, x)
     dense = torch.func.hessian(f) if hessian else torch.func.jacrev(f)
     want = dense(x).numpy()
-    np.testing.assert_allclose(dense_of(call(f, sparse, x, prep=prep)), want, rtol=1e-10, atol=1e-10)
+    np.testing.assert_allclose(
+        dense_of(call(f, sparse, x, prep=prep)), want, rtol=1e-10, atol=1e-10
+    )
     configs = {"diffiface": lambda: call(f, sparse, x, prep=prep), "dense": lambda: dense(x)}
     repeats = 10 if quick else 30
     got = interleaved(configs, repeats, ROUNDS, warmup=1)
     what = "torch.func.hessian" if hessian else "torch.func.jacrev"
-    row(name, f"torch sparse, prepared call", got["diffiface"], "µs")
+    row(name, "torch sparse, prepared call", got["diffiface"], "µs")
     row(name, what, got["dense"], "µs")
     speedup = got["dense"] / got["diffiface"]
     row(name, f"{what} / sparse", speedup, "x", f"≥ {target}", speedup >= target)
@@ -213,31 +227,40 @@ def growth(quick):
     sizes = (1000, 10000) if quick else (1000, 10000, 100000)
     for target in sizes:
         grid = max(3, round((target / 2) ** 0.5))
-        n = 2 * grid * grid
         for fw in ("jax", "torch"):
-            backend = di.AutoJax() if fw == "jax" else di.AutoTorch()
-            x = jnp.asarray(point(n)) if fw == "jax" else torch.tensor(point(n))
-            sparse = di.AutoSparse(backend)
-            prep, t_prep = seconds(lambda: di.prepare_jacobian(brusselator, sparse, x))
-            plan = plan_of(prep, "jacobian")
-            call = (lambda: jax.block_until_ready(di.jacobian(brusselator, sparse, x, prep=prep)))
-            us = interleaved({"s": call}, 10 if quick else 30, 3, warmup=1)["s"]
-            mem = plan.colors * n * 8 + plan.pattern.nnz * 16  # compressed + the result
-            dense_us = None
-            if n <= 12000:
-                if fw == "jax":
-                    d = jax.jit(jax.jacrev(brusselator))
-                    dcall = lambda: jax.block_until_ready(d(x))  # noqa: E731
-                else:
-                    d = torch.func.jacrev(brusselator)
-                    dcall = lambda: d(x)  # noqa: E731
-                dense_us = interleaved({"d": dcall}, 3, 1, warmup=1)["d"]
-            out.append((fw, n, us, t_prep, mem, dense_us, n * n * 8))
-            dense_txt = "cannot run (%.0f GB)" % (n * n * 8 / 1e9) if dense_us is None else (
-                f"{dense_us / 1e3:.1f} ms")
-            row(f"Brusselator n={n}", f"{fw}: sparse call / prep / memory",
-                us, "µs", f"prep {t_prep:.2f} s, {mem / 1e6:.1f} MB; dense {dense_txt}")
+            out.append(grow_one(fw, 2 * grid * grid, quick))
     return out
+
+
+def grow_one(fw, n, quick):
+    """(framework, n, µs per prepared call, preparation s, bytes, dense µs or None,
+    dense bytes) of the Brusselator Jacobian with n unknowns."""
+    backend = di.AutoJax() if fw == "jax" else di.AutoTorch()
+    x = jnp.asarray(point(n)) if fw == "jax" else torch.tensor(point(n))
+    sparse = di.AutoSparse(backend)
+    prep, t_prep = seconds(lambda: di.prepare_jacobian(brusselator, sparse, x))
+    plan = plan_of(prep, "jacobian")
+
+    def call():
+        return jax.block_until_ready(di.jacobian(brusselator, sparse, x, prep=prep))
+
+    us = interleaved({"s": call}, 10 if quick else 30, 3, warmup=1)["s"]
+    mem = plan.colors * n * 8 + plan.pattern.nnz * 16  # the products and the result
+    dense_us = None
+    if n <= 12000:  # a dense float64 Jacobian at n = 1e5 would take 80 GB
+        d = jax.jit(jax.jacrev(brusselator)) if fw == "jax" else torch.func.jacrev(brusselator)
+        dense_us = interleaved({"d": lambda: jax.block_until_ready(d(x))}, 3, 1, warmup=1)["d"]
+    dense_txt = (
+        f"cannot run ({n * n * 8 / 1e9:.0f} GB)" if dense_us is None else f"{dense_us / 1e3:.1f} ms"
+    )
+    row(
+        f"Brusselator n={n}",
+        f"{fw}: sparse call / prep / memory",
+        us,
+        "µs",
+        f"prep {t_prep:.2f} s, {mem / 1e6:.1f} MB; dense {dense_txt}",
+    )
+    return fw, n, us, t_prep, mem, dense_us, n * n * 8
 
 
 def chart(points, path):
@@ -251,8 +274,12 @@ def chart(points, path):
         pts = [p for p in points if p[0] == fw]
         ax.loglog([p[1] for p in pts], [p[2] / 1e3 for p in pts], style, label=f"{fw} sparse")
         dense = [p for p in pts if p[5] is not None]
-        ax.loglog([p[1] for p in dense], [p[5] / 1e3 for p in dense], style[0] + "--",
-                  label=f"{fw} dense jacrev")
+        ax.loglog(
+            [p[1] for p in dense],
+            [p[5] / 1e3 for p in dense],
+            style[0] + "--",
+            label=f"{fw} dense jacrev",
+        )
     ax.set_xlabel("unknowns n (Brusselator)")
     ax.set_ylabel("ms per Jacobian (prepared)")
     ax.set_title("Sparse against dense Jacobians, one CPU thread")
@@ -263,7 +290,10 @@ def chart(points, path):
 
 
 def markdown(path, wall):
-    lines = ["| problem | configuration | value | unit | target |", "| --- | --- | --- | --- | --- |"]
+    lines = [
+        "| problem | configuration | value | unit | target |",
+        "| --- | --- | --- | --- | --- |",
+    ]
     for problem, config, value, unit, target, ok in ROWS:
         mark = "" if ok is None else (" ✓" if ok else " ✗")
         lines.append(f"| {problem} | {config} | {value:.4g} | {unit} | {target}{mark} |")

@@ -237,7 +237,7 @@ _DETECTORS = ("global", "local")
 _ORDERS = ("largest_first", "natural", "smallest_last")
 
 
-@dataclasses.dataclass(frozen=True, eq=False)
+@dataclasses.dataclass(frozen=True, eq=False, repr=False)
 class AutoSparse(AbstractBackend):
     """Sparse Jacobians and Hessians: a few compressed passes of ``backend`` instead of
     one per row or column.
@@ -286,6 +286,19 @@ class AutoSparse(AbstractBackend):
     @property
     def mode(self) -> str | None:
         return getattr(self.backend, "mode", None)
+
+    def __repr__(self) -> str:
+        d = self.sparsity_detector
+        if not isinstance(d, str):  # a given pattern: its shape and size, not its entries
+            nnz = getattr(d, "nnz", None)
+            nnz = int((d != 0).sum()) if nnz is None else nnz
+            d = f"<pattern {d.shape[0]}x{d.shape[1]}, {nnz} nonzeros>"
+        else:
+            d = repr(d)
+        return (
+            f"AutoSparse(backend={self.backend!r}, sparsity_detector={d}, coloring="
+            f"{self.coloring!r}, dense={self.dense!r}, strict={self.strict!r})"
+        )
 
     def __eq__(self, other: object) -> bool:
         return type(other) is AutoSparse and self._key() == other._key()

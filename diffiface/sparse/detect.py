@@ -81,7 +81,9 @@ def local(d: Any, prob: Any, x: Any, ctx: tuple, combo=None) -> sp.csr_array:
     n = base.size
     found = None
     for k in range(LOCAL_POINTS):
-        point = base if k == 0 else base + 0.1 * (1 + np.abs(base)) * rng.standard_normal(n)
+        point = (
+            base if k == 0 else base + 0.1 * (1 + np.abs(base)) * rng.standard_normal(base.shape)
+        )
         xp = d.cast(d.from_numpy(np.asarray(point, dtype=base.dtype).reshape(base.shape)), x)
         if prob.scalar:
             dense = d.hessian(prob, (xp,), ctx, combo)

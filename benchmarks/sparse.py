@@ -108,7 +108,9 @@ def jax_vs_asdex(name, f, n, hessian, quick):
         configs["asdex (jit)"] = blocked(lambda: fn(x))
     repeats = 50 if quick else 500
     got = interleaved(configs, repeats, ROUNDS, warmup=5, round_warmup=5)
-    got["dense (jit)"] = interleaved({"d": blocked(lambda: dense(x))}, ROUNDS, ROUNDS, warmup=1)["d"]
+    got["dense (jit)"] = interleaved({"d": blocked(lambda: dense(x))}, ROUNDS, ROUNDS, warmup=1)[
+        "d"
+    ]
     us = got["diffiface"]
     row(name, f"JAX sparse {op}, prepared call", us, "µs")
     row(name, "JAX dense (jit)", got["dense (jit)"], "µs", f"sparse {got['dense (jit)'] / us:.0f}x")

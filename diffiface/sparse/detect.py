@@ -12,7 +12,7 @@ import scipy.sparse as sp
 from .._backend_types import AutoSparse, SecondOrder
 from .._errors import DiffifaceTypeError, DiffifaceValueError, SparsityWarning
 from ..core.backend import size
-from .coloring import as_pattern
+from .patterns import as_pattern
 
 LOCAL_POINTS = 3  # x itself and two random points near it
 

@@ -25,6 +25,7 @@ from torch.utils import _pytree as pytree
 from diffiface._errors import DiffifaceValueError, SparsityWarning
 from diffiface.sparse import _aten_rules as rules
 from diffiface.sparse._aten_rules import Call, Sym
+from diffiface.sparse._aten_table import rule_for
 
 __all__ = ["hessian_pattern", "jacobian_pattern"]
 
@@ -177,7 +178,7 @@ class _Interpreter:
                 return _wrap(meta, None)  # random: values not known in advance
             return op(*args, **kwargs)
         call = Call(op, args, kwargs, meta, self.n)
-        rule = rules.rule_for(op) if aten_op else None
+        rule = rule_for(op) if aten_op else None
         if rule is rules.metadata_only:
             return rule(call).value
         if not any(rules.is_float(m) for m in pytree.tree_leaves(meta)):

@@ -92,6 +92,37 @@ def _brusselator_jac(x):
     return j
 
 
+def _jacobian_refs(f, jac):
+    return lambda x: {"y": f(x), "jac": jac(x)}
+
+
+def _arrow_refs(x):
+    g = 4 * x**3
+    g[0] += (x[1:] ** 2).sum()
+    g[1:] += 2 * x[0] * x[1:]
+    return {"y": np.array(arrow(x)), "jac": g[None], "hess": _arrow_hess(x)}
+
+
+def _rosenbrock_refs(x):
+    g, h = _rosenbrock_grad_hess(x)
+    return {"y": np.array(rosenbrock(x)), "jac": g[None], "hess": h}
+
+
+# name, family, f, (low, high, size) of the point, the references at a float64 point
+_SPARSE = (
+    ("banded", "jacobian", banded, (0.5, 1.5, 12), _jacobian_refs(banded, _banded_jac)),
+    (
+        "brusselator",
+        "jacobian",
+        brusselator,
+        (0.5, 1.5, 2 * 5 * 5),
+        _jacobian_refs(brusselator, _brusselator_jac),
+    ),
+    ("arrow", "hessian", arrow, (0.5, 1.5, 8), _arrow_refs),
+    ("rosenbrock", "hessian", rosenbrock, (-1.0, 1.5, 10), _rosenbrock_refs),
+)
+
+
 def sparse_scenarios(dtypes=("float64",)) -> list:
     """Scenarios whose Jacobian or Hessian is sparse, with closed-form references.
 
@@ -103,64 +134,19 @@ def sparse_scenarios(dtypes=("float64",)) -> list:
     for name in dtypes:
         dt = np.dtype(name)
         rng = np.random.default_rng(3)
-        tag = f"/{dt.name}"
-        x = rng.uniform(0.5, 1.5, 12).astype(dt)
-        xd = x.astype(np.float64)
-        out.append(
-            Scenario(
-                "banded" + tag,
-                "sparse jacobian",
-                banded,
-                x,
-                y=banded(xd),
-                jac=_banded_jac(xd),
-                operators=("jacobian", "value_and_jacobian"),
+        for label, family, f, (low, high, size), refs in _SPARSE:
+            x = rng.uniform(low, high, size).astype(dt)
+            ops = ("jacobian", "value_and_jacobian")
+            if family == "hessian":
+                ops = ("hessian", "value_gradient_and_hessian")
+            out.append(
+                Scenario(
+                    f"{label}/{dt.name}",
+                    f"sparse {family}",
+                    f,
+                    x,
+                    operators=ops,
+                    **refs(x.astype(np.float64)),
+                )
             )
-        )
-        x = rng.uniform(0.5, 1.5, 2 * 5 * 5).astype(dt)
-        xd = x.astype(np.float64)
-        out.append(
-            Scenario(
-                "brusselator" + tag,
-                "sparse jacobian",
-                brusselator,
-                x,
-                y=brusselator(xd),
-                jac=_brusselator_jac(xd),
-                operators=("jacobian", "value_and_jacobian"),
-            )
-        )
-        x = rng.uniform(0.5, 1.5, 8).astype(dt)
-        xd = x.astype(np.float64)
-        h = _arrow_hess(xd)
-        g = 4 * xd**3
-        g[0] += (xd[1:] ** 2).sum()
-        g[1:] += 2 * xd[0] * xd[1:]
-        out.append(
-            Scenario(
-                "arrow" + tag,
-                "sparse hessian",
-                arrow,
-                x,
-                y=np.array(arrow(xd)),
-                jac=g[None],
-                hess=h,
-                operators=("hessian", "value_gradient_and_hessian"),
-            )
-        )
-        x = rng.uniform(-1.0, 1.5, 10).astype(dt)
-        xd = x.astype(np.float64)
-        g, h = _rosenbrock_grad_hess(xd)
-        out.append(
-            Scenario(
-                "rosenbrock" + tag,
-                "sparse hessian",
-                rosenbrock,
-                x,
-                y=np.array(rosenbrock(xd)),
-                jac=g[None],
-                hess=h,
-                operators=("hessian", "value_gradient_and_hessian"),
-            )
-        )
     return out

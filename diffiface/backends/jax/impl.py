@@ -13,9 +13,10 @@ from ... import _checks, _config
 from ..._backend_types import AutoJax
 from ..._cache import FunctionCache
 from ..._reads import fingerprint
-from ..._tree import flatten, unflatten
+from ..._tree import unflatten
 from ...core.backend import SLOW, BackendImpl
 from ...core.registry import register
+from .contexts import join_contexts, split_contexts
 
 CACHE = FunctionCache()
 _FLOATS = frozenset(np.dtype(t) for t in ("float16", "float32", "float64"))
@@ -101,7 +102,7 @@ class JaxImpl(BackendImpl):
     # trailing arguments, so a plain call dispatches like the native jit call.
     def _compiled(self, prob, tag: tuple, ctx: tuple, make):
         """The cached jitted ``run(x, ..., *dyn_ctx)`` and the dynamic contexts."""
-        dyn, static = _split_contexts(prob, ctx)
+        dyn, static = split_contexts(prob, ctx)
         single = prob.single
 
         def build(fget):
@@ -110,7 +111,7 @@ class JaxImpl(BackendImpl):
             g = prob.flat(fget)
 
             def with_ctx(dyn_leaves):
-                c = _join_contexts(static, dyn_leaves)
+                c = join_contexts(static, dyn_leaves)
                 if single:
                     return lambda x: g((x,), *c)
                 return lambda xs: g(xs, *c)
@@ -343,7 +344,7 @@ class JaxImpl(BackendImpl):
 
     def output_size(self, prob, xs, ctx):
         """The size of f(x) from jax.eval_shape, cached like a compiled function."""
-        dyn, static = _split_contexts(prob, ctx)
+        dyn, static = split_contexts(prob, ctx)
         x, single = _arg(prob, xs), prob.single
         avals = tuple((np.shape(a), getattr(a, "dtype", type(a))) for a in (*xs, *dyn))
 
@@ -351,7 +352,7 @@ class JaxImpl(BackendImpl):
             g = prob.flat(fget)
 
             def fn(x, *dyn):
-                return g((x,) if single else x, *_join_contexts(static, dyn))
+                return g((x,) if single else x, *join_contexts(static, dyn))
 
             return math.prod(jax.eval_shape(fn, x, *dyn).shape)
 
@@ -558,62 +559,3 @@ def _run(prob, run, *args):
     if limit is not None and run._cache_size() > limit:  # one compilation per shape
         run.clear_cache()
     return out
-
-
-def _split_contexts(prob, ctx: tuple):
-    """Array leaves of the contexts are traced; other leaves are static (hashed)."""
-    if not ctx:
-        return (), ()
-    leaves, tree = flatten(ctx)
-    dyn, static = [], []
-    for leaf in leaves:
-        if isinstance(leaf, jax.Array | np.ndarray | np.generic | float) and not isinstance(
-            leaf, bool
-        ):
-            dyn.append(leaf)
-            static.append(_DYNAMIC)
-        else:
-            try:
-                hash(leaf)
-            except TypeError as exc:
-                raise _checks.DiffifaceTypeError(
-                    f"{_checks.call_form(prob.op, prob.backend)}: a Constant holds an unhashable "
-                    f"{type(leaf).__name__}, which jax.jit cannot take as a static argument. "
-                    "Pass arrays, numbers or hashable values in Constant."
-                ) from exc
-            static.append(_Static(leaf))
-    return tuple(dyn), (tree, tuple(static))
-
-
-class _Static:
-    """A static (non-array) context value in a cache key: equal when of the same type
-    and equal value, so Constant(True) and Constant(1) compile apart."""
-
-    __slots__ = ("value",)
-
-    def __init__(self, value):
-        self.value = value
-
-    def __hash__(self):
-        return hash((type(self.value), self.value))
-
-    def __eq__(self, other):
-        return (
-            isinstance(other, _Static)
-            and type(other.value) is type(self.value)
-            and self.value == other.value
-        )
-
-
-_DYNAMIC = object()
-
-
-def _join_contexts(static, dyn_leaves) -> tuple:
-    if not static:
-        return ()
-    tree, marks = static
-    it = iter(dyn_leaves)
-    leaves = [
-        next(it) if m is _DYNAMIC else (m.value if isinstance(m, _Static) else m) for m in marks
-    ]
-    return unflatten(tree, leaves)

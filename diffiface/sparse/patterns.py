@@ -1,0 +1,77 @@
+"""Sparsity patterns: the canonical boolean CSR form every sparse function takes."""
+
+from __future__ import annotations
+
+import numpy as np
+import scipy.sparse as sp
+
+from .._errors import DiffifaceTypeError, DiffifaceValueError
+
+
+def as_pattern(p) -> sp.csr_array:
+    """The canonical boolean CSR pattern of ``p``.
+
+    Args:
+        p: a scipy.sparse matrix or array of any format, or a 2-D array (NumPy, or
+            anything ``np.asarray`` takes) of bools or of 0/1 numbers. Stored zeros are
+            not part of the pattern.
+
+    Returns:
+        A ``scipy.sparse.csr_array`` of bools, sorted indices, no duplicates, no zeros.
+
+    Raises:
+        DiffifaceValueError: ``p`` is not 2-D or holds values other than 0/1 (NaN included).
+        DiffifaceTypeError: ``p`` is not an array, or its dtype is not bool/int/float.
+    """
+    if sp.issparse(p):
+        if p.ndim != 2:
+            raise DiffifaceValueError(
+                f"a sparsity pattern is 2-D (outputs x inputs), got a {p.ndim}-D sparse array; "
+                "reshape it to (f.size, x.size)."
+            )
+        if isinstance(p, sp.csr_array) and p.dtype == bool and p.has_canonical_format:
+            if p.data.all():
+                return p
+        a = p.tocoo()  # duplicates kept: each stored value is checked
+        data = _pattern_values(a.data, "sparse matrix")
+        out = sp.coo_array((data, (a.row, a.col)), shape=a.shape).tocsr()  # True + True: True
+        out.eliminate_zeros()
+        out.sum_duplicates()
+        return out
+    if p is None or isinstance(p, (str, bytes, dict, set)):
+        raise DiffifaceTypeError(
+            f"a sparsity pattern is a scipy.sparse matrix or a 2-D bool array, got "
+            f"{type(p).__name__}."
+        )
+    try:
+        a = np.asarray(p)
+    except (TypeError, ValueError) as e:  # a ragged list, say
+        raise DiffifaceTypeError(f"a sparsity pattern is a 2-D array; np.asarray: {e}") from e
+    if a.ndim != 2:
+        raise DiffifaceValueError(
+            f"a sparsity pattern is 2-D (outputs x inputs), got shape {a.shape}; reshape "
+            "it to (f.size, x.size)."
+        )
+    return sp.csr_array(_pattern_values(a, "array"))
+
+
+def _pattern_values(a: np.ndarray, what: str) -> np.ndarray:
+    """``a != 0`` after checking that ``a`` holds bools or 0/1 numbers."""
+    if a.dtype == bool:
+        return a.copy()
+    if a.dtype.kind not in "iuf":
+        raise DiffifaceTypeError(
+            f"a sparsity pattern holds bools or 0/1 numbers, got a {what} of dtype "
+            f"{a.dtype}; pass `(M != 0)` for the pattern of a numeric matrix M."
+        )
+    if a.dtype.kind == "f" and np.isnan(a).any():
+        raise DiffifaceValueError(
+            "a sparsity pattern can't hold NaN; pass `(M != 0)` (NaN counts as nonzero) "
+            "for the pattern of a matrix M."
+        )
+    if not ((a == 0) | (a == 1)).all():
+        raise DiffifaceValueError(
+            f"a sparsity pattern holds bools or 0/1 numbers, this {what} holds other values; "
+            "pass `(M != 0)` for the pattern of a numeric matrix M."
+        )
+    return a != 0

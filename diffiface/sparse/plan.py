@@ -115,7 +115,7 @@ class SparsePlan:
             y = prob.flat()(xs, *ctx)
             return y, convert.zeros(d, (0,), y)
         own = getattr(d, "compressed", None)
-        if own is not None:
+        if own is not None and prob.prepared:  # (compiled once per plan: prepared only)
             run = own(prob, ctx, kind, stacked, gather, combo, self.number)
             out = None if run is None else run(xs)
             if out is not None:

@@ -282,3 +282,21 @@ def test_no_forward_mode_takes_rows():
     forward = di.AutoSparse(di.AutoJax(mode="forward"), sparsity_detector=pattern)
     with pytest.raises(di.DiffifaceTypeError, match="mode='reverse'"):
         di.jacobian(f, forward, x)
+
+
+@pytest.mark.skipif(not HAVE["jax"], reason="jax missing")
+def test_unprepared_calls_compile_no_plan_of_their_own():
+    """An unprepared call plans anew (detection, coloring) but compiles nothing per plan:
+    its products go through the backend's cached batched jvps."""
+    import jax.numpy as jnp
+
+    from diffiface.backends.jax.impl import CACHE
+
+    x = jnp.linspace(0.5, 1.5, 10)
+    backend = di.AutoSparse(di.AutoJax())
+    di.jacobian(banded, backend, x)
+    before = CACHE.entries(banded)
+    for _ in range(3):
+        j = di.jacobian(banded, backend, x)
+    assert CACHE.entries(banded) == before
+    np.testing.assert_allclose(_np(densify(j)), _banded_jac(np.linspace(0.5, 1.5, 10)))

@@ -38,6 +38,15 @@ class AbstractBackend:
             )
 
 
+def _instance(b: object, what: str, fix: str) -> None:
+    """A backend class where an instance belongs is an error that names the call."""
+    if isinstance(b, type) and issubclass(b, AbstractBackend):
+        name = b.__name__
+        raise DiffifaceTypeError(
+            f"{what} must be an instance, got the class {name}. Did you mean {fix.format(name)}?"
+        )
+
+
 def _check_mode(backend: AbstractBackend, mode: object) -> None:
     if mode not in _MODES:
         raise ValueError(
@@ -194,11 +203,7 @@ class SecondOrder(AbstractBackend):
     def __post_init__(self) -> None:
         for name in ("outer", "inner"):
             b = getattr(self, name)
-            if isinstance(b, type) and issubclass(b, AbstractBackend):
-                raise TypeError(
-                    f"second_order(outer, inner): {name} must be an instance, got the class "
-                    f"{b.__name__}. Did you mean {b.__name__}()?"
-                )
+            _instance(b, f"second_order(outer, inner): {name}", "{}()")
             if not isinstance(b, AbstractBackend) or isinstance(b, SecondOrder):
                 raise TypeError(
                     f"second_order(outer, inner): {name} must be a first-order backend such as "
@@ -315,11 +320,7 @@ class AutoSparse(AbstractBackend):
         b = self.backend
         if b is None:  # (a template, see second_order)
             return
-        if isinstance(b, type) and issubclass(b, AbstractBackend):
-            raise DiffifaceTypeError(
-                f"AutoSparse({b.__name__}): backend must be an instance, got the class. Did "
-                f"you mean AutoSparse({b.__name__}())?"
-            )
+        _instance(b, "AutoSparse(backend): backend", "AutoSparse({}())")
         if not isinstance(b, AbstractBackend) or isinstance(b, AutoSparse):
             raise DiffifaceTypeError(
                 f"AutoSparse(backend): backend must be a dense backend such as AutoJax() or "

@@ -108,6 +108,10 @@ class BackendImpl(DerivedSecondOrder):
         """False where the outer transform cannot run a custom nested-AD rule."""
         return True
 
+    def no_forward(self, xs: tuple, ctx: tuple) -> str | None:
+        """Why these arrays cannot take forward-mode AD (torch's DTensor), or None."""
+        return None
+
     flatten_fast = None  # a faster pytree flatten of the framework, if it has one
     hermitian_vjp = False  # the native pullback of a complex output conjugates w (torch)
     reverse_combo = ("reverse", "reverse")  # second order without forward mode

@@ -104,6 +104,13 @@ def route(impl: Any, fixed: Any, op: str, xs: tuple, ctx: tuple) -> Any:
     if op in _FORWARD:  # already forward mode inside: the outer pass is reverse over forward
         strategy = "native"
     elif strategy == "forward_over_reverse":
+        why = impl.no_forward(xs, ctx)
+        if why is not None:
+            raise _checks.DiffifaceTypeError(
+                f"{_checks.call_form(op, impl.backend)}: FixedParams(strategy="
+                f"'forward_over_reverse') differentiates the gradient in forward mode, and "
+                f"{why}. Use strategy='auto' (reverse over reverse here)."
+            )
         method = METHOD.get(op)
         rule = _registry.rule(impl.framework, method) if method else None
         if rule is None:

@@ -47,6 +47,8 @@ def run(rank: int, world: int, port: str) -> None:
             want = getattr(di, op)(fn, b, plain, *plain_args)
             assert got.placements[0].is_shard(), (op, got.placements)
             _close(got.full_tensor(), want)
+        _second_order_and_more(di, b, mesh, x, plain, f, g)
+        _gradient_penalty(di, b, mesh, x, plain)
         try:
             di.jacobian(g, di.AutoTorch(mode="forward"), x)
         except di.DiffifaceTypeError as exc:
@@ -57,6 +59,72 @@ def run(rank: int, world: int, port: str) -> None:
             print("ranks ok", flush=True)
     finally:
         dist.destroy_process_group()
+
+
+def _full(a):
+    if isinstance(a, tuple | list):
+        return [_full(t) for t in a]
+    return a.full_tensor() if hasattr(a, "full_tensor") else a
+
+
+def _same(got, want) -> None:
+    got, want = _full(got), _full(want)
+    if isinstance(got, list):
+        for a, b in zip(got, want, strict=True):
+            _same(a, b)
+    else:
+        _close(got, want)
+
+
+def _second_order_and_more(di, b, mesh, x, plain, f, g) -> None:
+    """Hessians (the batched double backward's basis placed like x), Tangents, prepared
+    calls, batched_jacobian and derivative on DTensors."""
+    from torch.distributed.tensor import Replicate, Shard, distribute_tensor
+
+    _same(di.hessian(f, b, x), di.hessian(f, b, plain))
+    _same(di.value_gradient_and_hessian(f, b, x), di.value_gradient_and_hessian(f, b, plain))
+    vs, ps = di.Tangents(x * 1.0, x * 2.0), di.Tangents(plain * 1.0, plain * 2.0)
+    for op, fn in (("jvp", g), ("vjp", g), ("hvp", f)):
+        _same(list(getattr(di, op)(fn, b, x, vs)), list(getattr(di, op)(fn, b, plain, ps)))
+    prep = di.prepare_gradient(f, b, x)
+    _same(di.gradient(f, b, x, prep=prep), di.gradient(f, b, plain))
+    prep = di.prepare_hvp(f, b, x, x)
+    _same(di.hvp(f, b, x, x, prep=prep), di.hvp(f, b, plain, plain))
+    xb = distribute_tensor(plain.reshape(4, 2), mesh, [Shard(0)])
+    _same(di.batched_jacobian(g, b, xb), di.batched_jacobian(g, b, plain.reshape(4, 2)))
+    s = distribute_tensor(torch.tensor(0.5, dtype=torch.float64), mesh, [Replicate()])
+    _same(
+        di.derivative(lambda s: x * s, b, s), di.derivative(lambda s: plain * s, b, s.full_tensor())
+    )
+
+
+def _gradient_penalty(di, b, mesh, x, plain) -> None:
+    """d/dW of |grad_x model(x, W)|^2 with FixedParams over sharded weights, by torch's
+    own backward; forward over reverse is a clear error on a DTensor (no forward mode)."""
+    from torch.distributed.tensor import Shard, distribute_tensor
+
+    w_plain = torch.linspace(-1, 1, 16, dtype=torch.float64).reshape(8, 2)
+    w = distribute_tensor(w_plain, mesh, [Shard(0)])
+
+    def model(x, w):
+        return torch.tanh(x @ w).sum()
+
+    def penalty(x, w, strategy):
+        w = w.detach().requires_grad_()
+        gx = di.gradient(di.FixedParams(model, w, strategy=strategy), b, x)
+        return torch.autograd.grad((gx**2).sum(), w)[0]
+
+    want = penalty(plain, w_plain, "reverse_over_reverse")
+    for strategy in ("auto", "reverse_over_reverse"):
+        got = penalty(x, w, strategy)
+        assert got.placements[0].is_shard(), got.placements
+        _close(got.full_tensor(), want)
+    try:
+        penalty(x, w, "forward_over_reverse")
+    except di.DiffifaceTypeError as exc:
+        assert "DTensor has no forward-mode AD" in str(exc), str(exc)
+    else:
+        raise AssertionError("forward over reverse on a DTensor did not raise")
 
 
 if __name__ == "__main__":

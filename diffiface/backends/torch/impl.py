@@ -240,6 +240,12 @@ class TorchImpl(BackendImpl):
     def can_run_rule(self, xs, ctx):
         return not in_functorch() and not any(is_dual(a) for a in (*xs, *tensors_of(ctx)))
 
+    def no_forward(self, xs, ctx):
+        dtensor = _dtensor_type()
+        if dtensor is not None and any(isinstance(a, dtensor) for a in (*xs, *tensors_of(ctx))):
+            return "torch's DTensor has no forward-mode AD"
+        return None
+
     def runner(self, prob, form, combo=None, weak=False):
         """For a prepared call (see ``direct``); an unprepared call keeps no plan: its
         runner would hold f, and f's graph is built anew on every call anyway."""
@@ -471,7 +477,7 @@ class TorchImpl(BackendImpl):
                 h = None
                 if g.requires_grad and n:
                     eye = torch.eye(n, dtype=x.dtype, device=x.device).reshape((n, *x.shape))
-                    (h,) = batched_grads(g, (xg,), eye, keep)
+                    (h,) = batched_grads(g, (xg,), _placed(eye, x, batched=True), keep)
             if h is None:
                 h = torch.zeros((n, *x.shape), dtype=x.dtype, device=x.device)
             h = h.reshape((*x.shape, *x.shape))
@@ -505,16 +511,20 @@ class TorchImpl(BackendImpl):
         return y, d1, d2
 
 
-def _placed(a, like):
+def _placed(a, like, batched=False):
     """``a`` (a plain tensor) placed like ``like``: a DTensor's basis vectors and
     cotangents must be DTensors of its mesh and placements (every rank builds the same
-    full tensor, so distributing it only keeps each rank's shard)."""
+    full tensor, so distributing it only keeps each rank's shard). ``batched``: ``a``
+    has one more leading axis (the directions), and like's sharded axes move by one."""
     dtensor = _dtensor_type()
     if dtensor is None or not isinstance(like, dtensor) or isinstance(a, dtensor):
         return a
-    from torch.distributed.tensor import distribute_tensor
+    from torch.distributed.tensor import Shard, distribute_tensor
 
-    return distribute_tensor(a, like.device_mesh, like.placements)
+    placements = like.placements
+    if batched:
+        placements = [Shard(p.dim + 1) if p.is_shard() else p for p in placements]
+    return distribute_tensor(a, like.device_mesh, placements)
 
 
 def _dtensor_type():

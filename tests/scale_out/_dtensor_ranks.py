@@ -88,6 +88,10 @@ def _second_order_and_more(di, b, mesh, x, plain, f, g) -> None:
         _same(list(getattr(di, op)(fn, b, x, vs)), list(getattr(di, op)(fn, b, plain, ps)))
     prep = di.prepare_gradient(f, b, x)
     _same(di.gradient(f, b, x, prep=prep), di.gradient(f, b, plain))
+    replicated = distribute_tensor(plain, mesh, [Replicate()])  # other placements, same prep
+    got = di.gradient(f, b, replicated, prep=prep)
+    assert got.placements[0].is_replicate(), got.placements
+    _same(got, di.gradient(f, b, plain))
     prep = di.prepare_hvp(f, b, x, x)
     _same(di.hvp(f, b, x, x, prep=prep), di.hvp(f, b, plain, plain))
     xb = distribute_tensor(plain.reshape(4, 2), mesh, [Shard(0)])

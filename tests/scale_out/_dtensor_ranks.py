@@ -100,6 +100,10 @@ def _second_order_and_more(di, b, mesh, x, plain, f, g) -> None:
     _same(
         di.derivative(lambda s: x * s, b, s), di.derivative(lambda s: plain * s, b, s.full_tensor())
     )
+    _same(
+        di.second_derivative(lambda s: x * s**3, b, s),
+        di.second_derivative(lambda s: plain * s**3, b, s.full_tensor()),
+    )
 
 
 def _gradient_penalty(di, b, mesh, x, plain) -> None:

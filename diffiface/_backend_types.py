@@ -6,9 +6,12 @@ This module imports no framework, so creating a backend costs nothing.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import math
 import numbers
 from typing import ClassVar
+
+import numpy as np
 
 from ._errors import DiffifaceTypeError, DiffifaceValueError
 
@@ -211,6 +214,17 @@ class SecondOrder(AbstractBackend):
                 )
 
 
+def _pattern_digest(p) -> str:
+    """A digest of a pattern's nonzero positions (a scipy.sparse matrix or an array)."""
+    if hasattr(p, "tocoo"):
+        c = p.tocoo()
+        nz = np.asarray(c.data) != 0
+        flat = np.unique(c.row[nz].astype(np.int64) * p.shape[1] + c.col[nz])
+    else:
+        flat = np.flatnonzero(np.asarray(p) != 0)
+    return hashlib.sha1(flat.astype(np.int64).tobytes()).hexdigest()
+
+
 def second_order(outer: AbstractBackend, inner: AbstractBackend) -> SecondOrder | AutoSparse:
     """The backend where ``outer`` differentiates the gradient computed by ``inner``.
 
@@ -313,7 +327,7 @@ class AutoSparse(AbstractBackend):
 
     def _key(self) -> tuple:
         d = self.sparsity_detector
-        d = d if isinstance(d, str) else ("pattern", id(d))  # a given pattern: by identity
+        d = d if isinstance(d, str) else ("pattern", tuple(d.shape), self._digest)
         return (self.backend, d, self.coloring, self.dense, self.strict)
 
     def __post_init__(self) -> None:
@@ -337,6 +351,8 @@ class AutoSparse(AbstractBackend):
                 f"AutoSparse(sparsity_detector=...): a given pattern must be a scipy.sparse "
                 f"matrix or a 2-D boolean array, got {type(d).__name__}."
             )
+        if not isinstance(d, str):  # equal patterns make equal backends (as keys, in preps)
+            object.__setattr__(self, "_digest", _pattern_digest(d))
         if self.coloring not in _ORDERS:
             raise DiffifaceValueError(
                 f"AutoSparse(coloring={self.coloring!r}): use one of {', '.join(_ORDERS)}."

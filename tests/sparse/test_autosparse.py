@@ -316,3 +316,20 @@ def test_unprepared_calls_compile_no_plan_of_their_own():
         j = di.jacobian(banded, backend, x)
     assert CACHE.entries(banded) == before
     np.testing.assert_allclose(_np(densify(j)), _banded_jac(np.linspace(0.5, 1.5, 10)))
+
+
+def test_equal_given_patterns_make_equal_backends():
+    """A given pattern is compared by its nonzeros, not by the object: a backend rebuilt
+    with an equal pattern (any format) matches a preparation made with the first."""
+    x = np.linspace(0.5, 1.5, 8)
+    band = sum(np.eye(6, 8, k=k, dtype=bool) for k in range(3))
+    a = di.AutoSparse(di.AutoFiniteDifferences(), sparsity_detector=band)
+    b = di.AutoSparse(
+        di.AutoFiniteDifferences(), sparsity_detector=sp.coo_array(band.astype(float))
+    )
+    assert a == b and hash(a) == hash(b)
+    other = di.AutoSparse(di.AutoFiniteDifferences(), sparsity_detector=np.eye(6, 8, dtype=bool))
+    assert a != other
+    prep = di.prepare_jacobian(banded, a, x)
+    got = di.jacobian(banded, b, x, prep=prep)
+    np.testing.assert_allclose(got.toarray(), _banded_jac(x), atol=1e-5)

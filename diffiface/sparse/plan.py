@@ -34,7 +34,9 @@ class SparsePlan:
         self.y_shape = None if y is None else tuple(y.shape)
         self.x_shape = tuple(x.shape)
         self.pattern = p = detect.pattern(sparse, d, prob, x, ctx, m, combo)
-        order = sparse.coloring
+        self._ways: dict = {}
+        self._colors: dict = {}  # kind -> colors (both directions, when mode picks none)
+        self.x_like, self.y_like = x, y
         if prob.scalar:
             self.kind = "star"
         elif sparse.mode == "forward":
@@ -42,10 +44,8 @@ class SparsePlan:
         elif sparse.mode == "reverse":
             self.kind = "row"
         else:  # the direction with fewer colors; on a tie forward, unless it is dear
-            cc, rc = _count(col.column_coloring(p, order)), _count(col.row_coloring(p, order))
+            cc, rc = _count(self.colored("column")), _count(self.colored("row"))
             self.kind = "row" if rc < cc or (rc == cc and not d.cheap_forward) else "column"
-        self._ways: dict = {}
-        self.x_like, self.y_like = x, y
         self.way(self.kind)
         shape = (*self.x_shape, *self.x_shape) if prob.scalar else (*self.y_shape, *self.x_shape)
         if sparse.dense:
@@ -62,23 +62,29 @@ class SparsePlan:
         got = self._ways.get(kind)
         if got is not None:
             return got
-        p, order, d = self.pattern, self.sparse.coloring, self.d
+        p, d, colors = self.pattern, self.d, self.colored(kind)
         if kind == "column":
-            colors = col.column_coloring(p, order)
             gather, like = (
                 _seed_major(col.column_gather(p, colors), colors, p.shape[0]),
                 self.x_like,
             )
         elif kind == "row":
-            colors = col.row_coloring(p, order)
             gather, like = col.row_gather(p, colors), self.y_like
         else:
-            colors = col.star_coloring(p, order)
             gather, like = _seed_major(col.star_gather(p, colors), colors, p.shape[0]), self.x_like
         k, shape = _count(colors), tuple(like.shape)
         stacked = d.cast(d.from_numpy(col.seeds(colors, k).reshape(k, *shape)), like)
         seeds = [(stacked[i],) for i in range(k)]
         got = self._ways[kind] = (seeds, stacked, native_index(d, gather, like), colors)
+        return got
+
+    def colored(self, kind: str) -> np.ndarray:
+        """The coloring of one kind, computed once."""
+        got = self._colors.get(kind)
+        if got is None:
+            color = {"column": col.column_coloring, "row": col.row_coloring}
+            got = color.get(kind, col.star_coloring)(self.pattern, self.sparse.coloring)
+            self._colors[kind] = got
         return got
 
     @property

@@ -19,6 +19,7 @@ from jax import lax  # noqa: E402
 
 from diffiface._errors import SparsityWarning  # noqa: E402
 from diffiface.sparse.detect_jax import hessian_pattern, jacobian_pattern  # noqa: E402
+from diffiface.testing._sparse import brusselator as _brusselator  # noqa: E402
 
 try:
     import asdex
@@ -33,23 +34,9 @@ MASK = np.array([True, False, True, False, False, True])
 
 
 def brusselator(n):
-    def f(x):
-        u, v = x[: n * n].reshape(n, n), x[n * n :].reshape(n, n)
-
-        def lap(a):
-            return (
-                jnp.roll(a, 1, 0)
-                + jnp.roll(a, -1, 0)
-                + jnp.roll(a, 1, 1)
-                + jnp.roll(a, -1, 1)
-                - 4.0 * a
-            )
-
-        du = 1.0 + u**2 * v - 4.4 * u + 10.0 * lap(u)
-        dv = 3.4 * u - u**2 * v + 10.0 * lap(v)
-        return jnp.concatenate([du.ravel(), dv.ravel()])
-
-    return f
+    """The Brusselator of diffiface.testing (its grid size is read from x)."""
+    del n
+    return _brusselator
 
 
 def rosenbrock(x):

@@ -17,6 +17,7 @@ sp = pytest.importorskip("scipy.sparse")
 
 from diffiface._errors import DiffifaceValueError, SparsityWarning  # noqa: E402
 from diffiface.sparse.detect_torch import hessian_pattern, jacobian_pattern  # noqa: E402
+from diffiface.testing._sparse import brusselator as bruss  # noqa: E402
 
 F = torch.nn.functional
 DT = torch.float64
@@ -56,24 +57,6 @@ def _check(fn, shape, exact=False):
     if exact:
         np.testing.assert_array_equal(dense, found)
     return dense
-
-
-def bruss(x):
-    n = round((x.numel() // 2) ** 0.5)
-    u, v = x[: n * n].view(n, n), x[n * n :].view(n, n)
-
-    def lap(w):
-        return (
-            torch.roll(w, 1, 0)
-            + torch.roll(w, -1, 0)
-            + torch.roll(w, 1, 1)
-            + torch.roll(w, -1, 1)
-            - 4 * w
-        )
-
-    du = 1 + u**2 * v - 4.4 * u + 10 * lap(u)
-    dv = 3.4 * u - u**2 * v + 10 * lap(v)
-    return torch.cat([du.ravel(), dv.ravel()])
 
 
 def rosenbrock(x):

@@ -80,9 +80,13 @@ class BackendImpl(DerivedSecondOrder):
     def stack(self, arrays: list, axis: int) -> Any:
         return np.stack(arrays, axis=axis)
 
-    def concat(self, arrays: list) -> Any:
-        """1-d arrays joined end to end."""
-        return np.concatenate(arrays) if len(arrays) > 1 else arrays[0]
+    def concat(self, arrays: list, axis: int = 0) -> Any:
+        """Arrays joined end to end along ``axis``."""
+        return np.concatenate(arrays, axis=axis) if len(arrays) > 1 else arrays[0]
+
+    def settle_aux(self, aux: Any) -> Any:
+        """f's aux as the caller gets it (torch detaches it from the inner pass)."""
+        return aux
 
     def reshape(self, a: Any, shape: tuple) -> Any:
         return a.reshape(shape)

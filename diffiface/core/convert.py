@@ -98,12 +98,18 @@ def _raise_leaf(op: str, impl: Any, tree: Any, i: int, leaf: Any):
         cast = "x.float()" if framework_of(leaf) == "torch" else "x.astype(float)"
         fix = f"Differentiate with respect to floats only: cast it (e.g. {cast}) "
         fix += "or pass it as di.Constant(...)."
-    elif _jax_node(leaf):
+    elif _jax_node(leaf):  # registered with JAX after diffiface met the type as a leaf
         fix = (
-            f"{type(leaf).__name__} is a JAX-registered pytree node, which diffiface does "
-            "not flatten: pass its leaves as a dict, list or tuple (e.g. "
-            "jax.tree_util.tree_leaves), or register the type with optree under "
-            "namespace='diffiface'."
+            f"{type(leaf).__name__} was registered as a JAX pytree node after diffiface "
+            "first met it as a leaf: register the type before its first use (or with optree "
+            "under namespace='diffiface')."
+        )
+    elif callable(leaf):
+        fix = (
+            "A function is no point to differentiate at: keep it out of x. For an equinox "
+            "Module, split off its arrays, params, static = eqx.partition(model, "
+            "eqx.is_inexact_array), and differentiate lambda p, s: loss(eqx.combine(p, s)) "
+            "at params with di.Constant(static); or mark the field eqx.field(static=True)."
         )
     else:
         kinds = (

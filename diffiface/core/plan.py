@@ -19,9 +19,10 @@ from .. import _checks
 from .._arrays import framework_of
 from .._contexts import Constant, FixedParams, unfix
 from .._tangents import Tangents
-from .._tree import flatten, paths
+from .._tree import flatten, paths, static_data
 from ..nested.route import route
 from . import convert as _convert
+from . import outputs
 from .backend import SLOW
 from .problem import Problem
 
@@ -38,6 +39,7 @@ FAMILY = {
     "value_and_derivative": "derivative",
     "hvp": "hvp",
     "gradient_and_hvp": "hvp",
+    "value_gradient_and_hvp": "hvp",
     "hessian": "hessian",
     "value_gradient_and_hessian": "hessian",
     "second_derivative": "second_derivative",
@@ -111,6 +113,7 @@ class Prep:
         "_t_sig",
         "_x_native",
         "_x_sig",
+        "aux",
         "backend",
         "combo",
         "f",
@@ -120,6 +123,7 @@ class Prep:
 
     def __init__(self, family, f, backend, impl, combo, prob, x, kinds, contexts, t):
         self.family, self.f, self.backend, self.impl, self.combo = family, f, backend, impl, combo
+        self.aux = prob.aux  # f returns (out, aux): every call takes has_aux=True
         f, contexts, _ = unfix(f, contexts)  # FixedParams: its parameters are a context
         self._kinds = kinds
         self._x_sig = _tree_sig(x)
@@ -127,7 +131,8 @@ class Prep:
         self._t_sig = _tangent_sig(t)
         ops = [op for op, fam in FAMILY.items() if fam == family]
         self._probs = {
-            op: Problem(op, backend, impl, f, prob.treedef, prob.single, prob.scalar) for op in ops
+            op: Problem(op, backend, impl, f, prob.treedef, prob.single, prob.scalar, prob.aux)
+            for op in ops
         }
         for p in self._probs.values():
             p.prepared = True
@@ -146,7 +151,10 @@ class Prep:
         self._leaves: dict = {}  # op -> runner(x leaves, context leaves), native pytrees
 
     def finalize(self) -> Prep:
-        """Build the direct runners (after the warm-up call compiled what they use)."""
+        """Build the direct runners (after the warm-up call compiled what they use); none
+        for an f with aux or a pytree output (the general path splits what they return)."""
+        if self.aux or outputs.returns_tree(unfix(self.f, ())[0]):
+            return self
         numpy = self._kinds[0] == _convert.NUMPY
         if self._fast is not None and not self._ctx_sig and not _is_many(self._t_sig):
             for op, prob in self._probs.items():
@@ -249,9 +257,9 @@ class Prep:
         row("f", same, _name(f) + (" (another object)" if other else ""), _name(self.f))
         row("backend", backend == self.backend, repr(backend), repr(self.backend))
         got_x, want_x = _tree_sig(x), self._x_sig
-        row("x", got_x == want_x, _describe_tree(got_x), _describe_tree(want_x))
+        row("x", got_x == want_x, *_described(got_x, want_x, _describe_tree))
         got_c = _ctx_sig(unfix(f, contexts)[1])
-        row("contexts", got_c == self._ctx_sig, _describe_ctx(got_c), _describe_ctx(self._ctx_sig))
+        row("contexts", got_c == self._ctx_sig, *_described(got_c, self._ctx_sig, _describe_ctx))
         if self._t_sig is not None:
             got_t = _tangent_sig(t)
             same = (
@@ -348,6 +356,24 @@ def _describe_tree(sig: tuple) -> str:
         where = f"{path} " if path != "x" else ""
         parts.append(f"{where}{shape} {kind}".strip())
     return ", ".join(p.strip() for p in parts) or "empty"
+
+
+def _described(got: tuple, want: tuple, describe: Callable) -> tuple[str, str]:
+    """The descriptions of two signatures; where they read the same but differ, with
+    the first static data (of a registered pytree node) that differs."""
+    a, b = describe(got), describe(want)
+    if a == b and got != want:
+        for s, t in zip(_static(got), _static(want), strict=False):
+            if s != t:
+                return f"{a}, static data {s[0]} {s[1]!r}", f"{b}, static data {t[0]} {t[1]!r}"
+    return a, b
+
+
+def _static(sig: tuple) -> list:
+    """(node type name, static data) of the custom nodes of a tree or context signature."""
+    if sig and not isinstance(sig[0], tuple):  # a tree signature: (treedef, leaves)
+        return static_data(sig[0])
+    return [s for c in sig if len(c) > 1 for s in static_data(c[1][0])]
 
 
 def _describe_ctx(sig: tuple) -> str:

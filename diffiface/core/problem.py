@@ -9,18 +9,32 @@ import numpy as np
 
 from .. import _checks, _config
 from .._tree import unflatten
+from . import outputs
 
 
 class Problem:
     """One operator call: ``f``, the tree structure of ``x``, and the checks on f(x).
 
     ``flat()`` builds ``g(xs, *contexts) = f(unflatten(xs), *contexts)``, which
-    checks that the output is an array (and a scalar when required).
+    checks that the output is an array (and a scalar when required). With ``aux``, f
+    returns ``(out, aux)``: g returns ``out`` and puts ``aux`` in the open sink; a
+    pytree output of the operators that take one is raveled (see ``core.outputs``).
     """
 
-    __slots__ = ("backend", "f", "fns", "impl", "op", "prepared", "scalar", "single", "treedef")
+    __slots__ = (
+        "aux",
+        "backend",
+        "f",
+        "fns",
+        "impl",
+        "op",
+        "prepared",
+        "scalar",
+        "single",
+        "treedef",
+    )
 
-    def __init__(self, op, backend, impl, f, treedef, single, scalar):
+    def __init__(self, op, backend, impl, f, treedef, single, scalar, aux=False):
         self.op = op
         self.backend = backend
         self.impl = impl
@@ -28,36 +42,61 @@ class Problem:
         self.treedef = treedef
         self.single = single
         self.scalar = scalar
+        self.aux = aux
         self.fns: dict = {}  # compiled functions (and choices) memoized on the problem
         self.prepared = False  # a Prep's problem: worth one-time work
 
     def key(self, *extra: Any) -> tuple:
-        return (self.op, self.backend, self.treedef, self.scalar, *extra)
+        return (self.op, self.backend, self.treedef, self.scalar, self.aux, *extra)
 
     def flat(self, fget: Callable[[], Callable] | None = None) -> Callable:
         """``g(xs, *ctx)``; with ``fget`` it holds ``f`` only through ``fget()``."""
         treedef, single = self.treedef, self.single
-        check = _output_check(self.op, self.backend, self.impl, self.scalar)
+        check = self.output_check()
         if fget is None:
             f = self.f
             if single:
 
                 def g(xs, *ctx):
-                    return check(f(xs[0], *ctx), xs)
+                    return check(f(xs[0], *ctx), xs, ctx)
             else:
 
                 def g(xs, *ctx):
-                    return check(f(unflatten(treedef, xs), *ctx), xs)
+                    return check(f(unflatten(treedef, xs), *ctx), xs, ctx)
         else:
 
             def g(xs, *ctx):
                 x = xs[0] if single else unflatten(treedef, xs)
-                return check(fget()(x, *ctx), xs)
+                return check(fget()(x, *ctx), xs, ctx)
 
         protect = self.impl.protect
         if protect is None:
             return g
         return lambda xs, *ctx: g(protect(xs), *ctx)
+
+    def output_check(self) -> Callable:
+        """``check(y, xs, ctx)``: f's output as the backend differentiates it."""
+        op, backend, impl = self.op, self.backend, self.impl
+        check = _output_check(op, backend, impl, self.scalar)
+        aux, trees = self.aux, op in outputs.TREE_OPS
+        if not aux and not trees:
+            return lambda y, xs, ctx: check(y, xs)
+        is_output = impl.is_output
+
+        def leaf_check(a: Any) -> None:
+            if _discrete(a):
+                raise _checks.integer_output(op, backend, a.dtype)
+            if not is_output(a):
+                raise _checks.not_array(op, backend, a, impl.output_kind)
+
+        def finish(y: Any, xs: tuple, ctx: tuple) -> Any:
+            if aux:
+                y = outputs.unpack(op, backend, y)
+            if trees and not is_output(y):
+                y = outputs.ravel_output(self, leaf_check, y, xs, ctx)
+            return check(y, xs)
+
+        return finish
 
 
 def _output_check(op: str, backend: Any, impl: Any, scalar: bool) -> Callable:

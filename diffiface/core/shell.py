@@ -25,9 +25,9 @@ from typing import Any
 from .. import _checks, _config, _finite
 from .._contexts import Constant, FixedParams, unfix
 from .._errors import Foreign
-from .._tree import flatten, unflatten
+from .._tree import flatten, tree_map, unflatten
 from ..nested.route import route
-from . import convert, registry, unprepared
+from . import convert, outputs, registry, unprepared
 from .backend import SLOW
 from .plan import Prep, native_sig
 from .problem import Problem
@@ -104,10 +104,27 @@ class Call:
         )
 
     def back(self, a: Any) -> Any:
-        """A result shaped like f(x), in x's kind (native if any leaf of x was)."""
+        """A result shaped like f(x) (a pytree where f(x) is one), in x's kind (native if
+        any leaf of x was)."""
         kinds = self.kinds
         kind = convert.NATIVE if convert.NATIVE in kinds else min(kinds, default=0)
+        layout = self.layout()
+        if layout is not None:
+            impl = self.impl
+            tree = layout.split(impl, a)
+            return (
+                tree
+                if kind == convert.NATIVE
+                else tree_map(lambda v: convert.back(impl, v, kind), tree)
+            )
         return convert.back(self.impl, a, kind)
+
+    def layout(self) -> outputs.Layout | None:
+        """The Layout of f's pytree output (None for one array), once f has run."""
+        f = self.prob.f
+        if not outputs.returns_tree(f):
+            return None
+        return outputs.layout_of(f, self.xs, self.ctx)
 
     def like_x(self, gs: tuple) -> Any:
         """Leaves shaped like x's, in x's structure and kinds."""
@@ -127,11 +144,15 @@ def on_foreign(hook: Callable) -> None:
     _BRIDGE[0] = hook
 
 
-def call(op: Operator, f, backend, x, t, contexts: tuple, prep, chunk_size=None) -> Any:
+def call(
+    op: Operator, f, backend, x, t, contexts: tuple, prep, chunk_size=None, has_aux=False
+) -> Any:
     """The public operator ``op`` on these arguments (``t``: its tangent, for an
-    operator that takes one)."""
+    operator that takes one); with ``has_aux``, ``(its result, f's aux)``."""
     if chunk_size is not None:
         _checks.check_chunk_size(op.name, backend, chunk_size)
+    if has_aux is not False or (prep is not None and getattr(prep, "aux", False)):
+        return _with_aux(op, f, backend, x, t, contexts, prep, chunk_size, has_aux)
     try:
         if chunk_size is None and op.fast is not None and not _config.checking():
             if prep is not None:
@@ -157,12 +178,44 @@ def call(op: Operator, f, backend, x, t, contexts: tuple, prep, chunk_size=None)
             _remember(op, f, backend, x, c, contexts)
         return out
     except Foreign as exc:  # arrays of another framework: the call crosses a bridge
-        args = (x, t, *contexts) if op.tangent else (x, *contexts)
-        kw = {"prep": prep} if chunk_size is None else {"prep": prep, "chunk_size": chunk_size}
-        hook = _BRIDGE[0]
-        if hook is None:
-            raise
-        return hook(exc, op.public, f, backend, args, kw)
+        return _cross(exc, op, f, backend, x, t, contexts, prep, chunk_size, False)
+
+
+def _cross(exc, op: Operator, f, backend, x, t, contexts, prep, chunk_size, has_aux) -> Any:
+    args = (x, t, *contexts) if op.tangent else (x, *contexts)
+    kw = {"prep": prep} if chunk_size is None else {"prep": prep, "chunk_size": chunk_size}
+    if has_aux:
+        kw["has_aux"] = True
+    hook = _BRIDGE[0]
+    if hook is None:
+        raise exc
+    return hook(exc, op.public, f, backend, args, kw)
+
+
+def _with_aux(op: Operator, f, backend, x, t, contexts, prep, chunk_size, has_aux) -> Any:
+    """``(result, aux)``: the general path, f's aux caught in a sink around the call."""
+    if prep is not None and bool(getattr(prep, "aux", False)) != bool(has_aux):
+        raise _checks.DiffifaceValueError(
+            f"{_checks.call_form(op.name, backend)}: has_aux={has_aux!r} differs from the "
+            f"preparation's (has_aux={getattr(prep, 'aux', False)!r}). Pass the same has_aux "
+            "to the operator and to its prepare_ function."
+        )
+    if has_aux is not True:
+        raise _checks.DiffifaceTypeError(
+            f"{_checks.call_form(op.name, backend)}: has_aux must be True or False, got "
+            f"{has_aux!r}."
+        )
+    try:
+        with outputs.Sink() as sink:
+            c = enter(op, f, backend, x, contexts, prep, t, aux=True)
+            out = op.run(c, t, chunk_size)
+        if not sink.box:  # f never ran (a result known without calling it)
+            raise _checks.DiffifaceValueError(
+                f"{_checks.call_form(op.name, backend)}: f was not called, so it has no aux."
+            )
+        return out, c.impl.settle_aux(sink.aux)
+    except Foreign as exc:
+        return _cross(exc, op, f, backend, x, t, contexts, prep, chunk_size, True)
 
 
 def prepared(prep: Any) -> Prep:
@@ -173,7 +226,7 @@ def prepared(prep: Any) -> Prep:
     return prep
 
 
-def enter(op: Operator, f, backend, x, contexts: tuple, prep, t=None) -> Call:
+def enter(op: Operator, f, backend, x, contexts: tuple, prep, t=None, aux=False) -> Call:
     """Check the arguments, convert x and the contexts, build the Problem."""
     if _config.check_finite():
         _finite.check(op.name, backend, f, x, contexts, t)
@@ -188,10 +241,12 @@ def enter(op: Operator, f, backend, x, contexts: tuple, prep, t=None) -> Call:
         impl, combo = registry.implementation(backend), None
     else:
         impl, combo = op.resolve(f, backend, contexts)
-    return enter_impl(op.name, f, backend, impl, x, contexts, op.scalar, combo)
+    return enter_impl(op.name, f, backend, impl, x, contexts, op.scalar, combo, aux)
 
 
-def enter_impl(name: str, f, backend, impl, x, contexts: tuple, scalar: bool, combo=None) -> Call:
+def enter_impl(
+    name: str, f, backend, impl, x, contexts: tuple, scalar: bool, combo=None, aux=False
+) -> Call:
     """Convert x and the contexts for ``impl`` and build the Problem; a FixedParams
     becomes its function with the parameters as the first context."""
     f, contexts, fixed = unfix(f, contexts)
@@ -202,7 +257,7 @@ def enter_impl(name: str, f, backend, impl, x, contexts: tuple, scalar: bool, co
         leaves, tree = flatten(x)
         xs, kinds = convert.point(name, impl, leaves, tree)
         single = len(leaves) == 1 and leaves[0] is x
-    prob = Problem(name, backend, impl, f, tree, single, scalar)
+    prob = Problem(name, backend, impl, f, tree, single, scalar, aux)
     ctx = convert.contexts(name, impl, contexts) if contexts else ()
     if fixed is not None:
         impl = route(impl, fixed, name, xs, ctx)
@@ -218,7 +273,7 @@ def _remember(op: Operator, f, backend, x, c: Call, contexts: tuple) -> None:
     native or NumPy array; or, for "leaves", native pytree leaves with Constant
     contexts of native leaves)."""
     impl, prob, kinds = c.impl, c.prob, c.kinds
-    if impl is not prob.impl:  # routed to a nested-AD rule
+    if impl is not prob.impl or outputs.returns_tree(prob.f):  # a nested-AD rule; a pytree
         return
     registry.KEEPS_PLANS.add(type(backend))  # a SecondOrder of a backend that keeps plans
     if prob.single and not c.ctx and kinds[0] != convert.PYTHON:
@@ -238,11 +293,16 @@ def _remember(op: Operator, f, backend, x, c: Call, contexts: tuple) -> None:
         unprepared.store_leaves(op.name, f, backend, x_sig, c_sig, run)
 
 
-def prepare(op: Operator, f, backend, x, contexts: tuple, t=None) -> Prep:
+def prepare(op: Operator, f, backend, x, contexts: tuple, t=None, has_aux=False) -> Prep:
     """``prepare_<op>``: enter once, build the plan, warm it up (JAX compiles), and
     build its runners."""
+    if has_aux not in (True, False):
+        raise _checks.DiffifaceTypeError(
+            f"prepare_{op.family}(f, {backend!r}, ...): has_aux must be True or False, got "
+            f"{has_aux!r}."
+        )
     try:
-        c = enter(op, f, backend, x, contexts, None)
+        c = enter(op, f, backend, x, contexts, None, aux=has_aux)
     except Foreign:
         raise _checks.DiffifaceValueError(
             f"prepare_{op.family}(f, {backend!r}, ...): the arguments hold arrays of another "
@@ -251,5 +311,5 @@ def prepare(op: Operator, f, backend, x, contexts: tuple, t=None) -> Prep:
             "without prep= (it then crosses a bridge)."
         ) from None
     plan = Prep(op.family, f, backend, c.impl, c.combo, c.prob, x, c.kinds, contexts, t)
-    call(op, f, backend, x, t, contexts, plan)
+    call(op, f, backend, x, t, contexts, plan, has_aux=has_aux)
     return plan.finalize()

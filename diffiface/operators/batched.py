@@ -51,7 +51,13 @@ VALUE_AND_BATCHED_JACOBIAN = Operator(
 
 @shell.public(VALUE_AND_BATCHED_JACOBIAN)
 def value_and_batched_jacobian(
-    f: Callable, backend: Any, x: Any, *contexts: Any, prep: Any = None, chunk_size: Any = None
+    f: Callable,
+    backend: Any,
+    x: Any,
+    *contexts: Any,
+    prep: Any = None,
+    chunk_size: Any = None,
+    has_aux: bool = False,
 ):
     """The value ``f(x)`` and the per-sample Jacobians, of shape ``(B, *out, *in)``.
 
@@ -85,11 +91,19 @@ def value_and_batched_jacobian(
         ((2, 2, 2), array([[6., 0.],
                [4., 3.]]))
     """
-    return shell.call(VALUE_AND_BATCHED_JACOBIAN, f, backend, x, None, contexts, prep, chunk_size)
+    return shell.call(
+        VALUE_AND_BATCHED_JACOBIAN, f, backend, x, None, contexts, prep, chunk_size, has_aux
+    )
 
 
 def batched_jacobian(
-    f: Callable, backend: Any, x: Any, *contexts: Any, prep: Any = None, chunk_size: Any = None
+    f: Callable,
+    backend: Any,
+    x: Any,
+    *contexts: Any,
+    prep: Any = None,
+    chunk_size: Any = None,
+    has_aux: bool = False,
 ) -> Any:
     """Per-sample Jacobians ``(B, *out, *in)`` of ``f`` over a batch ``x`` (axis 0).
 
@@ -105,7 +119,10 @@ def batched_jacobian(
                [ 6.,  8.],
                [10., 12.]])
     """
-    return value_and_batched_jacobian(f, backend, x, *contexts, prep=prep, chunk_size=chunk_size)[1]
+    out = value_and_batched_jacobian(
+        f, backend, x, *contexts, prep=prep, chunk_size=chunk_size, has_aux=has_aux
+    )
+    return (out[0][1], out[1]) if has_aux else out[1]
 
 
 def _reverse(impl, prob, xs: tuple, ctx: tuple):

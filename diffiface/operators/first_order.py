@@ -11,7 +11,8 @@ from typing import Any
 
 from .. import _checks
 from .._tangents import Tangents
-from ..core import convert, shell
+from .._tree import flatten
+from ..core import convert, outputs, shell
 from ..core.shell import Call, Operator
 
 
@@ -66,18 +67,52 @@ JVP = Operator("jvp", "jvp", lambda c, v, _: _jvps(c, v)[1], tangent=True)
 def _vjps(c: Call, w: Any):
     """(f(x), wᵀ J) for one cotangent, or for a Tangents of several."""
     impl, prob = c.impl, c.prob
-    ws = []
+    ws, trees = [], []
     for one in w if isinstance(w, Tangents) else (w,):
-        if not (isinstance(one, float) or hasattr(one, "shape")):
-            got = type(one).__name__
-            raise _checks.mismatch(prob.op, prob.backend, "w", "structure", "one array", got)
-        ws.append(convert.native_tangent(prob.op, impl, "w", one))
+        if isinstance(one, float) or hasattr(one, "shape"):
+            ws.append(convert.native_tangent(prob.op, impl, "w", one))
+            continue
+        # a pytree cotangent (for an f returning one): raveled like f(x), checked below
+        leaves, tree = flatten(one)
+        leaves = [convert.native_tangent(prob.op, impl, "w", a) for a in leaves]
+        layout = outputs.Layout(tree, leaves, 0)
+        ws.append(layout.ravel(impl, leaves))
+        trees.append(layout)
     check = _CheckW(prob.op, impl)
-    if isinstance(w, Tangents):
-        y, gss = impl.value_and_vjps(prob, c.xs, ws, c.ctx, check)
-        return c.back(y), Tangents(*(c.like_x(g) for g in gss))
-    y, gs = impl.value_and_vjp(prob, c.xs, ws[0], c.ctx, check)
-    return c.back(y), c.like_x(gs)
+    try:
+        if isinstance(w, Tangents):
+            y, gss = impl.value_and_vjps(prob, c.xs, ws, c.ctx, check)
+            out = c.back(y), Tangents(*(c.like_x(g) for g in gss))
+        else:
+            y, gs = impl.value_and_vjp(prob, c.xs, ws[0], c.ctx, check)
+            out = c.back(y), c.like_x(gs)
+    except _checks.DiffifaceValueError:
+        _check_cotangents(c, trees, len(ws))  # a pytree's structure explains it better
+        raise
+    _check_cotangents(c, trees, len(ws))
+    return out
+
+
+def _check_cotangents(c: Call, trees: list, n: int) -> None:
+    """Each cotangent has f(x)'s structure (a pytree for a pytree output)."""
+    layout = c.layout()
+    if layout is None and not trees:
+        return
+    prob = c.prob
+    want = "one array" if layout is None else layout.describe()
+    for got in trees if len(trees) == n else [None]:
+        if got is None or layout is None or got != _as_dtypes(got, layout):
+            desc = "one array" if got is None else got.describe()
+            raise _checks.mismatch(prob.op, prob.backend, "w", "structure", want, desc)
+
+
+def _as_dtypes(got: outputs.Layout, layout: outputs.Layout) -> outputs.Layout:
+    """``layout`` with the cotangent's dtypes (a dtype is checked leaf by leaf by the
+    backend: only the structure and the shapes are compared here)."""
+    same = outputs.Layout.__new__(outputs.Layout)
+    same.treedef, same.axis, same.shapes = layout.treedef, layout.axis, layout.shapes
+    same.dtypes, same.sizes = got.dtypes, layout.sizes
+    return same
 
 
 class _CheckW:
@@ -127,7 +162,7 @@ DERIVATIVE = Operator("derivative", "derivative", lambda c, t, _: _derivatives(c
 
 @shell.public(VALUE_AND_GRADIENT)
 def value_and_gradient(
-    f: Callable, backend: Any, x: Any, *contexts: Any, prep: Any = None
+    f: Callable, backend: Any, x: Any, *contexts: Any, prep: Any = None, has_aux: bool = False
 ) -> tuple[Any, Any]:
     """The value ``f(x)`` and the gradient of a scalar ``f`` with respect to ``x``.
 
@@ -154,11 +189,13 @@ def value_and_gradient(
         >>> float(y), g.round(6)
         (5.0, array([2., 4.]))
     """
-    return shell.call(VALUE_AND_GRADIENT, f, backend, x, None, contexts, prep)
+    return shell.call(VALUE_AND_GRADIENT, f, backend, x, None, contexts, prep, has_aux=has_aux)
 
 
 @shell.public(GRADIENT)
-def gradient(f: Callable, backend: Any, x: Any, *contexts: Any, prep: Any = None) -> Any:
+def gradient(
+    f: Callable, backend: Any, x: Any, *contexts: Any, prep: Any = None, has_aux: bool = False
+) -> Any:
     """The gradient of a scalar ``f`` with respect to ``x``, shaped like ``x``.
 
     Same arguments as :func:`value_and_gradient`.
@@ -170,12 +207,18 @@ def gradient(f: Callable, backend: Any, x: Any, *contexts: Any, prep: Any = None
         ...             np.array([1.0, 2.0])).round(5)
         array([ 3., 12.])
     """
-    return shell.call(GRADIENT, f, backend, x, None, contexts, prep)
+    return shell.call(GRADIENT, f, backend, x, None, contexts, prep, has_aux=has_aux)
 
 
 @shell.public(VALUE_AND_JVP)
 def value_and_jvp(
-    f: Callable, backend: Any, x: Any, v: Any, *contexts: Any, prep: Any = None
+    f: Callable,
+    backend: Any,
+    x: Any,
+    v: Any,
+    *contexts: Any,
+    prep: Any = None,
+    has_aux: bool = False,
 ) -> tuple[Any, Any]:
     """The value ``f(x)`` and the Jacobian-vector product ``J(x) v``.
 
@@ -199,11 +242,19 @@ def value_and_jvp(
         >>> t.round(6)
         array([2., 0.])
     """
-    return shell.call(VALUE_AND_JVP, f, backend, x, v, contexts, prep)
+    return shell.call(VALUE_AND_JVP, f, backend, x, v, contexts, prep, has_aux=has_aux)
 
 
 @shell.public(JVP)
-def jvp(f: Callable, backend: Any, x: Any, v: Any, *contexts: Any, prep: Any = None) -> Any:
+def jvp(
+    f: Callable,
+    backend: Any,
+    x: Any,
+    v: Any,
+    *contexts: Any,
+    prep: Any = None,
+    has_aux: bool = False,
+) -> Any:
     """The Jacobian-vector product ``J(x) v``, shaped like ``f(x)``.
 
     Same arguments as :func:`value_and_jvp`.
@@ -215,12 +266,18 @@ def jvp(f: Callable, backend: Any, x: Any, v: Any, *contexts: Any, prep: Any = N
         ...        np.array([1.0, 2.0]), np.array([0.0, 1.0])).round(6)
         array([0., 1.])
     """
-    return shell.call(JVP, f, backend, x, v, contexts, prep)
+    return shell.call(JVP, f, backend, x, v, contexts, prep, has_aux=has_aux)
 
 
 @shell.public(VALUE_AND_VJP)
 def value_and_vjp(
-    f: Callable, backend: Any, x: Any, w: Any, *contexts: Any, prep: Any = None
+    f: Callable,
+    backend: Any,
+    x: Any,
+    w: Any,
+    *contexts: Any,
+    prep: Any = None,
+    has_aux: bool = False,
 ) -> tuple[Any, Any]:
     """The value ``f(x)`` and the vector-Jacobian product ``wᵀ J(x)``.
 
@@ -244,11 +301,19 @@ def value_and_vjp(
         >>> g.round(6)
         array([3., 3.])
     """
-    return shell.call(VALUE_AND_VJP, f, backend, x, w, contexts, prep)
+    return shell.call(VALUE_AND_VJP, f, backend, x, w, contexts, prep, has_aux=has_aux)
 
 
 @shell.public(VJP)
-def vjp(f: Callable, backend: Any, x: Any, w: Any, *contexts: Any, prep: Any = None) -> Any:
+def vjp(
+    f: Callable,
+    backend: Any,
+    x: Any,
+    w: Any,
+    *contexts: Any,
+    prep: Any = None,
+    has_aux: bool = False,
+) -> Any:
     """The vector-Jacobian product ``wᵀ J(x)``, with the structure of ``x``.
 
     Same arguments as :func:`value_and_vjp`.
@@ -260,12 +325,12 @@ def vjp(f: Callable, backend: Any, x: Any, w: Any, *contexts: Any, prep: Any = N
         ...        np.array([1.0, 2.0]), np.array([1.0, 0.0])).round(6)
         array([2., 0.])
     """
-    return shell.call(VJP, f, backend, x, w, contexts, prep)
+    return shell.call(VJP, f, backend, x, w, contexts, prep, has_aux=has_aux)
 
 
 @shell.public(VALUE_AND_DERIVATIVE)
 def value_and_derivative(
-    f: Callable, backend: Any, x: Any, *contexts: Any, prep: Any = None
+    f: Callable, backend: Any, x: Any, *contexts: Any, prep: Any = None, has_aux: bool = False
 ) -> tuple[Any, Any]:
     """The value ``f(x)`` and the derivative ``f'(x)`` for a scalar ``x``.
 
@@ -285,11 +350,13 @@ def value_and_derivative(
         >>> round(y, 6), round(d, 5)
         (8.0, 12.0)
     """
-    return shell.call(VALUE_AND_DERIVATIVE, f, backend, x, None, contexts, prep)
+    return shell.call(VALUE_AND_DERIVATIVE, f, backend, x, None, contexts, prep, has_aux=has_aux)
 
 
 @shell.public(DERIVATIVE)
-def derivative(f: Callable, backend: Any, x: Any, *contexts: Any, prep: Any = None) -> Any:
+def derivative(
+    f: Callable, backend: Any, x: Any, *contexts: Any, prep: Any = None, has_aux: bool = False
+) -> Any:
     """The derivative ``f'(x)`` for a scalar ``x``, shaped like ``f(x)``.
 
     Same arguments as :func:`value_and_derivative`.
@@ -300,4 +367,4 @@ def derivative(f: Callable, backend: Any, x: Any, *contexts: Any, prep: Any = No
         >>> round(di.derivative(np.sin, di.AutoFiniteDifferences(), 0.0), 6)
         1.0
     """
-    return shell.call(DERIVATIVE, f, backend, x, None, contexts, prep)
+    return shell.call(DERIVATIVE, f, backend, x, None, contexts, prep, has_aux=has_aux)

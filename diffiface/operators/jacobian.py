@@ -58,7 +58,13 @@ JACOBIAN = Operator(
 
 @shell.public(VALUE_AND_JACOBIAN)
 def value_and_jacobian(
-    f: Callable, backend: Any, x: Any, *contexts: Any, prep: Any = None, chunk_size: Any = None
+    f: Callable,
+    backend: Any,
+    x: Any,
+    *contexts: Any,
+    prep: Any = None,
+    chunk_size: Any = None,
+    has_aux: bool = False,
 ) -> tuple[Any, Any]:
     """The value ``f(x)`` and the Jacobian, of shape ``f(x).shape + x.shape``.
 
@@ -84,12 +90,18 @@ def value_and_jacobian(
         array([[0., 2.],
                [2., 0.]])
     """
-    return shell.call(VALUE_AND_JACOBIAN, f, backend, x, None, contexts, prep, chunk_size)
+    return shell.call(VALUE_AND_JACOBIAN, f, backend, x, None, contexts, prep, chunk_size, has_aux)
 
 
 @shell.public(JACOBIAN)
 def jacobian(
-    f: Callable, backend: Any, x: Any, *contexts: Any, prep: Any = None, chunk_size: Any = None
+    f: Callable,
+    backend: Any,
+    x: Any,
+    *contexts: Any,
+    prep: Any = None,
+    chunk_size: Any = None,
+    has_aux: bool = False,
 ) -> Any:
     """The Jacobian of ``f`` at ``x``, of shape ``f(x).shape + x.shape``.
 
@@ -102,4 +114,4 @@ def jacobian(
         array([[2., 0.],
                [0., 4.]])
     """
-    return shell.call(JACOBIAN, f, backend, x, None, contexts, prep, chunk_size)
+    return shell.call(JACOBIAN, f, backend, x, None, contexts, prep, chunk_size, has_aux)

@@ -17,7 +17,9 @@ from ..core.shell import prepare
 from . import batched, first_order, jacobian, second_order
 
 
-def prepare_gradient(f: Callable, backend: Any, x: Any, *contexts: Any) -> Prep:
+def prepare_gradient(
+    f: Callable, backend: Any, x: Any, *contexts: Any, has_aux: bool = False
+) -> Prep:
     """Prepare :func:`gradient` and :func:`value_and_gradient` for ``x`` like this one.
 
     Examples:
@@ -29,10 +31,12 @@ def prepare_gradient(f: Callable, backend: Any, x: Any, *contexts: Any) -> Prep:
         >>> di.gradient(f, di.AutoFiniteDifferences(), x, prep=prep).round(6)
         array([2., 4.])
     """
-    return prepare(first_order.GRADIENT, f, backend, x, contexts)
+    return prepare(first_order.GRADIENT, f, backend, x, contexts, has_aux=has_aux)
 
 
-def prepare_derivative(f: Callable, backend: Any, x: Any, *contexts: Any) -> Prep:
+def prepare_derivative(
+    f: Callable, backend: Any, x: Any, *contexts: Any, has_aux: bool = False
+) -> Prep:
     """Prepare :func:`derivative` and :func:`value_and_derivative`.
 
     Examples:
@@ -42,10 +46,12 @@ def prepare_derivative(f: Callable, backend: Any, x: Any, *contexts: Any) -> Pre
         >>> round(di.derivative(f, b, 3.0, prep=prep), 5)
         6.0
     """
-    return prepare(first_order.DERIVATIVE, f, backend, x, contexts)
+    return prepare(first_order.DERIVATIVE, f, backend, x, contexts, has_aux=has_aux)
 
 
-def prepare_jacobian(f: Callable, backend: Any, x: Any, *contexts: Any) -> Prep:
+def prepare_jacobian(
+    f: Callable, backend: Any, x: Any, *contexts: Any, has_aux: bool = False
+) -> Prep:
     """Prepare :func:`jacobian` and :func:`value_and_jacobian` (the direction is chosen here).
 
     Examples:
@@ -56,10 +62,12 @@ def prepare_jacobian(f: Callable, backend: Any, x: Any, *contexts: Any) -> Prep:
         array([[2., 0.],
                [0., 4.]])
     """
-    return prepare(jacobian.JACOBIAN, f, backend, x, contexts)
+    return prepare(jacobian.JACOBIAN, f, backend, x, contexts, has_aux=has_aux)
 
 
-def prepare_jvp(f: Callable, backend: Any, x: Any, v: Any, *contexts: Any) -> Prep:
+def prepare_jvp(
+    f: Callable, backend: Any, x: Any, v: Any, *contexts: Any, has_aux: bool = False
+) -> Prep:
     """Prepare :func:`jvp` and :func:`value_and_jvp` for tangents like ``v`` (one or Tangents).
 
     Examples:
@@ -70,10 +78,12 @@ def prepare_jvp(f: Callable, backend: Any, x: Any, v: Any, *contexts: Any) -> Pr
         >>> di.jvp(f, b, x, np.array([1.0, 0.0]), prep=prep).round(6)
         array([2., 0.])
     """
-    return prepare(first_order.JVP, f, backend, x, contexts, v)
+    return prepare(first_order.JVP, f, backend, x, contexts, v, has_aux=has_aux)
 
 
-def prepare_vjp(f: Callable, backend: Any, x: Any, w: Any, *contexts: Any) -> Prep:
+def prepare_vjp(
+    f: Callable, backend: Any, x: Any, w: Any, *contexts: Any, has_aux: bool = False
+) -> Prep:
     """Prepare :func:`vjp` and :func:`value_and_vjp` for cotangents like ``w``.
 
     Examples:
@@ -84,10 +94,12 @@ def prepare_vjp(f: Callable, backend: Any, x: Any, w: Any, *contexts: Any) -> Pr
         >>> di.vjp(f, b, x, np.array([1.0, 1.0]), prep=prep).round(6)
         array([3., 3.])
     """
-    return prepare(first_order.VJP, f, backend, x, contexts, w)
+    return prepare(first_order.VJP, f, backend, x, contexts, w, has_aux=has_aux)
 
 
-def prepare_hvp(f: Callable, backend: Any, x: Any, v: Any, *contexts: Any) -> Prep:
+def prepare_hvp(
+    f: Callable, backend: Any, x: Any, v: Any, *contexts: Any, has_aux: bool = False
+) -> Prep:
     """Prepare :func:`hvp` and :func:`gradient_and_hvp` for directions like ``v``.
 
     Examples:
@@ -98,10 +110,12 @@ def prepare_hvp(f: Callable, backend: Any, x: Any, v: Any, *contexts: Any) -> Pr
         >>> di.hvp(f, b, x, np.array([1.0, 0.0]), prep=prep).round(4)
         array([6., 0.])
     """
-    return prepare(second_order.HVP, f, backend, x, contexts, v)
+    return prepare(second_order.HVP, f, backend, x, contexts, v, has_aux=has_aux)
 
 
-def prepare_hessian(f: Callable, backend: Any, x: Any, *contexts: Any) -> Prep:
+def prepare_hessian(
+    f: Callable, backend: Any, x: Any, *contexts: Any, has_aux: bool = False
+) -> Prep:
     """Prepare :func:`hessian` and :func:`value_gradient_and_hessian`.
 
     Examples:
@@ -112,10 +126,12 @@ def prepare_hessian(f: Callable, backend: Any, x: Any, *contexts: Any) -> Prep:
         array([[ 6.,  0.],
                [ 0., 12.]])
     """
-    return prepare(second_order.HESSIAN, f, backend, x, contexts)
+    return prepare(second_order.HESSIAN, f, backend, x, contexts, has_aux=has_aux)
 
 
-def prepare_second_derivative(f: Callable, backend: Any, x: Any, *contexts: Any) -> Prep:
+def prepare_second_derivative(
+    f: Callable, backend: Any, x: Any, *contexts: Any, has_aux: bool = False
+) -> Prep:
     """Prepare :func:`second_derivative` and :func:`value_derivative_and_second_derivative`.
 
     Examples:
@@ -124,10 +140,19 @@ def prepare_second_derivative(f: Callable, backend: Any, x: Any, *contexts: Any)
         >>> round(di.second_derivative(f, b, 2.0, prep=di.prepare_second_derivative(f, b, 1.0)), 3)
         12.0
     """
-    return prepare(second_order.VALUE_DERIVATIVE_AND_SECOND_DERIVATIVE, f, backend, x, contexts)
+    return prepare(
+        second_order.VALUE_DERIVATIVE_AND_SECOND_DERIVATIVE,
+        f,
+        backend,
+        x,
+        contexts,
+        has_aux=has_aux,
+    )
 
 
-def prepare_batched_jacobian(f: Callable, backend: Any, x: Any, *contexts: Any) -> Prep:
+def prepare_batched_jacobian(
+    f: Callable, backend: Any, x: Any, *contexts: Any, has_aux: bool = False
+) -> Prep:
     """Prepare :func:`batched_jacobian` and :func:`value_and_batched_jacobian`.
 
     Examples:
@@ -137,4 +162,4 @@ def prepare_batched_jacobian(f: Callable, backend: Any, x: Any, *contexts: Any) 
         >>> di.batched_jacobian(f, b, x, prep=di.prepare_batched_jacobian(f, b, x)).shape
         (3, 2, 2)
     """
-    return prepare(batched.VALUE_AND_BATCHED_JACOBIAN, f, backend, x, contexts)
+    return prepare(batched.VALUE_AND_BATCHED_JACOBIAN, f, backend, x, contexts, has_aux=has_aux)

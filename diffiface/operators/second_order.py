@@ -140,7 +140,15 @@ VALUE_DERIVATIVE_AND_SECOND_DERIVATIVE = Operator(
 
 
 @shell.public(GRADIENT_AND_HVP)
-def gradient_and_hvp(f: Callable, backend: Any, x: Any, v: Any, *contexts: Any, prep: Any = None):
+def gradient_and_hvp(
+    f: Callable,
+    backend: Any,
+    x: Any,
+    v: Any,
+    *contexts: Any,
+    prep: Any = None,
+    has_aux: bool = False,
+):
     """The gradient and the Hessian-vector product ``H(x) v`` of a scalar ``f``, in one pass.
 
     Args:
@@ -162,11 +170,19 @@ def gradient_and_hvp(f: Callable, backend: Any, x: Any, v: Any, *contexts: Any, 
         >>> hv.round(4)
         array([6., 0.])
     """
-    return shell.call(GRADIENT_AND_HVP, f, backend, x, v, contexts, prep)
+    return shell.call(GRADIENT_AND_HVP, f, backend, x, v, contexts, prep, has_aux=has_aux)
 
 
 @shell.public(HVP)
-def hvp(f: Callable, backend: Any, x: Any, v: Any, *contexts: Any, prep: Any = None) -> Any:
+def hvp(
+    f: Callable,
+    backend: Any,
+    x: Any,
+    v: Any,
+    *contexts: Any,
+    prep: Any = None,
+    has_aux: bool = False,
+) -> Any:
     """The Hessian-vector product ``H(x) v`` of a scalar ``f``, with the structure of ``x``.
 
     Same arguments as :func:`gradient_and_hvp`.
@@ -178,12 +194,18 @@ def hvp(f: Callable, backend: Any, x: Any, v: Any, *contexts: Any, prep: Any = N
         ...        np.array([1.0, 2.0]), np.array([0.0, 1.0])).round(4)
         array([8., 2.])
     """
-    return shell.call(HVP, f, backend, x, v, contexts, prep)
+    return shell.call(HVP, f, backend, x, v, contexts, prep, has_aux=has_aux)
 
 
 @shell.public(VALUE_GRADIENT_AND_HESSIAN)
 def value_gradient_and_hessian(
-    f: Callable, backend: Any, x: Any, *contexts: Any, prep: Any = None, chunk_size: Any = None
+    f: Callable,
+    backend: Any,
+    x: Any,
+    *contexts: Any,
+    prep: Any = None,
+    chunk_size: Any = None,
+    has_aux: bool = False,
 ):
     """The value, gradient and Hessian of a scalar ``f`` at one array ``x``.
 
@@ -209,12 +231,20 @@ def value_gradient_and_hessian(
         array([[6., 2.],
                [2., 0.]])
     """
-    return shell.call(VALUE_GRADIENT_AND_HESSIAN, f, backend, x, None, contexts, prep, chunk_size)
+    return shell.call(
+        VALUE_GRADIENT_AND_HESSIAN, f, backend, x, None, contexts, prep, chunk_size, has_aux
+    )
 
 
 @shell.public(HESSIAN)
 def hessian(
-    f: Callable, backend: Any, x: Any, *contexts: Any, prep: Any = None, chunk_size: Any = None
+    f: Callable,
+    backend: Any,
+    x: Any,
+    *contexts: Any,
+    prep: Any = None,
+    chunk_size: Any = None,
+    has_aux: bool = False,
 ) -> Any:
     """The Hessian of a scalar ``f`` at one array ``x``, of shape ``x.shape + x.shape``.
 
@@ -228,12 +258,12 @@ def hessian(
         array([[ 6.,  0.],
                [ 0., 12.]])
     """
-    return shell.call(HESSIAN, f, backend, x, None, contexts, prep, chunk_size)
+    return shell.call(HESSIAN, f, backend, x, None, contexts, prep, chunk_size, has_aux)
 
 
 @shell.public(VALUE_DERIVATIVE_AND_SECOND_DERIVATIVE)
 def value_derivative_and_second_derivative(
-    f: Callable, backend: Any, x: Any, *contexts: Any, prep: Any = None
+    f: Callable, backend: Any, x: Any, *contexts: Any, prep: Any = None, has_aux: bool = False
 ):
     """The value, first and second derivative of ``f`` at a scalar ``x`` (f of any shape).
 
@@ -251,10 +281,14 @@ def value_derivative_and_second_derivative(
         >>> round(d2, 3)
         12.0
     """
-    return shell.call(VALUE_DERIVATIVE_AND_SECOND_DERIVATIVE, f, backend, x, None, contexts, prep)
+    return shell.call(
+        VALUE_DERIVATIVE_AND_SECOND_DERIVATIVE, f, backend, x, None, contexts, prep, has_aux=has_aux
+    )
 
 
-def second_derivative(f: Callable, backend: Any, x: Any, *contexts: Any, prep: Any = None) -> Any:
+def second_derivative(
+    f: Callable, backend: Any, x: Any, *contexts: Any, prep: Any = None, has_aux: bool = False
+) -> Any:
     """The second derivative ``f''(x)`` at a scalar ``x``, shaped like ``f(x)``.
 
     Same arguments as :func:`value_derivative_and_second_derivative`.
@@ -265,4 +299,7 @@ def second_derivative(f: Callable, backend: Any, x: Any, *contexts: Any, prep: A
         >>> round(di.second_derivative(np.sin, di.AutoFiniteDifferences(), 0.5), 4)
         -0.4794
     """
-    return value_derivative_and_second_derivative(f, backend, x, *contexts, prep=prep)[2]
+    out = value_derivative_and_second_derivative(
+        f, backend, x, *contexts, prep=prep, has_aux=has_aux
+    )
+    return (out[0][2], out[1]) if has_aux else out[2]

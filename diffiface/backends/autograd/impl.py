@@ -9,11 +9,11 @@ import numpy as np
 from autograd.builtins import tuple as ag_tuple
 from autograd.core import JVPNode, make_jvp, make_vjp
 from autograd.numpy.numpy_boxes import ArrayBox
-from autograd.tracer import Box
+from autograd.tracer import Box, getval
 
 from ... import _checks
 from ..._backend_types import AutoAutograd
-from ..._tree import flatten
+from ..._tree import flatten, tree_map
 from ...core.backend import SLOW, BackendImpl
 from ...core.convert import is_masked
 from ...core.registry import register
@@ -24,6 +24,12 @@ class AutogradImpl(BackendImpl):
     framework = "autograd"
     native_kind = "NumPy arrays"
     output_kind = "an array (autograd.numpy)"
+
+    def concat(self, arrays: list, axis: int = 0) -> Any:
+        return anp.concatenate(arrays, axis=axis) if len(arrays) > 1 else arrays[0]
+
+    def settle_aux(self, aux: Any) -> Any:
+        return tree_map(getval, aux)
 
     def is_native(self, leaf: Any) -> bool:
         if isinstance(leaf, np.ndarray):  # a masked array is refused at the boundary

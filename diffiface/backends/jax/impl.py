@@ -14,6 +14,7 @@ from ..._backend_types import AutoJax
 from ..._cache import FunctionCache
 from ..._reads import fingerprint
 from ..._tree import unflatten
+from ...core import outputs
 from ...core.backend import SLOW, BackendImpl
 from ...core.registry import register
 from .contexts import join_contexts, split_contexts
@@ -94,6 +95,9 @@ class JaxImpl(BackendImpl):
     def ones_like(self, a: Any) -> Any:
         return jnp.ones_like(a)
 
+    def concat(self, arrays: list, axis: int = 0) -> Any:
+        return jnp.concatenate(arrays, axis=axis) if len(arrays) > 1 else arrays[0]
+
     def stack(self, arrays: list, axis: int) -> Any:
         return jnp.stack(arrays, axis=axis)
 
@@ -116,6 +120,8 @@ class JaxImpl(BackendImpl):
                     return lambda x: g((x,), *c)
                 return lambda xs: g(xs, *c)
 
+            if prob.aux:
+                return _WithAux(jax.jit(outputs.capture(make(with_ctx))))
             return jax.jit(make(with_ctx))
 
         if _config.strict():  # the disconnected check runs at trace time: trace anew
@@ -207,7 +213,7 @@ class JaxImpl(BackendImpl):
 
     def value_and_jvp(self, prob, xs, vs, ctx):
         def make(with_ctx):
-            return lambda x, v, *dyn: jax.jvp(with_ctx(dyn), (x,), (v,))
+            return lambda x, v, *dyn: outputs.values(jax.jvp, with_ctx(dyn), (x,), (v,))
 
         run, dyn = self._compiled(prob, ("jvp",), ctx, make)
         return _run(prob, run, _arg(prob, xs), _arg(prob, vs), *dyn)
@@ -217,7 +223,7 @@ class JaxImpl(BackendImpl):
 
         def make(with_ctx):
             def run(x, w, *dyn):
-                y, pb = jax.vjp(with_ctx(dyn), x)
+                y, pb = outputs.values(jax.vjp, with_ctx(dyn), x)
                 w = check_w(y, w.astype(y.dtype) if loose else w)
                 return y, pb(w)[0]
 
@@ -231,7 +237,7 @@ class JaxImpl(BackendImpl):
     def value_and_jvps(self, prob, xs, vss, ctx):
         def make(with_ctx):
             def run(x, vs, *dyn):
-                y, lin = jax.linearize(with_ctx(dyn), x)
+                y, lin = outputs.values(jax.linearize, with_ctx(dyn), x)
                 return y, jax.vmap(lin)(vs)
 
             return run
@@ -248,7 +254,7 @@ class JaxImpl(BackendImpl):
 
         def make(with_ctx):
             def run(x, ws, *dyn):
-                y, pb = jax.vjp(with_ctx(dyn), x)
+                y, pb = outputs.values(jax.vjp, with_ctx(dyn), x)
 
                 def one(w):
                     return pb(check_w(y, w.astype(y.dtype) if loose else w))[0]
@@ -268,9 +274,9 @@ class JaxImpl(BackendImpl):
             def run(x, vs, *dyn):
                 gf = _grad_fn(with_ctx(dyn), inner)
                 if outer == "reverse":
-                    g, pb = jax.vjp(gf, x)
+                    g, pb = outputs.values(jax.vjp, gf, x)
                     return g, jax.vmap(lambda v: pb(v)[0])(vs)
-                g, lin = jax.linearize(gf, x)
+                g, lin = outputs.values(jax.linearize, gf, x)
                 return g, jax.vmap(lin)(vs)
 
             return run
@@ -294,10 +300,12 @@ class JaxImpl(BackendImpl):
                 if kind == "star":
                     fn = _grad_fn(fn, inner)
                 if kind == "row" or (kind == "star" and outer == "reverse"):
-                    y, pb = jax.vjp(fn, x)
+                    y, pb = outputs.values(jax.vjp, fn, x)
                     b = jax.vmap(lambda w: pb(w)[0])(s)
                 else:
-                    b = jax.vmap(lambda v: jax.jvp(fn, (x,), (v,))[1])(s)
+                    b = outputs.mapped(
+                        jax.vmap, lambda v: outputs.values(jax.jvp, fn, (x,), (v,))[1], "out_axes"
+                    )(s)
                     y = fn(x) if value else None
                 return y, b.reshape(-1)[idx]
 
@@ -316,7 +324,7 @@ class JaxImpl(BackendImpl):
 
     def value_and_pullback(self, prob, xs, ctx):
         fn = prob.flat()
-        y, pb = jax.vjp(lambda xs: fn(xs, *ctx), xs)
+        y, pb = outputs.values(jax.vjp, lambda xs: fn(xs, *ctx), xs)
         return y, lambda w: pb(w)[0]
 
     def value_and_jacobian(self, prob, xs, ctx, value=True):
@@ -327,11 +335,11 @@ class JaxImpl(BackendImpl):
                 fn = with_ctx(dyn)
                 reverse = mode == "reverse"
                 if mode is None:
-                    reverse = jax.eval_shape(fn, x).size <= x.size
+                    reverse = jax.eval_shape(outputs.discard(fn), x).size <= x.size
                 jac = jax.jacrev if reverse else jax.jacfwd
                 if not value:
-                    return jac(fn)(x)
-                j, y = jac(lambda x: _twice(fn(x)), has_aux=True)(x)
+                    return outputs.function(jac, fn)(x)
+                j, y = outputs.function(jac, lambda x: _twice(fn(x)), own_aux=True)(x)
                 return y, j
 
             return run
@@ -354,14 +362,14 @@ class JaxImpl(BackendImpl):
             def fn(x, *dyn):
                 return g((x,) if single else x, *join_contexts(static, dyn))
 
-            return math.prod(jax.eval_shape(fn, x, *dyn).shape)
+            return math.prod(jax.eval_shape(outputs.discard(fn), x, *dyn).shape)
 
         return CACHE.get(prob.f, prob.key("size", static, avals), build)
 
     def output_like(self, prob, xs, ctx):
         """f(x)'s shape and dtype from jax.eval_shape (f is traced, not run op by op)."""
         fn = prob.flat()
-        return jax.eval_shape(lambda xs: fn(xs, *ctx), xs)
+        return jax.eval_shape(outputs.discard(lambda xs: fn(xs, *ctx)), xs)
 
     def value_and_batched_jacobian(self, prob, xs, ctx):
         mode, op, backend = self.mode, prob.op, prob.backend  # the closure must not hold prob
@@ -370,17 +378,17 @@ class JaxImpl(BackendImpl):
             def run(x, *dyn):
                 fn = with_ctx(dyn)
                 b, rest = x.shape[0], x.shape[1:]
-                out = jax.eval_shape(fn, x)
+                out = jax.eval_shape(outputs.discard(fn), x)
                 _checks.check_batch_of(op, backend, x.shape, out.shape)
                 n_in, n_out = x.size // max(b, 1), out.size // max(b, 1)
                 reverse = mode == "reverse" or (mode is None and n_out <= n_in)
                 if reverse:  # n_out vjps, each one basis vector repeated over the batch
-                    y, pb = jax.vjp(fn, x)
+                    y, pb = outputs.values(jax.vjp, fn, x)
                     w = jnp.broadcast_to(jnp.eye(n_out, dtype=y.dtype)[:, None], (n_out, b, n_out))
                     rows = jax.vmap(lambda w: pb(w.reshape(y.shape))[0])(w)
                     jac = jnp.moveaxis(rows.reshape(n_out, b, n_in), 0, 1)
                 else:  # n_in jvps
-                    y, lin = jax.linearize(fn, x)
+                    y, lin = outputs.values(jax.linearize, fn, x)
                     v = jnp.broadcast_to(jnp.eye(n_in, dtype=x.dtype)[:, None], (n_in, b, n_in))
                     cols = jax.vmap(lambda v: lin(v.reshape(x.shape)))(v)
                     jac = jnp.moveaxis(cols.reshape(n_in, b, n_out), 0, 2)
@@ -399,10 +407,10 @@ class JaxImpl(BackendImpl):
             def run(x, v, *dyn):
                 gf = _grad_fn(with_ctx(dyn), inner)
                 if outer == "reverse":  # the Hessian is symmetric: vjp of the gradient
-                    g, pb = jax.vjp(gf, x)
+                    g, pb = outputs.values(jax.vjp, gf, x)
                     g, hv = g, pb(v)[0]
                 else:
-                    g, hv = jax.jvp(gf, (x,), (v,))
+                    g, hv = outputs.values(jax.jvp, gf, (x,), (v,))
                 return (g, hv) if grad else hv  # H v alone compiles to a faster program
 
             return run
@@ -424,13 +432,16 @@ class JaxImpl(BackendImpl):
                 fn = with_ctx(dyn)
                 jac = jax.jacrev if outer == "reverse" else jax.jacfwd
                 if not value:  # the Hessian alone compiles to a faster program
-                    return jac(_grad_fn(fn, inner))(x)
+                    return outputs.function(jac, _grad_fn(fn, inner))(x)
 
                 def vg(x):
-                    y, g = (fn(x), jax.jacfwd(fn)(x)) if inner == "forward" else _vg(fn, x)
+                    if inner == "forward":
+                        y, g = fn(x), outputs.function(jax.jacfwd, fn)(x)
+                    else:
+                        y, g = _vg(fn, x)
                     return g, (y, g)
 
-                h, (y, g) = jac(vg, has_aux=True)(x)
+                h, (y, g) = outputs.function(jac, vg, own_aux=True)(x)
                 return y, g, h
 
             return run
@@ -450,7 +461,9 @@ class JaxImpl(BackendImpl):
             def run(x, *dyn):
                 fn = with_ctx(dyn)
                 one = jnp.ones_like(x)
-                (y, d), (_, d2) = jax.jvp(lambda x: jax.jvp(fn, (x,), (one,)), (x,), (one,))
+                (y, d), (_, d2) = outputs.values(
+                    jax.jvp, lambda x: outputs.values(jax.jvp, fn, (x,), (one,)), (x,), (one,)
+                )
                 return y, d, d2
 
             return run
@@ -460,11 +473,14 @@ class JaxImpl(BackendImpl):
 
 
 def _vg(fn, x):
-    return jax.value_and_grad(fn)(x)
+    if not outputs.active():
+        return jax.value_and_grad(fn)(x)
+    y, pb = outputs.values(jax.vjp, fn, x)  # value_and_grad's own formulation
+    return y, pb(jnp.ones_like(y))[0]
 
 
 def _grad_fn(fn, inner: str):
-    return jax.jacfwd(fn) if inner == "forward" else jax.grad(fn)
+    return outputs.function(jax.jacfwd if inner == "forward" else jax.grad, fn)
 
 
 def _arg(prob, xs: tuple):
@@ -490,15 +506,36 @@ def _tuple(prob, g):
 
 
 def _make_grad(with_ctx):
-    return lambda x, *dyn: _conj(jax.grad(with_ctx(dyn))(x))
+    return lambda x, *dyn: _conj(outputs.function(jax.grad, with_ctx(dyn))(x))
 
 
 def _make_value_and_grad(with_ctx):
     def run(x, *dyn):
-        y, g = jax.value_and_grad(with_ctx(dyn))(x)
+        y, g = _vg(with_ctx(dyn), x)
         return y, _conj(g)
 
     return run
+
+
+class _WithAux:
+    """A jitted ``run`` whose calls of f put aux: the aux comes out as a second output
+    and goes to the open sink (see ``core.outputs``)."""
+
+    __slots__ = ("jitted",)
+
+    def __init__(self, jitted) -> None:
+        self.jitted = jitted
+
+    def __call__(self, *args):
+        out, box = self.jitted(*args)
+        outputs.restore(box)
+        return out
+
+    def _cache_size(self) -> int:
+        return self.jitted._cache_size()
+
+    def clear_cache(self) -> None:
+        self.jitted.clear_cache()
 
 
 def _conj(g):

@@ -22,6 +22,7 @@ from torch._C._functorch import is_functorch_wrapped_tensor, peek_interpreter_st
 
 from ... import _checks
 from ..._backend_types import AutoTorch
+from ..._tree import tree_map
 from ...core.backend import BackendImpl
 from ...core.registry import register
 from . import direct
@@ -182,6 +183,12 @@ class TorchImpl(BackendImpl):
 
     def ones_like(self, a: Any) -> Any:
         return torch.ones_like(a)
+
+    def concat(self, arrays: list, axis: int = 0) -> Any:
+        return torch.cat(arrays, dim=axis) if len(arrays) > 1 else arrays[0]
+
+    def settle_aux(self, aux: Any) -> Any:
+        return tree_map(lambda a: a.detach() if isinstance(a, torch.Tensor) else a, aux)
 
     def basis(self, like: Any, i: int) -> Any:
         e = torch.zeros(like.numel(), dtype=like.dtype, device=like.device)

@@ -1,0 +1,313 @@
+"""What f returns besides one array: auxiliary outputs and pytree outputs.
+
+**Auxiliary outputs** (``has_aux=True``: f returns ``(out, aux)``). The function a
+backend differentiates (``Problem.flat``) returns ``out`` and hands ``aux`` to
+:func:`put`, which keeps it in the innermost open sink (a thread's stack of them).
+The shell opens the outermost sink around the call and returns what it holds. A
+framework transform that traces f (``jax.vjp``, ``torch.func.jvp``, ...) must not let
+its own tracers escape in ``aux``: backends call such transforms through
+:func:`values`, :func:`function` and :func:`mapped`, which open a sink inside the
+transform and carry its content out through the transform's own ``has_aux`` (so the
+framework lowers it one level), then put it in the enclosing sink. With no sink open
+(a call without aux) they are the transform itself.
+
+**Pytree outputs** (jvp, vjp, jacobian, batched_jacobian). ``Problem.flat`` ravels
+f's output leaves into one vector (per sample for batched_jacobian), which every
+backend differentiates as it would one array, and records the :class:`Layout`: the
+leaves' structure, shapes and dtypes. The record is kept per f and per signature of
+the arguments (shapes, dtypes, static values), because a compiled function does not
+run f again on later calls. Results are split back with ``Layout.split``.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from .. import _checks
+from .._cache import FunctionCache
+from .._tree import flatten, unflatten
+
+# ---- auxiliary outputs ------------------------------------------------------------
+_LOCAL = threading.local()
+
+
+def _stack() -> list:
+    stack = getattr(_LOCAL, "stack", None)
+    if stack is None:
+        stack = _LOCAL.stack = []
+    return stack
+
+
+class Sink:
+    """The aux of the first call of f made while it is open: f at x itself (finite
+    differences evaluate f at x before any perturbed point; a transform calls f once)."""
+
+    __slots__ = ("box",)
+
+    def __init__(self) -> None:
+        self.box: tuple = ()  # () before any call of f, then (aux,)
+
+    def __enter__(self) -> Sink:
+        _stack().append(self)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        _stack().pop()
+
+    @property
+    def aux(self) -> Any:
+        return self.box[0] if self.box else None
+
+
+def active() -> bool:
+    """A sink is open: transforms carry aux out."""
+    return bool(getattr(_LOCAL, "stack", None))
+
+
+def put(aux: Any) -> None:
+    stack = _stack()
+    if stack and not stack[-1].box:
+        stack[-1].box = (aux,)
+
+
+def restore(box: tuple) -> None:
+    """Put back what a transform carried out (nothing when f did not run inside it)."""
+    stack = _stack()
+    if box and stack and not stack[-1].box:
+        stack[-1].box = tuple(box)
+
+
+def capture(fn: Callable) -> Callable:
+    """``fn`` returning ``(its output, the box of aux its calls of f put)``."""
+
+    def run(*args: Any, **kwargs: Any) -> tuple:
+        with Sink() as sink:
+            out = fn(*args, **kwargs)
+        return out, sink.box
+
+    return run
+
+
+def discard(fn: Callable) -> Callable:
+    """``fn`` whose calls of f put nothing (a trace for shapes only: its tracers must
+    not reach the sink)."""
+
+    def run(*args: Any, **kwargs: Any) -> Any:
+        with Sink():
+            return fn(*args, **kwargs)
+
+    return run
+
+
+def values(transform: Callable, fn: Callable, *args: Any, **kwargs: Any) -> Any:
+    """``transform(fn, *args)`` for a transform returning values (``jax.vjp``,
+    ``jax.jvp``, ``jax.linearize``, ``torch.func.jvp``, ...), fn's aux carried out."""
+    if not active():
+        return transform(fn, *args, **kwargs)
+    *out, box = transform(capture(fn), *args, has_aux=True, **kwargs)
+    restore(box)
+    return tuple(out)
+
+
+def function(transform: Callable, fn: Callable, own_aux: bool = False, **kwargs: Any) -> Callable:
+    """``transform(fn)`` for a transform returning a function (``jax.grad``,
+    ``jax.jacfwd``, ``torch.func.jacrev``, ...), fn's aux carried out of each call.
+    ``own_aux``: fn returns ``(out, its own aux)`` and the result is ``(result, its aux)``."""
+    if not active():
+        return transform(fn, has_aux=True, **kwargs) if own_aux else transform(fn, **kwargs)
+    if own_aux:
+
+        def inner(*args: Any) -> tuple:
+            (out, mine), box = capture(fn)(*args)
+            return out, (mine, box)
+
+    else:
+        inner = capture(fn)
+    lifted = transform(inner, has_aux=True, **kwargs)
+
+    def run(*args: Any) -> Any:
+        out, extra = lifted(*args)
+        if own_aux:
+            mine, box = extra
+            restore(box)
+            return out, mine
+        restore(extra)
+        return out
+
+    return run
+
+
+def mapped(vmap: Callable, fn: Callable, axes: str, out: Any = 0, **kwargs: Any) -> Callable:
+    """``vmap(fn, **{axes: out})`` (``axes``: "out_axes" for JAX, "out_dims" for torch),
+    fn's aux carried out unbatched (it comes from the primal point, never a tangent)."""
+    if not active():
+        return vmap(fn, **{axes: out}, **kwargs)
+    lifted = vmap(capture(fn), **{axes: (out, None)}, **kwargs)
+
+    def run(*args: Any) -> Any:
+        result, box = lifted(*args)
+        restore(box)
+        return result
+
+    return run
+
+
+def unpack(op: str, backend: Any, y: Any) -> Any:
+    """``out`` of f's ``(out, aux)``, its aux put in the open sink."""
+    if type(y) is not tuple or len(y) != 2:
+        got = f"a {type(y).__name__}" + (f" of length {len(y)}" if type(y) is tuple else "")
+        raise _checks.DiffifaceTypeError(
+            f"{_checks.call_form(op, backend)} with has_aux=True: f must return a pair "
+            f"(output, aux), got {got}. Return (out, aux), or drop has_aux=True."
+        )
+    put(y[1])
+    return y[0]
+
+
+# ---- pytree outputs ---------------------------------------------------------------
+TREE_OPS = frozenset(
+    (
+        "jvp",
+        "value_and_jvp",
+        "vjp",
+        "value_and_vjp",
+        "jacobian",
+        "value_and_jacobian",
+        "value_and_batched_jacobian",
+        "derivative",
+        "value_and_derivative",
+    )
+)
+_LAYOUTS = FunctionCache(per_function=16)  # f -> {signature of the arguments: Layout}
+
+
+class Layout:
+    """Where each leaf of a pytree output lies in the raveled vector (``axis``: 1 for
+    per-sample outputs of batched_jacobian, whose first axis is the batch)."""
+
+    __slots__ = ("axis", "dtypes", "shapes", "sizes", "treedef")
+
+    def __init__(self, treedef: Any, leaves: list, axis: int) -> None:
+        self.treedef, self.axis = treedef, axis
+        self.shapes = [tuple(a.shape) for a in leaves]
+        self.dtypes = [a.dtype for a in leaves]
+        self.sizes = [math.prod(s[axis:]) for s in self.shapes]
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Layout) and (
+            (self.treedef, self.shapes, self.dtypes, self.axis)
+            == (other.treedef, other.shapes, other.dtypes, other.axis)
+        )
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def split(self, impl: Any, a: Any) -> Any:
+        """A raveled result (the flat axis at ``axis``, any trailing axes after it) as a
+        pytree like f(x): each piece reshaped and cast back to its leaf's dtype."""
+        if a is None:
+            return None
+        lead, trail = tuple(a.shape[: self.axis]), tuple(a.shape[self.axis + 1 :])
+        pieces, start = [], 0
+        for shape, dtype, n in zip(self.shapes, self.dtypes, self.sizes, strict=True):
+            index = (slice(None),) * self.axis + (slice(start, start + n),)
+            piece = impl.reshape(a[index], (*lead, *shape[self.axis :], *trail))
+            pieces.append(_as(piece, dtype))
+            start += n
+        return unflatten(self.treedef, pieces)
+
+    def ravel(self, impl: Any, leaves: list) -> Any:
+        """The leaves as one vector (one row per sample for ``axis`` 1)."""
+        if self.axis == 0:
+            return impl.concat([impl.reshape(a, (-1,)) for a in leaves])
+        b = self.shapes[0][0] if self.shapes else 0
+        return impl.concat([impl.reshape(a, (b, -1)) for a in leaves], axis=1)
+
+    def ravel_cotangent(self, op: str, impl: Any, w: Any) -> Any:
+        """A cotangent pytree like f(x), raveled like f(x); a clear error otherwise."""
+        leaves, tree = flatten(w)
+        shapes = [tuple(getattr(a, "shape", ())) for a in leaves]
+        if tree != self.treedef or shapes != self.shapes:
+            raise _checks.mismatch(
+                op,
+                impl.backend,
+                "w",
+                "structure",
+                f"a pytree like f(x): {self.describe()}",
+                _describe(tree, shapes),
+            )
+        return self.ravel(impl, leaves)
+
+    def describe(self) -> str:
+        return _describe(self.treedef, self.shapes)
+
+
+def _describe(treedef: Any, shapes: list) -> str:
+    return f"{treedef} with shapes {shapes}"
+
+
+def _as(a: Any, dtype: Any) -> Any:
+    if a.dtype == dtype:
+        return a
+    return a.to(dtype) if hasattr(a, "to") and not hasattr(a, "astype") else a.astype(dtype)
+
+
+def ravel_output(prob: Any, check: Callable, y: Any, xs: tuple, ctx: tuple) -> Any:
+    """f(x) as the vector a backend differentiates, its Layout recorded; ``y`` as it is
+    when it is one array (or not a pytree of arrays: the output check explains)."""
+    leaves, tree = flatten(y)
+    if not leaves or not all(hasattr(a, "shape") and hasattr(a, "dtype") for a in leaves):
+        return y
+    if len(leaves) == 1 and leaves[0] is y:
+        return y
+    kinds = {"c" if "complex" in str(a.dtype) else "f" for a in leaves}
+    if len(kinds) > 1:
+        raise _checks.DiffifaceTypeError(
+            f"{_checks.call_form(prob.op, prob.backend)}: f returns a pytree mixing real and "
+            "complex leaves. Return them in separate calls, or make the real ones complex."
+        )
+    for a in leaves:
+        check(a)  # each leaf: an array of the framework, not integers
+    layout = Layout(tree, leaves, 1 if "batched" in prob.op else 0)
+    record(prob.f, signature(xs, ctx), layout)
+    return layout.ravel(prob.impl, leaves)
+
+
+def record(f: Callable, sig: Any, layout: Layout) -> None:
+    table = _LAYOUTS.peek(f, "layouts")
+    if table is None:
+        table = {}
+        _LAYOUTS.put(f, "layouts", table)
+    table[sig] = layout
+
+
+def layout_of(f: Callable, xs: tuple, ctx: tuple) -> Layout | None:
+    """The Layout f's output had for arguments like these, or None (one array)."""
+    table = _LAYOUTS.peek(f, "layouts")
+    if not table:
+        return None
+    return table.get(signature(xs, ctx))
+
+
+def returns_tree(f: Callable) -> bool:
+    return bool(_LAYOUTS.peek(f, "layouts"))
+
+
+def signature(xs: tuple, ctx: tuple) -> tuple:
+    """What decides the structure of f(x): shapes and dtypes of the arrays, other
+    values as they are (their type where they cannot be hashed)."""
+    leaves, tree = flatten((xs, ctx))
+    return (tree, tuple(_leaf_signature(a) for a in leaves))
+
+
+def _leaf_signature(a: Any) -> Any:
+    shape = getattr(a, "shape", None)
+    if shape is not None and hasattr(a, "dtype"):
+        return (tuple(shape), str(a.dtype))
+    try:
+        hash(a)
+    except TypeError:
+        return type(a)
+    return a

@@ -214,7 +214,7 @@ class Layout:
         for shape, dtype, n in zip(self.shapes, self.dtypes, self.sizes, strict=True):
             index = (slice(None),) * self.axis + (slice(start, start + n),)
             piece = impl.reshape(a[index], (*lead, *shape[self.axis :], *trail))
-            pieces.append(_as(piece, dtype))
+            pieces.append(cast(piece, dtype))
             start += n
         return unflatten(self.treedef, pieces)
 
@@ -248,13 +248,16 @@ def _describe(treedef: Any, shapes: list) -> str:
     return f"{treedef} with shapes {shapes}"
 
 
-def _as(a: Any, dtype: Any) -> Any:
+def cast(a: Any, dtype: Any) -> Any:
+    """``a`` as ``dtype`` (NumPy, JAX, autograd and torch arrays)."""
     if a.dtype == dtype:
         return a
     return a.to(dtype) if hasattr(a, "to") and not hasattr(a, "astype") else a.astype(dtype)
 
 
-def ravel_output(prob: Any, check: Callable, y: Any, xs: tuple, ctx: tuple) -> Any:
+def ravel_output(
+    op: str, backend: Any, impl: Any, f: Callable, check: Callable, y: Any, xs: tuple, ctx: tuple
+) -> Any:
     """f(x) as the vector a backend differentiates, its Layout recorded; ``y`` as it is
     when it is one array (or not a pytree of arrays: the output check explains)."""
     leaves, tree = flatten(y)
@@ -265,14 +268,14 @@ def ravel_output(prob: Any, check: Callable, y: Any, xs: tuple, ctx: tuple) -> A
     kinds = {"c" if "complex" in str(a.dtype) else "f" for a in leaves}
     if len(kinds) > 1:
         raise _checks.DiffifaceTypeError(
-            f"{_checks.call_form(prob.op, prob.backend)}: f returns a pytree mixing real and "
+            f"{_checks.call_form(op, backend)}: f returns a pytree mixing real and "
             "complex leaves. Return them in separate calls, or make the real ones complex."
         )
     for a in leaves:
         check(a)  # each leaf: an array of the framework, not integers
-    layout = Layout(tree, leaves, 1 if "batched" in prob.op else 0)
-    record(prob.f, signature(xs, ctx), layout)
-    return layout.ravel(prob.impl, leaves)
+    layout = Layout(tree, leaves, 1 if "batched" in op else 0)
+    record(f, signature(xs, ctx), layout)
+    return layout.ravel(impl, leaves)
 
 
 def record(f: Callable, sig: Any, layout: Layout) -> None:

@@ -52,9 +52,9 @@ class Problem:
     def flat(self, fget: Callable[[], Callable] | None = None) -> Callable:
         """``g(xs, *ctx)``; with ``fget`` it holds ``f`` only through ``fget()``."""
         treedef, single = self.treedef, self.single
-        check = self.output_check()
+        f = self.f
+        check = self.output_check(fget or (lambda: f))
         if fget is None:
-            f = self.f
             if single:
 
                 def g(xs, *ctx):
@@ -74,8 +74,9 @@ class Problem:
             return g
         return lambda xs, *ctx: g(protect(xs), *ctx)
 
-    def output_check(self) -> Callable:
-        """``check(y, xs, ctx)``: f's output as the backend differentiates it."""
+    def output_check(self, fget: Callable) -> Callable:
+        """``check(y, xs, ctx)``: f's output as the backend differentiates it (it holds f
+        only through ``fget``, and never the problem)."""
         op, backend, impl = self.op, self.backend, self.impl
         check = _output_check(op, backend, impl, self.scalar)
         aux, trees = self.aux, op in outputs.TREE_OPS
@@ -93,7 +94,7 @@ class Problem:
             if aux:
                 y = outputs.unpack(op, backend, y)
             if trees and not is_output(y):
-                y = outputs.ravel_output(self, leaf_check, y, xs, ctx)
+                y = outputs.ravel_output(op, backend, impl, fget(), leaf_check, y, xs, ctx)
             return check(y, xs)
 
         return finish

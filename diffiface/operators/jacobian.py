@@ -5,9 +5,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from .. import _checks
-from ..core import convert, shell
+from .._tree import flatten, tree_map
+from ..core import convert, raveled, shell
 from ..core.backend import size
+from ..core.problem import Problem
 from ..core.shell import Call, Operator
 from . import dense
 
@@ -19,7 +20,7 @@ def _jacobians(c: Call, chunk_size, value: bool):
     if impl.sparse:  # AutoSparse
         return impl.sparse_jacobian(c, chunk_size)
     if not prob.single:
-        raise _checks.not_single_array(prob.op, prob.backend, len(xs))
+        return _of_pytree(c, chunk_size, value)
     (x,) = xs
     n = size(x)
     if not n:
@@ -38,6 +39,23 @@ def _jacobians(c: Call, chunk_size, value: bool):
         prob, run, lambda: impl.reverse_jacobian_of_one(prob, xs, ctx), impl.mode == "forward"
     )
     return c.back(y), c.back(jac)
+
+
+def _of_pytree(c: Call, chunk_size, value: bool):
+    """(f(x), J) at a pytree x: the Jacobian of f over x's leaves end to end, its columns
+    cut back into x's structure (inside f(x)'s structure, as ``jax.jacobian`` nests)."""
+    prob = c.prob
+    sub = prob.fns.get("raveled")  # a prepared problem keeps its raveled problem
+    fn, v = raveled.raveled(prob.op, prob.backend, c.impl, prob.f, prob.treedef, c.xs)
+    if sub is None or sub.f is not fn:
+        sub = Problem(prob.op, prob.backend, prob.impl, fn, _LEAF, True, False, prob.aux)
+        sub.prepared = prob.prepared
+        prob.fns["raveled"] = sub
+    y, jac = _jacobians(Call(c.impl, sub, (v,), c.kinds, c.ctx, c.combo), chunk_size, value)
+    return y, tree_map(fn.split, jac)
+
+
+_LEAF = flatten(0.0)[1]
 
 
 VALUE_AND_JACOBIAN = Operator(

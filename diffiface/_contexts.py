@@ -3,8 +3,14 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+import sys
+import types
+from collections.abc import Callable, Mapping
 from typing import Any
+
+from ._arrays import framework_of
+from ._errors import DiffifaceTypeError
+from ._tree import flatten
 
 
 @dataclasses.dataclass(frozen=True)
@@ -31,7 +37,18 @@ class Constant:
 STRATEGIES = ("auto", "reverse_over_reverse", "forward_over_reverse")
 
 
-@dataclasses.dataclass(frozen=True, eq=False)
+class _FromModule:
+    """The default of ``FixedParams(params=...)``: the parameters of a torch module,
+    read from it at each call."""
+
+    def __repr__(self) -> str:
+        return "<the module's parameters>"
+
+
+FROM_MODULE = _FromModule()
+
+
+@dataclasses.dataclass(frozen=True, eq=False, init=False, repr=False)
 class FixedParams:
     """A pseudo-closure ``x -> f(x, params)`` whose parameters diffiface can see.
 
@@ -55,11 +72,36 @@ class FixedParams:
     The active argument is whatever ``x`` is: the parameter Jacobian at fixed
     inputs is ``di.jacobian(di.FixedParams(lambda p, x: model(x, p), x), b, p)``.
 
+    A ``torch.nn.Module`` is its own FixedParams: ``FixedParams(model)(x) ==
+    model(x)``, with ``params = dict(model.named_parameters())`` and the buffers
+    read from the module at each call (never stale after an optimizer step or a
+    ``load_state_dict``); a rule that swaps in other tensors calls
+    ``torch.func.functional_call(model, (params, buffers), (x, *contexts))``.
+    The parameters are the module's own tensors, so
+    an outer ``loss.backward()`` fills ``model.weight.grad``; buffers and
+    parameters with ``requires_grad=False`` get no gradient. ``FixedParams(model,
+    params)`` calls the module with the given dict of parameters instead, as
+    ``torch.func.functional_call`` does (the module's own fill in the names it
+    lacks).
+
     Args:
-        f: function ``f(x, params, *contexts)``.
+        f: function ``f(x, params, *contexts)``, or a ``torch.nn.Module`` called as
+            ``model(x, *contexts)``.
         params: any pytree (arrays of the backend's framework, NumPy arrays,
-            numbers).
+            numbers). For a Module: optional, a dict of parameter names to tensors;
+            omitted, the module's parameters at each call.
         strategy: "auto", "reverse_over_reverse" or "forward_over_reverse".
+
+    Attributes:
+        f: the function called as ``f(x, params, *contexts)``; for a Module, its
+            ``functional_call``.
+        params: the parameters (for a Module without params: read from it now).
+        strategy: the nested-AD strategy.
+        module: the ``torch.nn.Module``, or None.
+
+    Raises:
+        TypeError: ``f`` is not callable, ``params`` is omitted and ``f`` is no
+            Module, or ``params`` of a Module is no dict.
 
     Examples:
         >>> import numpy as np
@@ -72,23 +114,80 @@ class FixedParams:
     """
 
     f: Callable
-    params: Any
-    strategy: str = "auto"
+    strategy: str
+    module: Any
+    _params: Any
 
-    def __post_init__(self) -> None:
-        if not callable(self.f):
+    def __init__(self, f: Callable, params: Any = FROM_MODULE, strategy: str = "auto") -> None:
+        module = f if _is_module(f) else None
+        if module is not None:
+            if params is not FROM_MODULE and not isinstance(params, Mapping):
+                raise TypeError(
+                    f"FixedParams(model, params): with a torch.nn.Module, params must be a "
+                    f"dict of parameter names to tensors, got {type(params).__name__}. "
+                    "Pass dict(model.named_parameters()) (or leave params out to read them "
+                    "from the module at each call)."
+                )
+            f = types.MethodType(functional_call, module)
+        elif params is FROM_MODULE:
             raise TypeError(
-                f"FixedParams(f, params): f must be callable, got {type(self.f).__name__}. "
+                f"FixedParams(f): params can be left out only when f is a torch.nn.Module, "
+                f"got {type(f).__name__}. Pass the parameters: FixedParams(f, params)."
+            )
+        set_ = object.__setattr__  # frozen
+        set_(self, "f", f)
+        set_(self, "strategy", strategy)
+        set_(self, "module", module)
+        set_(self, "_params", params)
+        if not callable(f):
+            raise TypeError(
+                f"FixedParams(f, params): f must be callable, got {type(f).__name__}. "
                 "Pass the model function first and its parameters second."
             )
-        if self.strategy not in STRATEGIES:
+        if strategy not in STRATEGIES:
             raise ValueError(
-                f"FixedParams(f, params, strategy={self.strategy!r}): strategy must be one of "
+                f"FixedParams(f, params, strategy={strategy!r}): strategy must be one of "
                 f"{', '.join(map(repr, STRATEGIES))}."
             )
 
+    @property
+    def params(self) -> Any:
+        """The parameters given, or the module's, read now."""
+        if self._params is FROM_MODULE:
+            return dict(self.module.named_parameters())
+        return self._params
+
     def __call__(self, x: Any, *contexts: Any) -> Any:
         return self.f(x, self.params, *contexts)
+
+    def __repr__(self) -> str:
+        f = self.f if self.module is None else self.module
+        return f"FixedParams(f={f!r}, params={self._params!r}, strategy={self.strategy!r})"
+
+
+def _is_module(f: Any) -> bool:
+    torch = sys.modules.get("torch")  # a Module exists only once torch is imported
+    return torch is not None and isinstance(f, torch.nn.Module)
+
+
+def functional_call(module: Any, x: Any, params: Any, *contexts: Any) -> Any:
+    """``module(x, *contexts)`` with ``params`` for its parameters and its current
+    buffers, by ``torch.func.functional_call``; a plain call when ``params`` are the
+    module's own tensors (the same result, without the cost of swapping them in)."""
+    import torch.func
+
+    other = {framework_of(a) for a in flatten(x)[0]} - {"torch", None}
+    if other:  # finite differences call f on NumPy, another framework's backend on its arrays
+        raise DiffifaceTypeError(
+            f"FixedParams({type(module).__name__}): a torch.nn.Module runs on torch tensors, "
+            f"and this backend called it with {' and '.join(sorted(other))} arrays. "
+            "Differentiate it with AutoTorch() (or second_order(AutoTorch(), AutoTorch()))."
+        )
+    own = dict(module.named_parameters())
+    if len(own) == len(params) and all(params.get(k) is p for k, p in own.items()):
+        return module(x, *contexts)
+    buffers = {k: b for k, b in module.named_buffers() if k not in params}
+    return torch.func.functional_call(module, (params, buffers), (x, *contexts))
 
 
 def unfix(f: Any, contexts: tuple) -> tuple[Any, tuple, FixedParams | None]:

@@ -1,17 +1,44 @@
-"""Pytree helpers shared by every backend (optree)."""
+"""Pytree helpers shared by every backend (optree).
+
+optree is the one flattener, in the namespace ``"diffiface"`` (None is an empty
+subtree, as in JAX). Its own nodes (dicts, lists, tuples, namedtuples, ...) and
+the types registered with optree, globally or under ``namespace="diffiface"``,
+flatten as they are. A type registered as a pytree node with JAX only
+(``jax.tree_util.register_pytree_node``, ``register_dataclass``,
+``register_static``, equinox Modules, flax struct dataclasses) is a leaf to
+optree: the first time such a leaf is met, its type is registered in the
+``"diffiface"`` namespace with one level of JAX's own flatten (its children, and
+the one-level JAX treedef, which holds the static data, as metadata) and the
+tree is flattened again. The treedef then compares the static data (a
+preparation made with one static value rejects another) and unflattens through
+JAX, so results keep the node's type.
+
+The check costs one set comparison per flatten (the types of the leaves against
+the types already known to be plain leaves), and none before ``jax`` is imported.
+"""
 
 from __future__ import annotations
 
+import collections
+import sys
+import threading
 from typing import Any
 
 import optree
 
 NAMESPACE = "diffiface"
 
+# leaf types known not to be JAX pytree nodes (filled once jax is imported)
+_PLAIN: set = {float, int, bool, complex, str, bytes}
+_LOCK = threading.Lock()
+
 
 def flatten(tree: Any) -> tuple[list[Any], Any]:
     """Leaves and treedef; None is an empty subtree (as in JAX): it stays None in results."""
-    return optree.tree_flatten(tree, none_is_leaf=False, namespace=NAMESPACE)
+    leaves, treedef = optree.tree_flatten(tree, none_is_leaf=False, namespace=NAMESPACE)
+    if not _PLAIN.issuperset(map(type, leaves)) and _bridge(leaves):
+        return flatten(tree)  # a nested node type is met the next round
+    return leaves, treedef
 
 
 def unflatten(treedef: Any, leaves: Any) -> Any:
@@ -19,10 +46,113 @@ def unflatten(treedef: Any, leaves: Any) -> Any:
 
 
 def paths(treedef: Any) -> list[str]:
-    """Readable path of each leaf of a treedef, in flatten order: ``x['a'][0]``."""
-    return ["x" + "".join(f"[{k!r}]" for k in p) for p in treedef.paths()]
+    """Readable path of each leaf of a treedef, in flatten order: ``x['a'][0]``, ``x.w``."""
+    return [a.codify("x") for a in treedef.accessors()]
 
 
 def tree_map(fn: Any, tree: Any) -> Any:
     """``fn`` applied to every leaf (None stays an empty subtree)."""
-    return optree.tree_map(fn, tree, none_is_leaf=False, namespace=NAMESPACE)
+    leaves, treedef = flatten(tree)
+    return unflatten(treedef, [fn(v) for v in leaves])
+
+
+def static_data(treedef: Any) -> list[tuple[str, Any]]:
+    """(type name, static data) of each custom node of a treedef, in flatten order: what
+    two treedefs with the same leaves can differ in."""
+    out: list = []
+
+    def node(cls, meta, children):
+        if cls not in _BUILTIN_NODES:
+            out.append((cls.__name__, _static_of(cls, meta)))
+        return None
+
+    treedef.walk(range(treedef.num_leaves), node, None)
+    return out
+
+
+_BUILTIN_NODES = {
+    type(None),
+    tuple,
+    list,
+    dict,
+    collections.OrderedDict,
+    collections.defaultdict,
+    collections.deque,
+}
+
+
+def _static_of(cls: type, meta: Any) -> Any:
+    if cls in _BRIDGED:  # the one-level JAX treedef: (type, aux data)
+        return meta.node_data()[1]
+    return meta
+
+
+# ---------------------------------------------------------------- JAX nodes
+_BRIDGED: set = set()  # the JAX node types registered here
+
+
+def _bridge(leaves: list) -> bool:
+    """Register the JAX node types among ``leaves`` in diffiface's namespace; True when
+    one was (the tree is then flattened again)."""
+    jax = sys.modules.get("jax")
+    tree_util = getattr(jax, "tree_util", None)
+    if tree_util is None:  # no JAX node exists before jax is imported
+        return False
+    new = False
+    for cls, leaf in {type(v): v for v in leaves if type(v) not in _PLAIN}.items():
+        if _is_jax_node(tree_util, leaf):
+            with _LOCK:
+                if optree.register_pytree_node.get(cls, namespace=NAMESPACE) is None:
+                    optree.register_pytree_node(
+                        cls,
+                        _flatten_jax,
+                        _unflatten_jax,
+                        path_entry_type=_JaxKey,
+                        namespace=NAMESPACE,
+                    )
+                    _BRIDGED.add(cls)
+            new = True
+        else:
+            _PLAIN.add(cls)
+    return new
+
+
+def _is_jax_node(tree_util: Any, leaf: Any) -> bool:
+    """JAX flattens ``leaf``'s type as a node (a static one too: no leaves at all)."""
+    try:
+        return tree_util.tree_structure(leaf) != tree_util.tree_structure(0.0)
+    except Exception:  # a type whose JAX flatten fails: a leaf, as to optree
+        return False
+
+
+def _flatten_jax(node: Any) -> tuple:
+    """One level of JAX's flatten: children, the one-level treedef (the static data,
+    compared by ==, not hashed), and the children's JAX keys (for readable paths)."""
+    pairs, jdef = sys.modules["jax"].tree_util.tree_flatten_with_path(
+        node, is_leaf=lambda n: n is not node
+    )
+    return [v for _, v in pairs], jdef, [k[0] for k, _ in pairs]
+
+
+def _unflatten_jax(jdef: Any, children: Any) -> Any:
+    return jdef.unflatten(children)
+
+
+class _JaxKey(optree.PyTreeEntry):
+    """A path entry that is a JAX key (GetAttrKey, DictKey, SequenceKey, FlattenedIndexKey):
+    written as JAX writes it, ``.w``, ``['a']``, ``[0]``."""
+
+    def __call__(self, obj: Any) -> Any:
+        key = self.entry
+        kind = type(key).__name__
+        if kind == "GetAttrKey":
+            return getattr(obj, key.name)
+        if kind == "DictKey":
+            return obj[key.key]
+        if kind == "SequenceKey":
+            return obj[key.idx]
+        children, _ = sys.modules["jax"].tree_util.tree_flatten(obj, is_leaf=lambda n: n is not obj)
+        return children[key.key]  # a FlattenedIndexKey: the key-th child
+
+    def codify(self, node: str = "") -> str:
+        return node + str(self.entry)

@@ -104,6 +104,11 @@ def _raise_leaf(op: str, impl: Any, tree: Any, i: int, leaf: Any):
             "first met it as a leaf: register the type before its first use (or with optree "
             "under namespace='diffiface')."
         )
+    elif hasattr(type(leaf), "__optree_dataclass_fields__"):
+        fix = (
+            f"{type(leaf).__name__} is an optree dataclass of another namespace, a leaf to "
+            "diffiface: declare it with namespace='' (optree's global one) or 'diffiface'."
+        )
     elif callable(leaf):
         fix = (
             "A function is no point to differentiate at: keep it out of x. For an equinox "

@@ -615,3 +615,12 @@ def test_different_num_children_custom_node_with_keys():
         di.gradient(f, di.AutoJax(), two, prep=prep)
     with pytest.raises(di.DiffifaceValueError, match="structure of x"):
         di.jvp(f, di.AutoJax(), one, two)
+
+
+def test_an_optree_dataclass_of_another_namespace_is_a_clear_error():
+    @optree.dataclasses.dataclass(namespace="elsewhere")
+    class Elsewhere:
+        a: object
+
+    with pytest.raises(di.DiffifaceTypeError, match=r"namespace='' .* or 'diffiface'"):
+        di.gradient(lambda d: (d.a**2).sum(), di.AutoFiniteDifferences(), Elsewhere(W))

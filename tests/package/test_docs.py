@@ -3,6 +3,7 @@ and the support matrix matches the code."""
 
 from __future__ import annotations
 
+import importlib.util
 import pathlib
 import re
 
@@ -15,7 +16,18 @@ from diffiface._gaps import gaps_table
 
 ROOT = pathlib.Path(__file__).parents[2]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
-NEEDS = {"jax": "jax", "torch": "torch", "autograd": "autograd", "AutoJax": "jax"}
+NEEDS = {
+    "jax": "jax",
+    "torch": "torch",
+    "autograd": "autograd",
+    "AutoJax": "jax",
+    "equinox": "equinox",
+    "flax": "flax",
+}
+
+
+def _have(module: str) -> bool:
+    return HAVE[module] if module in HAVE else importlib.util.find_spec(module) is not None
 
 
 def blocks(page: pathlib.Path) -> list:
@@ -26,7 +38,7 @@ def blocks(page: pathlib.Path) -> list:
 def test_every_python_block_runs(page):
     """The blocks of a page run in order in one namespace (a page is one session)."""
     code = blocks(page)
-    missing = {m for word, m in NEEDS.items() if any(word in b for b in code) and not HAVE[m]}
+    missing = {m for word, m in NEEDS.items() if any(word in b for b in code) and not _have(m)}
     if missing:
         pytest.skip(f"needs {', '.join(sorted(missing))}")
     namespace: dict = {"__name__": f"docs_{page.stem}"}

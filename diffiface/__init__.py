@@ -64,6 +64,7 @@ from .operators.second_order import (
     value_derivative_and_second_derivative as value_derivative_and_second_derivative,
 )
 from .operators.second_order import value_gradient_and_hessian as value_gradient_and_hessian
+from .operators.second_order import value_gradient_and_hvp as value_gradient_and_hvp
 from .sparse.api import coloring as coloring
 from .sparse.api import sparsity_pattern as sparsity_pattern
 
@@ -97,6 +98,7 @@ __all__ = [
     "differentiate_with",
     "gradient",
     "gradient_and_hvp",
+    "value_gradient_and_hvp",
     "hessian",
     "hvp",
     "jacobian",

@@ -117,10 +117,12 @@ def not_scalar(op: str, backend: Any, shape: tuple) -> DiffifaceValueError:
 
 
 def not_array(op: str, backend: Any, y: Any, kind: str) -> DiffifaceTypeError:
+    pair = type(y) is tuple and len(y) == 2
+    hint = " If f returns (output, aux), pass has_aux=True." if pair else ""
     return DiffifaceTypeError(
         f"{call_form(op, backend)}: f must return {kind}, got {type(y).__name__}. "
         f"f must compute with the framework's array ops all the way to its result "
-        f"(no float(), .item(), NumPy conversion, tuples or None)."
+        f"(no float(), .item(), NumPy conversion, tuples or None).{hint}"
     )
 
 

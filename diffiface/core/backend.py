@@ -84,9 +84,18 @@ class BackendImpl(DerivedSecondOrder):
         """Arrays joined end to end along ``axis``."""
         return np.concatenate(arrays, axis=axis) if len(arrays) > 1 else arrays[0]
 
-    def settle_aux(self, aux: Any) -> Any:
-        """f's aux as the caller gets it (torch detaches it from the inner pass)."""
-        return aux
+    def settle(self, tree: Any, like: Any) -> Any:
+        """Values f computed inside this backend's own pass (its aux, its value), as the
+        caller sees them: they keep what an outer pass tracks and lose the inner pass
+        (torch detaches them unless ``like``, a result of the same call, is attached to
+        an outer graph; autograd unboxes the inner levels)."""
+        return tree
+
+    def lower(self, a: Any, like: Any) -> Any:
+        """A value that f computed inside this backend's own pass, as the caller sees it
+        (autograd unboxes it; torch detaches it where ``like``, a result of the same
+        pass, is detached)."""
+        return a
 
     def reshape(self, a: Any, shape: tuple) -> Any:
         return a.reshape(shape)

@@ -155,16 +155,28 @@ def mapped(vmap: Callable, fn: Callable, axes: str, out: Any = 0, **kwargs: Any)
     return run
 
 
-def unpack(op: str, backend: Any, y: Any) -> Any:
-    """``out`` of f's ``(out, aux)``, its aux put in the open sink."""
+def first_leaf(tree: Any) -> Any:
+    """The first leaf of a result (a Tangents too), or None."""
+    leaves = flatten(tuple(tree) if type(tree).__name__ == "Tangents" else tree)[0]
+    return leaves[0] if leaves else None
+
+
+def pair(op: str, backend: Any, y: Any) -> tuple:
+    """f's ``(out, aux)``, checked."""
     if type(y) is not tuple or len(y) != 2:
         got = f"a {type(y).__name__}" + (f" of length {len(y)}" if type(y) is tuple else "")
         raise _checks.DiffifaceTypeError(
             f"{_checks.call_form(op, backend)} with has_aux=True: f must return a pair "
             f"(output, aux), got {got}. Return (out, aux), or drop has_aux=True."
         )
-    put(y[1])
-    return y[0]
+    return y
+
+
+def unpack(op: str, backend: Any, y: Any) -> Any:
+    """``out`` of f's ``(out, aux)``, its aux put in the open sink."""
+    out, aux = pair(op, backend, y)
+    put(aux)
+    return out
 
 
 # ---- pytree outputs ---------------------------------------------------------------
@@ -249,10 +261,14 @@ def _describe(treedef: Any, shapes: list) -> str:
 
 
 def cast(a: Any, dtype: Any) -> Any:
-    """``a`` as ``dtype`` (NumPy, JAX, autograd and torch arrays)."""
-    if a.dtype == dtype:
+    """``a`` as ``dtype`` (NumPy, JAX, autograd and torch arrays; a torch dtype names the
+    NumPy one for a result already converted back to NumPy)."""
+    have, want = str(a.dtype).rsplit(".", 1)[-1], str(dtype).rsplit(".", 1)[-1]
+    if have == want:
         return a
-    return a.to(dtype) if hasattr(a, "to") and not hasattr(a, "astype") else a.astype(dtype)
+    if hasattr(a, "astype"):
+        return a.astype(want if type(dtype).__module__ == "torch" else dtype)
+    return a.to(dtype)
 
 
 def ravel_output(

@@ -239,7 +239,7 @@ class Prep:
             if _ctx_sig(contexts) != self._ctx_sig:
                 raise self._mismatch(op, f, backend, x, given, t)
             ctx = _convert.contexts(op, self.impl, contexts)
-        impl = route(self.impl, fixed, op, xs, ctx) if fixed is not None else self.impl
+        impl = route(self.impl, fixed, op, xs, ctx, self.aux) if fixed is not None else self.impl
         return impl, self._probs[op], xs, kinds, ctx
 
     def _mismatch(self, op, f, backend, x, contexts, t) -> MismatchError:

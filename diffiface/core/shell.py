@@ -213,7 +213,7 @@ def _with_aux(op: Operator, f, backend, x, t, contexts, prep, chunk_size, has_au
             raise _checks.DiffifaceValueError(
                 f"{_checks.call_form(op.name, backend)}: f was not called, so it has no aux."
             )
-        return out, c.impl.settle_aux(sink.aux)
+        return out, c.impl.settle(sink.aux, outputs.first_leaf(out))
     except Foreign as exc:
         return _cross(exc, op, f, backend, x, t, contexts, prep, chunk_size, True)
 
@@ -260,7 +260,7 @@ def enter_impl(
     prob = Problem(name, backend, impl, f, tree, single, scalar, aux)
     ctx = convert.contexts(name, impl, contexts) if contexts else ()
     if fixed is not None:
-        impl = route(impl, fixed, name, xs, ctx)
+        impl = route(impl, fixed, name, xs, ctx, aux)
     return Call(impl, prob, xs, kinds, ctx, combo)
 
 

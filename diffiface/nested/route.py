@@ -90,9 +90,10 @@ def nested_rule_counts(reset: bool = False) -> dict:
     return out
 
 
-def route(impl: Any, fixed: Any, op: str, xs: tuple, ctx: tuple) -> Any:
+def route(impl: Any, fixed: Any, op: str, xs: tuple, ctx: tuple, aux: bool = False) -> Any:
     """``impl`` itself, or a view of it whose operator runs the registered rule
-    (``fixed``: the call's FixedParams, whose parameters are ``ctx[0]``)."""
+    (``fixed``: the call's FixedParams, whose parameters are ``ctx[0]``; ``aux``: f
+    returns ``(out, aux)``)."""
     if not enabled():
         return impl
     if not impl.outer_sees([*xs, *flatten(ctx[0])[0]]):
@@ -104,6 +105,13 @@ def route(impl: Any, fixed: Any, op: str, xs: tuple, ctx: tuple) -> Any:
     if op in _FORWARD:  # already forward mode inside: the outer pass is reverse over forward
         strategy = "native"
     elif strategy == "forward_over_reverse":
+        if aux:
+            raise _checks.DiffifaceTypeError(
+                f"{_checks.call_form(op, impl.backend)} with has_aux=True: FixedParams(strategy="
+                "'forward_over_reverse') replaces the inner call by a rule whose outputs are "
+                "its derivatives only, so f's aux could not reach the outer pass. Use "
+                "strategy='auto' (or 'reverse_over_reverse')."
+            )
         why = impl.no_forward(xs, ctx)
         if why is not None:
             raise _checks.DiffifaceTypeError(

@@ -74,7 +74,12 @@ def _vjps(c: Call, w: Any):
             continue
         # a pytree cotangent (for an f returning one): raveled like f(x), checked below
         leaves, tree = flatten(one)
+        if not leaves:
+            got = type(one).__name__
+            raise _checks.mismatch(prob.op, prob.backend, "w", "structure", "an array", got)
         leaves = [convert.native_tangent(prob.op, impl, "w", a) for a in leaves]
+        if not all(hasattr(a, "shape") for a in leaves):  # Python floats in a container
+            leaves = [a if hasattr(a, "shape") else impl.default_float(a) for a in leaves]
         layout = outputs.Layout(tree, leaves, 0)
         ws.append(layout.ravel(impl, leaves))
         trees.append(layout)

@@ -13,10 +13,12 @@ from typing import Any
 
 from .. import _checks
 from .._backend_types import AutoSparse, SecondOrder
+from .._cache import FunctionCache
 from .._errors import Crossing
 from .._tangents import Tangents
-from ..core import convert, registry, shell
+from ..core import convert, outputs, registry, shell
 from ..core.backend import size
+from ..core.problem import Problem
 from ..core.shell import Call, Operator
 from . import dense
 from .fd_over import FiniteDifferencesOver
@@ -75,6 +77,55 @@ GRADIENT_AND_HVP = Operator(
 )
 HVP = Operator(
     "hvp", "hvp", lambda c, v, _: _hvps(c, v, False)[1], scalar=True, tangent=True, resolve=_resolve
+)
+
+
+def _value_gradient_and_hvps(c: Call, v: Any):
+    """(f(x), g, H v): the gradient-and-hvp pass of f returning its value as aux too,
+    so the value comes out of the same pass (see ``core.outputs``)."""
+    prob = c.prob
+    sub = prob.fns.get("valued")  # a prepared problem keeps it
+    key = (prob.aux, prob.backend)
+    fn = _VALUED.get(prob.f, key, lambda fget: _ValueAsAux(fget, prob.aux, prob.backend))
+    if sub is None or sub.f is not fn:
+        sub = Problem(prob.op, prob.backend, prob.impl, fn, prob.treedef, prob.single, True, True)
+        sub.prepared = prob.prepared
+        prob.fns["valued"] = sub
+    with outputs.Sink() as sink:
+        g, hv = _hvps(Call(c.impl, sub, c.xs, c.kinds, c.ctx, c.combo), v, True)
+    y = sink.aux
+    if prob.aux:
+        y, aux = y
+        outputs.put(aux)
+    return c.back(c.impl.settle(y, outputs.first_leaf(hv))), g, hv
+
+
+class _ValueAsAux:
+    """``f`` returning ``(f(x), f(x))`` (``(out, (out, aux))`` for an f with aux); it holds
+    f weakly."""
+
+    __slots__ = ("__weakref__", "aux", "backend", "fget")
+
+    def __init__(self, fget, aux: bool, backend) -> None:
+        self.fget, self.aux, self.backend = fget, aux, backend
+
+    def __call__(self, x, *ctx):
+        out = self.fget()(x, *ctx)
+        if self.aux:
+            out = outputs.pair("value_gradient_and_hvp", self.backend, out)
+            return out[0], out
+        return out, out
+
+
+_VALUED = FunctionCache(per_function=4)
+
+VALUE_GRADIENT_AND_HVP = Operator(
+    "value_gradient_and_hvp",
+    "hvp",
+    lambda c, v, _: _value_gradient_and_hvps(c, v),
+    scalar=True,
+    tangent=True,
+    resolve=_resolve,
 )
 
 
@@ -171,6 +222,43 @@ def gradient_and_hvp(
         array([6., 0.])
     """
     return shell.call(GRADIENT_AND_HVP, f, backend, x, v, contexts, prep, has_aux=has_aux)
+
+
+@shell.public(VALUE_GRADIENT_AND_HVP)
+def value_gradient_and_hvp(
+    f: Callable,
+    backend: Any,
+    x: Any,
+    v: Any,
+    *contexts: Any,
+    prep: Any = None,
+    has_aux: bool = False,
+):
+    """The value, the gradient and the Hessian-vector product ``H(x) v`` of a scalar
+    ``f``, in one pass (DifferentiationInterface.jl's name since 0.7.22;
+    :func:`gradient_and_hvp` is the same without the value).
+
+    Args:
+        f: function ``f(x, *contexts)`` returning a 0-d array.
+        backend: a backend, or ``second_order(outer, inner)``.
+        x: an array, a Python float, or a pytree of floating-point arrays.
+        v: the direction, like ``x`` (or a ``di.Tangents`` of several).
+        *contexts: ``di.Constant(c)`` arguments.
+        prep: a preparation from ``prepare_hvp`` (optional).
+        has_aux: f returns ``(out, aux)``; the result is then ``((y, grad, H v), aux)``.
+
+    Returns:
+        ``(f(x), grad, H v)``, the last two with the structure of ``x``.
+
+    Examples:
+        >>> import numpy as np
+        >>> import diffiface as di
+        >>> y, g, hv = di.value_gradient_and_hvp(lambda x: (x**3).sum(),
+        ...     di.AutoFiniteDifferences(), np.array([1.0, 2.0]), np.array([1.0, 0.0]))
+        >>> round(float(y), 6), g.round(4), hv.round(4)
+        (9.0, array([ 3., 12.]), array([6., 0.]))
+    """
+    return shell.call(VALUE_GRADIENT_AND_HVP, f, backend, x, v, contexts, prep, has_aux=has_aux)
 
 
 @shell.public(HVP)

@@ -9,7 +9,7 @@ import numpy as np
 from autograd.builtins import tuple as ag_tuple
 from autograd.core import JVPNode, make_jvp, make_vjp
 from autograd.numpy.numpy_boxes import ArrayBox
-from autograd.tracer import Box, getval
+from autograd.tracer import Box, trace_stack
 
 from ... import _checks
 from ..._backend_types import AutoAutograd
@@ -28,8 +28,15 @@ class AutogradImpl(BackendImpl):
     def concat(self, arrays: list, axis: int = 0) -> Any:
         return anp.concatenate(arrays, axis=axis) if len(arrays) > 1 else arrays[0]
 
-    def settle_aux(self, aux: Any) -> Any:
-        return tree_map(getval, aux)
+    def settle(self, tree: Any, like: Any) -> Any:
+        top = trace_stack.top  # the traces of this call are closed: deeper boxes are its own
+
+        def lower(a: Any) -> Any:
+            while isinstance(a, Box) and a._trace > top:
+                a = a._value
+            return a
+
+        return tree_map(lower, tree)
 
     def is_native(self, leaf: Any) -> bool:
         if isinstance(leaf, np.ndarray):  # a masked array is refused at the boundary

@@ -187,8 +187,14 @@ class TorchImpl(BackendImpl):
     def concat(self, arrays: list, axis: int = 0) -> Any:
         return torch.cat(arrays, dim=axis) if len(arrays) > 1 else arrays[0]
 
-    def settle_aux(self, aux: Any) -> Any:
-        return tree_map(lambda a: a.detach() if isinstance(a, torch.Tensor) else a, aux)
+    def settle(self, tree: Any, like: Any) -> Any:
+        if isinstance(like, torch.Tensor) and like.requires_grad:  # an outer graph
+            return tree
+        return tree_map(lambda a: a.detach() if isinstance(a, torch.Tensor) else a, tree)
+
+    def lower(self, a: Any, like: Any) -> Any:
+        keep = isinstance(like, torch.Tensor) and like.requires_grad
+        return a if keep or not isinstance(a, torch.Tensor) else a.detach()
 
     def basis(self, like: Any, i: int) -> Any:
         e = torch.zeros(like.numel(), dtype=like.dtype, device=like.device)

@@ -81,6 +81,8 @@ def value_and_batched_jacobian(
         chunk_size: build the Jacobians from ``chunk_size`` jvps (or vjps) at a time,
             bounding the working memory; without it a result over
             ``di.config.max_dense_bytes`` (1 GiB) is an error.
+        has_aux: f returns ``(out, aux)``; the result is then ``(result, aux)``,
+            aux as f computed it (see the "Aux outputs" guide).
 
     Examples:
         >>> import numpy as np

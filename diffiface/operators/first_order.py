@@ -178,6 +178,8 @@ def value_and_gradient(
             of floating-point arrays.
         *contexts: ``di.Constant(c)`` arguments passed to ``f`` after ``x``.
         prep: the result of ``prepare_gradient`` for these arguments (optional).
+        has_aux: f returns ``(out, aux)``; the result is then ``(result, aux)``,
+            aux as f computed it (see the "Aux outputs" guide).
 
     Returns:
         ``(f(x), grad)``, where ``grad`` has the structure, shapes and dtypes of ``x``.
@@ -235,6 +237,8 @@ def value_and_jvp(
             ``di.Tangents`` of several, giving a ``Tangents`` of results).
         *contexts: ``di.Constant(c)`` arguments.
         prep: a preparation from the matching ``prepare_*`` function (optional).
+        has_aux: f returns ``(out, aux)``; the result is then ``(result, aux)``,
+            aux as f computed it (see the "Aux outputs" guide).
 
     Returns:
         ``(f(x), J v)``, both shaped like ``f(x)``.
@@ -294,6 +298,8 @@ def value_and_vjp(
             ``di.Tangents`` of several, giving a ``Tangents`` of results).
         *contexts: ``di.Constant(c)`` arguments.
         prep: a preparation from the matching ``prepare_*`` function (optional).
+        has_aux: f returns ``(out, aux)``; the result is then ``(result, aux)``,
+            aux as f computed it (see the "Aux outputs" guide).
 
     Returns:
         ``(f(x), wᵀ J)``, the second with the structure of ``x``.
@@ -345,6 +351,8 @@ def value_and_derivative(
         x: a Python float or a 0-d floating-point array.
         *contexts: ``di.Constant(c)`` arguments.
         prep: a preparation from the matching ``prepare_*`` function (optional).
+        has_aux: f returns ``(out, aux)``; the result is then ``(result, aux)``,
+            aux as f computed it (see the "Aux outputs" guide).
 
     Returns:
         ``(f(x), f'(x))``, both shaped like ``f(x)``.

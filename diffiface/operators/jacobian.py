@@ -98,6 +98,8 @@ def value_and_jacobian(
         chunk_size: build the Jacobian ``chunk_size`` products (rows or columns)
             at a time, bounding the working memory; without it a Jacobian over
             ``di.config.max_dense_bytes`` (1 GiB) is an error.
+        has_aux: f returns ``(out, aux)``; the result is then ``(result, aux)``,
+            aux as f computed it (see the "Aux outputs" guide).
 
     Examples:
         >>> import numpy as np

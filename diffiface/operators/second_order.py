@@ -209,6 +209,8 @@ def gradient_and_hvp(
         v: the direction, like ``x`` (or a ``di.Tangents`` of several).
         *contexts: ``di.Constant(c)`` arguments.
         prep: a preparation from the matching ``prepare_*`` function (optional).
+        has_aux: f returns ``(out, aux)``; the result is then ``(result, aux)``,
+            aux as f computed it (see the "Aux outputs" guide).
 
     Returns:
         ``(grad, H v)``, both with the structure of ``x``.
@@ -309,6 +311,8 @@ def value_gradient_and_hessian(
         chunk_size: build the Hessian from ``chunk_size`` Hessian-vector products
             at a time, bounding the working memory; without it a Hessian over
             ``di.config.max_dense_bytes`` (1 GiB) is an error.
+        has_aux: f returns ``(out, aux)``; the result is then ``(result, aux)``,
+            aux as f computed it (see the "Aux outputs" guide).
 
     Examples:
         >>> import numpy as np
@@ -361,6 +365,8 @@ def value_derivative_and_second_derivative(
         x: a Python float or a 0-d floating-point array.
         *contexts: ``di.Constant(c)`` arguments.
         prep: a preparation from the matching ``prepare_*`` function (optional).
+        has_aux: f returns ``(out, aux)``; the result is then ``(result, aux)``,
+            aux as f computed it (see the "Aux outputs" guide).
 
     Examples:
         >>> import diffiface as di

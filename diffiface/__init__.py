@@ -98,7 +98,6 @@ __all__ = [
     "differentiate_with",
     "gradient",
     "gradient_and_hvp",
-    "value_gradient_and_hvp",
     "hessian",
     "hvp",
     "jacobian",
@@ -126,6 +125,7 @@ __all__ = [
     "value_and_vjp",
     "value_derivative_and_second_derivative",
     "value_gradient_and_hessian",
+    "value_gradient_and_hvp",
     "vjp",
     "within_gradient",
 ]

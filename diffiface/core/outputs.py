@@ -272,10 +272,20 @@ def cast(a: Any, dtype: Any) -> Any:
 
 
 def ravel_output(
-    op: str, backend: Any, impl: Any, f: Callable, check: Callable, y: Any, xs: tuple, ctx: tuple
+    op: str,
+    backend: Any,
+    impl: Any,
+    f: Callable,
+    check: Callable,
+    y: Any,
+    xs: tuple,
+    ctx: tuple,
+    aux: bool = False,
 ) -> Any:
     """f(x) as the vector a backend differentiates, its Layout recorded; ``y`` as it is
-    when it is one array (or not a pytree of arrays: the output check explains)."""
+    when it is one array (or not a pytree of arrays: the output check explains).
+    ``aux``: y is the ``out`` of f's ``(out, aux)`` (the same f called without has_aux
+    returns the whole pair, which has its own Layout)."""
     leaves, tree = flatten(y)
     if not leaves or not all(hasattr(a, "shape") and hasattr(a, "dtype") for a in leaves):
         return y
@@ -290,7 +300,7 @@ def ravel_output(
     for a in leaves:
         check(a)  # each leaf: an array of the framework, not integers
     layout = Layout(tree, leaves, 1 if "batched" in op else 0)
-    record(f, signature(xs, ctx), layout)
+    record(f, signature(xs, ctx, aux), layout)
     return layout.ravel(impl, leaves)
 
 
@@ -302,23 +312,23 @@ def record(f: Callable, sig: Any, layout: Layout) -> None:
     table[sig] = layout
 
 
-def layout_of(f: Callable, xs: tuple, ctx: tuple) -> Layout | None:
+def layout_of(f: Callable, xs: tuple, ctx: tuple, aux: bool = False) -> Layout | None:
     """The Layout f's output had for arguments like these, or None (one array)."""
     table = _LAYOUTS.peek(f, "layouts")
     if not table:
         return None
-    return table.get(signature(xs, ctx))
+    return table.get(signature(xs, ctx, aux))
 
 
 def returns_tree(f: Callable) -> bool:
     return bool(_LAYOUTS.peek(f, "layouts"))
 
 
-def signature(xs: tuple, ctx: tuple) -> tuple:
+def signature(xs: tuple, ctx: tuple, aux: bool = False) -> tuple:
     """What decides the structure of f(x): shapes and dtypes of the arrays, other
-    values as they are (their type where they cannot be hashed)."""
+    values as they are (their type where they cannot be hashed), and has_aux."""
     leaves, tree = flatten((xs, ctx))
-    return (tree, tuple(_leaf_signature(a) for a in leaves))
+    return (tree, tuple(_leaf_signature(a) for a in leaves), bool(aux))
 
 
 def _leaf_signature(a: Any) -> Any:

@@ -94,7 +94,7 @@ class Problem:
             if aux:
                 y = outputs.unpack(op, backend, y)
             if trees and not is_output(y):
-                y = outputs.ravel_output(op, backend, impl, fget(), leaf_check, y, xs, ctx)
+                y = outputs.ravel_output(op, backend, impl, fget(), leaf_check, y, xs, ctx, aux)
             return check(y, xs)
 
         return finish

@@ -23,6 +23,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .. import _checks, _config, _finite
+from .._backend_types import AutoSparse
 from .._contexts import Constant, FixedParams, unfix
 from .._errors import Foreign
 from .._tree import flatten, tree_map, unflatten
@@ -124,7 +125,7 @@ class Call:
         f = self.prob.f
         if not outputs.returns_tree(f):
             return None
-        return outputs.layout_of(f, self.xs, self.ctx)
+        return outputs.layout_of(f, self.xs, self.ctx, self.prob.aux)
 
     def like_x(self, gs: tuple) -> Any:
         """Leaves shaped like x's, in x's structure and kinds."""
@@ -204,6 +205,12 @@ def _with_aux(op: Operator, f, backend, x, t, contexts, prep, chunk_size, has_au
         raise _checks.DiffifaceTypeError(
             f"{_checks.call_form(op.name, backend)}: has_aux must be True or False, got "
             f"{has_aux!r}."
+        )
+    if isinstance(backend, AutoSparse):
+        raise _checks.DiffifaceTypeError(
+            f"{_checks.call_form(op.name, backend)}: AutoSparse does not take has_aux=True: "
+            "its sparsity detection traces f's output alone. Compute the aux in a separate "
+            "call of f, or use the dense backend (AutoSparse(...).backend) with has_aux."
         )
     try:
         with outputs.Sink() as sink:

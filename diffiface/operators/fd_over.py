@@ -10,6 +10,7 @@ import numpy as np
 
 from .. import _checks
 from .._backend_types import SecondOrder
+from ..core import outputs
 from ..core.problem import Problem
 from .first_order import value_and_derivative, value_and_gradient
 
@@ -32,11 +33,25 @@ class FiniteDifferencesOver:
         return getattr(self.fd, name)
 
     def _inner(self, prob, op: Callable, index: int) -> Problem:
-        """A NumPy problem x -> op(f, inner, x)[index] for the finite differences."""
+        """A NumPy problem x -> op(f, inner, x)[index] for the finite differences. Its
+        first call (at x itself) puts f's aux in the open sink; for value_gradient_and_hvp
+        (``prob.f`` carries f's value as its aux) the value too, as f's own output."""
+        from .second_order import _ValueAsAux  # (second_order imports this module)
+
         f, inner, contexts = self.f, self.inner, self.contexts
+        valued = isinstance(prob.f, _ValueAsAux)
+        aux = prob.f.aux if valued else prob.aux
 
         def g(x, *_):
-            return np.asarray(op(f, inner, x, *contexts)[index])
+            out = op(f, inner, x, *contexts, has_aux=aux)
+            if aux:
+                out, a = out
+            if valued:
+                y = np.asarray(out[0])
+                outputs.put((y, a) if aux else y)
+            elif aux:
+                outputs.put(a)
+            return np.asarray(out[index])
 
         return Problem(prob.op, self.backend, self.fd, g, prob.treedef, True, False)
 

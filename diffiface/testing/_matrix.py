@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from .._backend_types import AutoSparse, SecondOrder
+from ..core.plan import FAMILY
 from . import _matrix_builtins
 from ._check import SPARSE, available_backends
 from ._matrix_case import TANGENT, MatrixCase, Spec
@@ -36,7 +37,14 @@ CONTEXTS = (
     "fw_outer+params",
     "di_tangent",
     "fw_tangent",
+    "plain+aux",
+    "plain+tree",
+    "di_outer+aux",
+    "fw_outer+aux",
+    "fw_outer+tree",
 )
+# the operators a pytree output goes through ("+tree")
+TREE_OPS = ("derivative", "jacobian", "jvp", "vjp", "batched_jacobian")
 # the operators every array kind and every way of passing s runs for (without full=True)
 CORE = (
     "derivative",
@@ -258,6 +266,10 @@ def _contexts(backend: Any, spec: Spec, op: str, kind: str, full: bool, first: b
             continue  # finite differences have no outer pass of their own
         if where.endswith("tangent") and op not in TANGENT:
             continue
+        if context.endswith("+tree") and FAMILY[op] not in TREE_OPS:
+            continue  # scalar-output operators take no pytree output
+        if context.endswith(("+tree", "+aux")) and isinstance(backend, AutoSparse):
+            continue  # AutoSparse takes one array out (its detection traces it)
         if not full and not _kept(context, op, kind, first):
             continue
         out.append(context)

@@ -161,12 +161,17 @@ class MatrixCase:
         return arrange(self.kind, self._framework, np.asarray(a, dtype=self.dtype))
 
     def _function(self, s: Any) -> tuple:
-        """(the function, the contexts) through which ``f`` sees ``s``."""
+        """(the function, the contexts) through which ``f`` sees ``s``; "+aux": f returns
+        ``(out, {"value": out})`` (``has_aux=True``); "+tree": f returns ``(out, 2 * out)``."""
         f, via = self.spec.f, self._via
         if via == "closure":
             return (lambda z: f(z, s)), ()
         if via == "const":
             return f, (Constant(s),)
+        if via == "aux":
+            return (lambda z: _with_value(f(z, s))), ()
+        if via == "tree":
+            return (lambda z: _twice(f(z, s))), ()
         return FixedParams(f, s), ()
 
     def _prepare(self, s: Any, x: Any, t: Any, fn: Any = None) -> Any:
@@ -177,7 +182,9 @@ class MatrixCase:
             return None
         fn, ctx = self._function(s) if fn is None else (fn, self._function(s)[1])
         prepare = getattr(di, "prepare_" + FAMILY[self.op])
-        return prepare(fn, self.backend, x, *(() if t is None else (t,)), *ctx)
+        t = self._tangent(t)
+        aux = self._via == "aux"
+        return prepare(fn, self.backend, x, *(() if t is None else (t,)), *ctx, has_aux=aux)
 
     def _invoke(self, s: Any, x: Any, t: Any, prep: Any = None) -> tuple:
         """The operator's outputs at ``x`` (tangent ``t``), ``f`` seeing ``s``; prepared
@@ -187,9 +194,38 @@ class MatrixCase:
         fn, ctx = self._function(s)
         if prep is None:
             prep = self._prepare(s, x, t, fn)
+        t = self._tangent(t)
         targs = () if t is None else (t,)
-        out = getattr(di, self.op)(fn, self.backend, x, *targs, *ctx, prep=prep)
-        return out if len(self.spec.ref.expected(self.op)) > 1 else (out,)
+        via = self._via
+        out = getattr(di, self.op)(
+            fn, self.backend, x, *targs, *ctx, prep=prep, has_aux=via == "aux"
+        )
+        if via == "aux":
+            out, aux = out
+            self._check_aux(aux, s)
+        outs = out if len(self.spec.ref.expected(self.op)) > 1 else (out,)
+        if via == "tree":
+            outs = tuple(
+                _first_of_twice(o, name) if name in _F_SHAPED else o
+                for o, name in zip(outs, outputs(self.op), strict=True)
+            )
+        return outs
+
+    def _tangent(self, t: Any) -> Any:
+        """The cotangent of vjp for "+tree": ``(w, 0 * w)``, like f's ``(out, 2 * out)``."""
+        if self._via == "tree" and t is not None and FAMILY[self.op] == "vjp":
+            return (t, t * 0)
+        return t
+
+    def _check_aux(self, aux: Any, s: Any) -> None:
+        """aux is f's value as computed (checked against the reference in a plain call)."""
+        if not isinstance(aux, dict) or set(aux) != {"value"}:
+            raise AssertionError(f"aux came back as {type(aux).__name__}, not the dict f gave")
+        if self._where == "plain":
+            got = np.ravel(np.asarray(_numpy(aux["value"]), dtype=np.float64))
+            err = relative_error(got, self.spec.ref.y)
+            if not err <= self._tolerance():
+                raise AssertionError(f"aux value error {err:.2e} (got {_show(got)})")
 
     def _weights(self) -> tuple:
         """Fixed weights ``u`` that reduce each output to a scalar for an outer pass."""
@@ -228,7 +264,8 @@ class MatrixCase:
             # s is the backend's own 0-d array, whatever the kind of x
             s0 = arrange("0d", self._framework, np.asarray(spec.s, dtype=self.dtype))
             # a Constant or FixedParams call is prepared outside, at the value of s
-            prep = None if self._via == "closure" else self._prepare(s0, x, t)
+            closure = self._via in ("closure", "aux", "tree")  # f is made anew for each s
+            prep = None if closure else self._prepare(s0, x, t)
 
             def outer(s):
                 return _reduce(self._invoke(s, x, t, prep), us)
@@ -338,6 +375,38 @@ class MatrixCase:
         if np.any(got[ref == 0] != 0):
             return "has a nonzero where the reference has an exact zero"
         return ""
+
+
+_F_SHAPED = ("value", "derivative", "jacobian", "jvp", "batched_jacobian")
+
+
+def _with_value(y: Any) -> tuple:
+    return y, {"value": y}
+
+
+def _twice(y: Any) -> tuple:
+    return y, 2 * y
+
+
+def _first_of_twice(out: Any, name: str) -> Any:
+    """The first leaf of a ``(r, 2 r)`` result of "+tree", the second checked against it."""
+    if type(out) is not tuple or len(out) != 2:
+        raise AssertionError(f"{name} came back as {type(out).__name__}, not f's pair")
+    if any(_traced(o) for o in out):  # under an outer pass: the outer derivative checks it
+        return out[0]
+    a, b = (np.asarray(_numpy(o), dtype=np.float64) for o in out)
+    if a.shape != b.shape or not np.allclose(b, 2 * a, rtol=1e-6, atol=1e-9):
+        raise AssertionError(f"{name}: the second leaf is not twice the first")
+    return out[0]
+
+
+def _traced(a: Any) -> bool:
+    """An outer pass tracks ``a`` (a JAX tracer, a torch tensor in a graph, a box)."""
+    return type(a).__name__.endswith(("Tracer", "Box")) or bool(getattr(a, "requires_grad", 0))
+
+
+def _numpy(a: Any) -> Any:
+    return a.detach().cpu().numpy() if hasattr(a, "detach") else a
 
 
 def _tangent_reference(ref: Scenario, op: str, u: np.ndarray) -> np.ndarray:

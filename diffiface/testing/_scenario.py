@@ -248,6 +248,8 @@ def dense(a: Any) -> Any:
 def flat_result(tree: Any) -> np.ndarray:
     """A result (array, float or pytree of them, any framework) as one float64 vector."""
     out = []
+    if is_sparse(tree):  # a BCOO is a JAX pytree node: its nonzeros, not its leaves
+        tree = dense(tree)
     for a in flatten(tree)[0]:
         a = dense(a)
         if hasattr(a, "detach"):

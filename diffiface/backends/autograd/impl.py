@@ -286,6 +286,8 @@ def _call(prob, thunk):
     try:
         return thunk()
     except TypeError as exc:
+        if isinstance(exc, _checks.DiffifaceTypeError):  # already says what is wrong
+            raise
         clear = _checks.framework_error(prob.op, prob.backend, exc)
         if clear is not None:
             raise clear from exc

@@ -18,7 +18,12 @@ from typing import Any
 import numpy as np
 import torch
 import torch.autograd.forward_ad as fwAD
-from torch._C._functorch import is_functorch_wrapped_tensor, peek_interpreter_stack
+from torch._C._functorch import (
+    is_dead_tensor_wrapper,
+    is_functorch_wrapped_tensor,
+    peek_interpreter_stack,
+    unwrap_if_dead,
+)
 
 from ... import _checks
 from ..._backend_types import AutoTorch
@@ -188,6 +193,7 @@ class TorchImpl(BackendImpl):
         return torch.cat(arrays, dim=axis) if len(arrays) > 1 else arrays[0]
 
     def settle(self, tree: Any, like: Any) -> Any:
+        tree = tree_map(_alive, tree)
         if isinstance(like, torch.Tensor) and like.requires_grad:  # an outer graph
             return tree
         return tree_map(lambda a: a.detach() if isinstance(a, torch.Tensor) else a, tree)
@@ -522,6 +528,15 @@ class TorchImpl(BackendImpl):
 
         (y, d1), (_, d2) = call_forward(prob, lambda: torch.func.jvp(d, (x,), (one,)))
         return y, d1, d2
+
+
+def _alive(a: Any) -> Any:
+    """A tensor that escaped a finished torch.func transform (f's aux, computed on its
+    wrapped inputs) as the tensor it wraps, which an outer graph can differentiate."""
+    if isinstance(a, torch.Tensor):
+        while is_functorch_wrapped_tensor(a) and is_dead_tensor_wrapper(a):
+            a = unwrap_if_dead(a)
+    return a
 
 
 def _placed(a, like, batched=False):

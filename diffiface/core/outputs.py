@@ -165,6 +165,8 @@ def pair(op: str, backend: Any, y: Any) -> tuple:
     """f's ``(out, aux)``, checked."""
     if type(y) is not tuple or len(y) != 2:
         got = f"a {type(y).__name__}" + (f" of length {len(y)}" if type(y) is tuple else "")
+        if hasattr(y, "shape") and hasattr(y, "dtype"):  # (a tracer or a box: f's output)
+            got = f"one array of shape {tuple(y.shape)}"
         raise _checks.DiffifaceTypeError(
             f"{_checks.call_form(op, backend)} with has_aux=True: f must return a pair "
             f"(output, aux), got {got}. Return (out, aux), or drop has_aux=True."
@@ -177,6 +179,23 @@ def unpack(op: str, backend: Any, y: Any) -> Any:
     out, aux = pair(op, backend, y)
     put(aux)
     return out
+
+
+class ValueAsAux:
+    """``f`` returning ``(f(x), f(x))`` (``(out, (out, aux))`` for an f with aux); it holds
+    f weakly."""
+
+    __slots__ = ("__weakref__", "aux", "backend", "fget")
+
+    def __init__(self, fget, aux: bool, backend) -> None:
+        self.fget, self.aux, self.backend = fget, aux, backend
+
+    def __call__(self, x, *ctx):
+        out = self.fget()(x, *ctx)
+        if self.aux:
+            out = pair("value_gradient_and_hvp", self.backend, out)
+            return out[0], out
+        return out, out
 
 
 # ---- pytree outputs ---------------------------------------------------------------

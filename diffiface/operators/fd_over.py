@@ -36,10 +36,8 @@ class FiniteDifferencesOver:
         """A NumPy problem x -> op(f, inner, x)[index] for the finite differences. Its
         first call (at x itself) puts f's aux in the open sink; for value_gradient_and_hvp
         (``prob.f`` carries f's value as its aux) the value too, as f's own output."""
-        from .second_order import _ValueAsAux  # (second_order imports this module)
-
         f, inner, contexts = self.f, self.inner, self.contexts
-        valued = isinstance(prob.f, _ValueAsAux)
+        valued = isinstance(prob.f, outputs.ValueAsAux)
         aux = prob.f.aux if valued else prob.aux
 
         def g(x, *_):

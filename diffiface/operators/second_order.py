@@ -86,7 +86,7 @@ def _value_gradient_and_hvps(c: Call, v: Any):
     prob = c.prob
     sub = prob.fns.get("valued")  # a prepared problem keeps it
     key = (prob.aux, prob.backend)
-    fn = _VALUED.get(prob.f, key, lambda fget: _ValueAsAux(fget, prob.aux, prob.backend))
+    fn = _VALUED.get(prob.f, key, lambda fget: outputs.ValueAsAux(fget, prob.aux, prob.backend))
     if sub is None or sub.f is not fn:
         sub = Problem(prob.op, prob.backend, prob.impl, fn, prob.treedef, prob.single, True, True)
         sub.prepared = prob.prepared
@@ -98,23 +98,6 @@ def _value_gradient_and_hvps(c: Call, v: Any):
         y, aux = y
         outputs.put(aux)
     return c.back(c.impl.settle(y, outputs.first_leaf(hv))), g, hv
-
-
-class _ValueAsAux:
-    """``f`` returning ``(f(x), f(x))`` (``(out, (out, aux))`` for an f with aux); it holds
-    f weakly."""
-
-    __slots__ = ("__weakref__", "aux", "backend", "fget")
-
-    def __init__(self, fget, aux: bool, backend) -> None:
-        self.fget, self.aux, self.backend = fget, aux, backend
-
-    def __call__(self, x, *ctx):
-        out = self.fget()(x, *ctx)
-        if self.aux:
-            out = outputs.pair("value_gradient_and_hvp", self.backend, out)
-            return out[0], out
-        return out, out
 
 
 _VALUED = FunctionCache(per_function=4)

@@ -19,11 +19,11 @@ from .._backend_types import AutoSparse, SecondOrder
 from ..core.plan import FAMILY
 from . import _matrix_builtins
 from ._check import SPARSE, available_backends
-from ._matrix_case import TANGENT, MatrixCase, Spec
+from ._matrix_case import NODE_OPS, TANGENT, MatrixCase, Spec
 from ._scenario import SECOND
 
 # array kinds of x (and of its tangent / cotangent)
-KINDS = ("C", "F", "T", "strided", "0d", "float", "numpy", "numpy_F")
+KINDS = ("C", "F", "T", "strided", "0d", "float", "numpy", "numpy_F", "node")
 # where the call runs; "+const" / "+params": s reaches f as di.Constant / di.FixedParams
 CONTEXTS = (
     "plain",
@@ -116,7 +116,8 @@ def consistency_matrix(
     ``strided`` (``big[::2]``), ``float`` (a Python float ``x``), ``numpy`` and
     ``numpy_F`` (NumPy arrays, C and Fortran order, given to a JAX or torch backend).
     JAX arrays have no order, so JAX gets no F, T or strided; torch's transposed view is
-    its F.
+    its F. ``node``: x inside a pytree node registered with optree (gradient, jacobian,
+    jvp, vjp and hvp, whose x-shaped results must come back as that node).
 
     Calling contexts: ``plain`` (``f`` closes over ``s``), ``plain+const`` (``s`` passed
     as ``di.Constant(s)``), ``plain+params`` (``di.FixedParams(f, s)``); ``di_outer``
@@ -247,6 +248,8 @@ def _kinds(backend: Any, spec: Spec) -> tuple:
             out += ["F", "T", "strided"] if fw in _NUMPY_NATIVE else ["F", "strided"]
     if fw not in _NUMPY_NATIVE:
         out += ["numpy", "numpy_F"] if nd >= 2 else ["numpy"]
+    if not isinstance(backend, AutoSparse):
+        out.append("node")  # x in a registered pytree node
     return tuple(k for k in out if nd >= 2 or k not in ("F", "T"))
 
 
@@ -266,6 +269,8 @@ def _contexts(backend: Any, spec: Spec, op: str, kind: str, full: bool, first: b
             continue  # finite differences have no outer pass of their own
         if where.endswith("tangent") and op not in TANGENT:
             continue
+        if kind == "node" and FAMILY[op] not in NODE_OPS:
+            continue  # an operator of one array x
         if context.endswith("+tree") and FAMILY[op] not in TREE_OPS:
             continue  # scalar-output operators take no pytree output
         if context.endswith(("+tree", "+aux")) and isinstance(backend, AutoSparse):

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
+import optree
 
 from .._backend_types import AutoSparse
 from .._checks import DisconnectedWarning
@@ -162,8 +163,11 @@ class MatrixCase:
 
     def _function(self, s: Any) -> tuple:
         """(the function, the contexts) through which ``f`` sees ``s``; "+aux": f returns
-        ``(out, {"value": out})`` (``has_aux=True``); "+tree": f returns ``(out, 2 * out)``."""
+        ``(out, {"value": out})`` (``has_aux=True``); "+tree": f returns ``(out, 2 * out)``;
+        kind "node": f takes x in a registered pytree node (``Point``)."""
         f, via = self.spec.f, self._via
+        if self.kind == "node":
+            f = _on_point(f)
         if via == "closure":
             return (lambda z: f(z, s)), ()
         if via == "const":
@@ -209,12 +213,23 @@ class MatrixCase:
                 _first_of_twice(o, name) if name in _F_SHAPED else o
                 for o, name in zip(outs, outputs(self.op), strict=True)
             )
+        if self.kind == "node":
+            outs = tuple(
+                _from_point(o, name) for o, name in zip(outs, outputs(self.op), strict=True)
+            )
         return outs
 
     def _tangent(self, t: Any) -> Any:
-        """The cotangent of vjp for "+tree": ``(w, 0 * w)``, like f's ``(out, 2 * out)``."""
-        if self._via == "tree" and t is not None and FAMILY[self.op] == "vjp":
+        """The cotangent of vjp for "+tree": ``(w, 0 * w)``, like f's ``(out, 2 * out)``;
+        the tangent of jvp and hvp for kind "node": a ``Point`` like x."""
+        if t is None:
+            return t
+        if self._via == "tree" and FAMILY[self.op] == "vjp":
             return (t, t * 0)
+        if self.kind == "node":  # a Point like x, but w is like f(x)
+            if FAMILY[self.op] == "vjp":
+                return t.v if isinstance(t, Point) else t
+            return t if isinstance(t, Point) else Point(t)
         return t
 
     def _check_aux(self, aux: Any, s: Any) -> None:
@@ -343,6 +358,7 @@ class MatrixCase:
 
     def _kind_problem(self, out: Any, x: Any, shape: tuple) -> str:
         """Results come back in the kind of x: native, NumPy, or a float when 0-d."""
+        x = x.v if isinstance(x, Point) else x
         if self.kind == "float" and shape == ():
             return "" if type(out) is float else f"is {type(out).__name__}, not float"
         if self.kind in ("float", "numpy", "numpy_F"):
@@ -378,6 +394,28 @@ class MatrixCase:
 
 
 _F_SHAPED = ("value", "derivative", "jacobian", "jvp", "batched_jacobian")
+# the operators that take x in a registered node (x-shaped results come back as one)
+NODE_OPS = ("gradient", "jacobian", "jvp", "vjp", "hvp")
+
+
+@optree.dataclasses.dataclass(namespace="")
+class Point:
+    """x in a pytree node registered with optree (globally): kind "node"."""
+
+    v: Any
+
+
+def _on_point(f: Callable) -> Callable:
+    return lambda p, *args: f(p.v, *args)
+
+
+def _from_point(out: Any, name: str) -> Any:
+    """An x-shaped result: the Point it must come back as, opened."""
+    if name in ("value", "jvp"):
+        return out
+    if not isinstance(out, Point):
+        raise AssertionError(f"{name} came back as {type(out).__name__}, not x's node type")
+    return out.v
 
 
 def _with_value(y: Any) -> tuple:
@@ -448,6 +486,8 @@ def arrange(kind: str, framework: str, a: np.ndarray) -> Any:
     numpy / numpy_F: a NumPy array (C / Fortran order) for any backend.
     """
     a = np.asarray(a)
+    if kind == "node":
+        return Point(arrange("C", framework, a))
     if kind == "float":
         return float(a) if a.ndim == 0 else np.array(a)
     if (kind in ("F", "T", "numpy_F") and a.ndim < 2) or (kind == "strided" and a.ndim < 1):

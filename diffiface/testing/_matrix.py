@@ -42,6 +42,7 @@ CONTEXTS = (
     "di_outer+aux",
     "fw_outer+aux",
     "fw_outer+tree",
+    "plain+module",
 )
 # the operators a pytree output goes through ("+tree")
 TREE_OPS = ("derivative", "jacobian", "jvp", "vjp", "batched_jacobian")
@@ -123,7 +124,11 @@ def consistency_matrix(
     as ``di.Constant(s)``), ``plain+params`` (``di.FixedParams(f, s)``); ``di_outer``
     (``di.gradient`` with the same backend differentiates ``<u, op(...)>`` with respect
     to ``s``), ``fw_outer`` (the same by ``jax.grad``, ``torch.autograd.grad`` or
-    ``autograd.grad``), each also ``+const`` and ``+params``; ``di_tangent`` and
+    ``autograd.grad``), each also ``+const`` and ``+params``; ``plain+aux`` /
+    ``di_outer+aux`` / ``fw_outer+aux`` (f returns ``(out, {"value": out})``, called with
+    ``has_aux=True``), ``plain+tree`` / ``fw_outer+tree`` (f returns ``(out, 2 * out)``),
+    ``plain+module`` (torch: ``di.FixedParams(model)``, s a parameter of the module);
+    ``di_tangent`` and
     ``fw_tangent`` (the tangent of jvp and hvp or the cotangent of vjp is differentiated:
     ``d/dw <u, vjp(f, b, x, w)> = J u``, ``d/dv <u, jvp> = Jᵀ u``, ``d/dv <u, hvp> = H u``).
     ``u`` holds fixed random weights. Finite differences run no ``fw_*`` context, and
@@ -269,6 +274,8 @@ def _contexts(backend: Any, spec: Spec, op: str, kind: str, full: bool, first: b
             continue  # finite differences have no outer pass of their own
         if where.endswith("tangent") and op not in TANGENT:
             continue
+        if context.endswith("+module") and backend.framework != "torch":
+            continue  # FixedParams(model) of a torch.nn.Module
         if kind == "node" and FAMILY[op] not in NODE_OPS:
             continue  # an operator of one array x
         if context.endswith("+tree") and FAMILY[op] not in TREE_OPS:

@@ -176,6 +176,8 @@ class MatrixCase:
             return (lambda z: _with_value(f(z, s))), ()
         if via == "tree":
             return (lambda z: _twice(f(z, s))), ()
+        if via == "module":  # FixedParams(model): s a parameter of a torch module
+            return FixedParams(_module(f, s, self.dtype)), ()
         return FixedParams(f, s), ()
 
     def _prepare(self, s: Any, x: Any, t: Any, fn: Any = None) -> Any:
@@ -403,6 +405,21 @@ class Point:
     """x in a pytree node registered with optree (globally): kind "node"."""
 
     v: Any
+
+
+def _module(f: Callable, s: Any, dtype: np.dtype) -> Any:
+    """A torch module whose forward is ``f(x, s)``, s its parameter."""
+    import torch
+
+    class Scaled(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.s = torch.nn.Parameter(torch.as_tensor(float(s), dtype=getattr(torch, dtype.name)))
+
+        def forward(self, z: Any) -> Any:
+            return f(z, self.s)
+
+    return Scaled()
 
 
 def _on_point(f: Callable) -> Callable:

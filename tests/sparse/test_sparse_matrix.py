@@ -36,7 +36,7 @@ def test_sparse_matrix(case):
 def test_the_sparse_matrix_covers_kinds_contexts_and_both_families():
     ops = {c.op for c in CASES}
     assert ops == {"jacobian", "value_and_jacobian", "hessian", "value_gradient_and_hessian"}
-    assert {c.context for c in CASES} == {"plain", "plain+const", "plain+params"}
+    assert {c.context for c in CASES} == {"plain", "plain+const", "plain+params", "plain+module"}
     assert {"C", "F", "strided", "numpy"} <= {c.kind for c in CASES}
 
 

@@ -323,7 +323,11 @@ def ravel_output(
     return layout.ravel(impl, leaves)
 
 
+SEEN = [False]  # no f has returned a pytree yet: nothing to look up
+
+
 def record(f: Callable, sig: Any, layout: Layout) -> None:
+    SEEN[0] = True
     table = _LAYOUTS.peek(f, "layouts")
     if table is None:
         table = {}
@@ -340,7 +344,7 @@ def layout_of(f: Callable, xs: tuple, ctx: tuple, aux: bool = False) -> Layout |
 
 
 def returns_tree(f: Callable) -> bool:
-    return bool(_LAYOUTS.peek(f, "layouts"))
+    return SEEN[0] and bool(_LAYOUTS.peek(f, "layouts"))
 
 
 def signature(xs: tuple, ctx: tuple, aux: bool = False) -> tuple:

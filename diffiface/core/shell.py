@@ -109,7 +109,7 @@ class Call:
         any leaf of x was)."""
         kinds = self.kinds
         kind = convert.NATIVE if convert.NATIVE in kinds else min(kinds, default=0)
-        layout = self.layout()
+        layout = self.layout() if outputs.SEEN[0] else None
         if layout is not None:
             impl = self.impl
             tree = layout.split(impl, a)

@@ -25,6 +25,7 @@ from ..operators.first_order import (
     derivative,
     gradient,
     value_and_derivative,
+    value_and_gradient,
     value_and_jvp,
     value_and_vjp,
 )
@@ -105,34 +106,62 @@ def cross_second_order(op: str, f: Callable, backend: Any, args: tuple, kwargs: 
 
     moved = [Constant(move(a.value)) if isinstance(a, Constant) else move(a) for a in args]
     x, rest = moved[0], moved[1:]
-    if op in ("hvp", "gradient_and_hvp"):
+    # with has_aux, the inner call's value and aux ride out as the outer call's aux
+    has_aux = bool(kwargs.get("has_aux", False))
+    kwargs = {k: v for k, v in kwargs.items() if k != "has_aux"}
+    aux_kw = {"has_aux": True} if has_aux else {}
+    if op in ("hvp", "gradient_and_hvp", "value_gradient_and_hvp"):
         v, contexts = rest[0], rest[1:]
-        grad = functools.partial(_grad_of, f, inner, contexts)
+        grad = functools.partial(_grad_of, f, inner, contexts, has_aux)
         if getattr(outer, "mode", None) == "reverse":  # H symmetric: Hᵀ v = H v
-            g, hv = value_and_vjp(grad, outer, x, v)
+            r = value_and_vjp(grad, outer, x, v, **aux_kw)
         else:
-            g, hv = value_and_jvp(grad, outer, x, v)
-        out = (g, hv) if op == "gradient_and_hvp" else hv
+            r = value_and_jvp(grad, outer, x, v, **aux_kw)
+        (g, hv), carried = r if has_aux else (r, None)
+        if op == "value_gradient_and_hvp":
+            y = carried[0] if has_aux else _second_order_value(f, inner, x, contexts)
+            out = (y, g, hv)
+        else:
+            out = (g, hv) if op == "gradient_and_hvp" else hv
     elif op in ("hessian", "value_gradient_and_hessian"):
-        grad = functools.partial(_grad_of, f, inner, rest)
-        g, h = value_and_jacobian(grad, outer, x, **kwargs)
-        out = h if op == "hessian" else (_second_order_value(f, inner, x, rest), g, h)
+        grad = functools.partial(_grad_of, f, inner, rest, has_aux)
+        r = value_and_jacobian(grad, outer, x, **kwargs, **aux_kw)
+        (g, h), carried = r if has_aux else (r, None)
+        if op == "hessian":
+            out = h
+        else:
+            y = carried[0] if has_aux else _second_order_value(f, inner, x, rest)
+            out = (y, g, h)
     else:
-        d = functools.partial(_derivative_of, f, inner, rest)
-        d1, d2 = value_and_derivative(d, outer, x)
-        out = d2 if op == "second_derivative" else (_second_order_value(f, inner, x, rest), d1, d2)
+        d = functools.partial(_derivative_of, f, inner, rest, has_aux)
+        r = value_and_derivative(d, outer, x, **aux_kw)
+        (d1, d2), carried = r if has_aux else (r, None)
+        if op == "second_derivative":
+            out = d2
+        else:
+            y = carried[0] if has_aux else _second_order_value(f, inner, x, rest)
+            out = (y, d1, d2)
+    if has_aux:
+        out = (out, carried[1])
     back = _bridge.module(x_kind).as_array
     if x_kind != "numpy":  # a 0-d result computed on NumPy may be a Python float
         return tree_map(lambda a: back(a) if framework_of(a) or isinstance(a, float) else a, out)
     return tree_map(lambda a: back(a) if framework_of(a) else a, out)
 
 
-def _grad_of(f, inner, contexts, x):
-    return gradient(f, inner, x, *contexts)
+def _grad_of(f, inner, contexts, has_aux, x):
+    """f's gradient by ``inner``; with ``has_aux``, ``(gradient, (f's value, f's aux))``."""
+    if not has_aux:
+        return gradient(f, inner, x, *contexts)
+    (y, g), aux = value_and_gradient(f, inner, x, *contexts, has_aux=True)
+    return g, (y, aux)
 
 
-def _derivative_of(f, inner, contexts, x):
-    return derivative(f, inner, x, *contexts)
+def _derivative_of(f, inner, contexts, has_aux, x):
+    if not has_aux:
+        return derivative(f, inner, x, *contexts)
+    (y, d), aux = value_and_derivative(f, inner, x, *contexts, has_aux=True)
+    return d, (y, aux)
 
 
 def _second_order_value(f, inner, x, contexts):

@@ -601,14 +601,6 @@ def test_inside_torch_autograd_aux_is_attached(op, how, prepared):
         np.testing.assert_allclose(dc.numpy(), ref(X1, t), rtol=1e-10, atol=1e-12)
 
 
-_ATTACHED_UNDER_NO_GRAD = pytest.mark.xfail(
-    strict=True,
-    reason="AutoTorch's plain double-backward hvp / hessian decides 'keep the graph' "
-    "(reaches_outside) inside torch.enable_grad(), so under torch.no_grad a Constant "
-    "requiring grad leaves the result, and so the aux, attached (torch.func detaches)",
-)
-
-
 @pytest.mark.parametrize(
     "op",
     [
@@ -616,9 +608,9 @@ _ATTACHED_UNDER_NO_GRAD = pytest.mark.xfail(
         "value_and_gradient",
         "jvp",
         "vjp",
-        pytest.param("hvp", marks=_ATTACHED_UNDER_NO_GRAD),
-        pytest.param("value_gradient_and_hvp", marks=_ATTACHED_UNDER_NO_GRAD),
-        pytest.param("hessian", marks=_ATTACHED_UNDER_NO_GRAD),
+        "hvp",
+        "value_gradient_and_hvp",
+        "hessian",
     ],
 )
 def test_under_torch_no_grad_aux_is_detached(op):

@@ -332,9 +332,10 @@ class TorchImpl(BackendImpl):
         fn = prob.flat()
         if self._plain(xs, ctx, combo):  # double backward: the fastest plain torch hvp
             xg = tuple(leaf(x) for x in xs)
+            outer = torch.is_grad_enabled()  # under no_grad nothing stays attached
             with torch.enable_grad():
                 y = apply_f(prob, fn, xg, ctx)
-                keep = reaches_outside(y, xg)  # f closes over tensors of an outer pass
+                keep = outer and reaches_outside(y, xg)  # f closes over an outer pass's
                 gs = grads(y, xg, None, True, True)
                 used = [(g, v) for g, v in zip(gs, vs, strict=True) if g.requires_grad]
                 if not used:
@@ -361,9 +362,10 @@ class TorchImpl(BackendImpl):
         fn = prob.flat()
         n = len(vss)
         xg = tuple(leaf(x) for x in xs)
+        outer = torch.is_grad_enabled()  # under no_grad nothing stays attached
         with torch.enable_grad():
             y = apply_f(prob, fn, xg, ctx)
-            keep = reaches_outside(y, xg)
+            keep = outer and reaches_outside(y, xg)
             gs = grads(y, xg, None, True, True)
             used = [k for k, g in enumerate(gs) if g.requires_grad]
             hv = [None] * len(xs)
@@ -411,9 +413,10 @@ class TorchImpl(BackendImpl):
         n = x.numel()
         if self._plain(xs, ctx, combo):  # one double backward, batched over the basis
             xg = leaf(x)
+            outer = torch.is_grad_enabled()  # under no_grad nothing stays attached
             with torch.enable_grad():
                 y = apply_f(prob, fn, (xg,), ctx)
-                keep = reaches_outside(y, (xg,))
+                keep = outer and reaches_outside(y, (xg,))
                 (g,) = grads(y, (xg,), None, True, True)
                 h = None
                 if g.requires_grad and n:

@@ -105,6 +105,10 @@ class FiniteDifferencesImpl(BackendImpl):
     def from_numpy(self, a: np.ndarray) -> Any:
         return a
 
+    def output_size(self, prob, xs: tuple, ctx: tuple) -> int:
+        # f may return a Python number (is_output accepts one), which has no .shape
+        return int(np.size(prob.flat()(xs, *ctx)))
+
     def default_float(self, value: float) -> Any:
         return np.asarray(value, dtype=np.float64)
 

@@ -26,6 +26,8 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
+
 from .. import _checks
 from .._cache import FunctionCache
 from .._tree import flatten, unflatten
@@ -306,18 +308,17 @@ def ravel_output(
     ``aux``: y is the ``out`` of f's ``(out, aux)`` (the same f called without has_aux
     returns the whole pair, which has its own Layout)."""
     leaves, tree = flatten(y)
-    if not leaves or not all(hasattr(a, "shape") and hasattr(a, "dtype") for a in leaves):
-        return y
-    if len(leaves) == 1 and leaves[0] is y:
-        return y
+    if not leaves or (len(leaves) == 1 and leaves[0] is y):
+        return y  # not a pytree of arrays: the output check explains
+    for a in leaves:
+        check(a)  # each leaf: an array of the framework, not integers
+    leaves = [a if hasattr(a, "shape") else np.asarray(a) for a in leaves]  # (a number)
     kinds = {"c" if "complex" in str(a.dtype) else "f" for a in leaves}
     if len(kinds) > 1:
         raise _checks.DiffifaceTypeError(
             f"{_checks.call_form(op, backend)}: f returns a pytree mixing real and "
             "complex leaves. Return them in separate calls, or make the real ones complex."
         )
-    for a in leaves:
-        check(a)  # each leaf: an array of the framework, not integers
     layout = Layout(tree, leaves, 1 if "batched" in op else 0)
     record(f, signature(xs, ctx, aux), layout)
     return layout.ravel(impl, leaves)

@@ -894,13 +894,6 @@ def _aux_list_str(x):
     return x.sum(), [x, "abc"]
 
 
-_JAX_STR_AUX = pytest.mark.xfail(
-    strict=True,
-    reason="AutoJax: a non-array aux leaf (a str) fails in jax.jit's output check with "
-    "JAX's raw TypeError; jax.grad(has_aux=True) itself returns it unchanged",
-)
-
-
 def _non_array_aux_cases():
     cases = []
     for b in ALL_BACKENDS:
@@ -911,10 +904,7 @@ def _non_array_aux_cases():
             ("str", _aux_str),
             ("list_str", _aux_list_str),
         ]:
-            marks = list(b.marks)
-            if backend.framework == "jax" and "str" in name:
-                marks.append(_JAX_STR_AUX)
-            cases.append(pytest.param(backend, f, id=f"{b.id}-{name}", marks=marks))
+            cases.append(pytest.param(backend, f, id=f"{b.id}-{name}", marks=b.marks))
     return cases
 
 
@@ -947,6 +937,16 @@ def test_non_array_aux_is_returned_as_computed(backend, f):
         else:
             assert aux == want
             assert not isinstance(aux, str) or aux is want
+
+
+@needs_jax
+def test_a_non_array_aux_under_vmap_is_a_clear_error():
+    """jax.hessian(has_aux=True) refuses a str aux (jax.vmap's outputs are arrays); so
+    does diffiface's hessian on AutoJax, with a clear error."""
+    with pytest.raises(TypeError, match="not a valid JAX type"):
+        jax.hessian(_aux_str, has_aux=True)(jnp.ones(2))
+    with pytest.raises(di.DiffifaceTypeError, match="Keep only arrays in aux"):
+        di.hessian(_aux_str, di.AutoJax(), jnp.ones(2), has_aux=True)
 
 
 def _x_x_x(x):

@@ -121,7 +121,7 @@ class JaxImpl(BackendImpl):
                 return lambda xs: g(xs, *c)
 
             if prob.aux:
-                return _WithAux(jax.jit(outputs.capture(make(with_ctx))))
+                return _WithAux(make(with_ctx))
             return jax.jit(make(with_ctx))
 
         if _config.strict():  # the disconnected check runs at trace time: trace anew
@@ -519,16 +519,33 @@ def _make_value_and_grad(with_ctx):
 
 class _WithAux:
     """A jitted ``run`` whose calls of f put aux: the aux comes out as a second output
-    and goes to the open sink (see ``core.outputs``)."""
+    and goes to the open sink (see ``core.outputs``). Leaves jit cannot return (a
+    string, a Python number) are kept as the trace computed them, per signature of the
+    arguments, as ``jax.grad(has_aux=True)`` returns them."""
 
-    __slots__ = ("jitted",)
+    __slots__ = ("jitted", "static")
 
-    def __init__(self, jitted) -> None:
-        self.jitted = jitted
+    def __init__(self, run) -> None:
+        self.static: dict = {}  # signature of the arguments -> (treedef, static leaves)
+        static = self.static
+
+        def traced(*args):
+            out, box = outputs.capture(run)(*args)
+            leaves, treedef = jax.tree_util.tree_flatten(box)
+            kept = {i: a for i, a in enumerate(leaves) if not _returnable(a)}
+            static[outputs.signature(args, ())] = (treedef, kept)
+            return out, [a for i, a in enumerate(leaves) if i not in kept]
+
+        self.jitted = jax.jit(traced)
 
     def __call__(self, *args):
-        out, box = self.jitted(*args)
-        outputs.restore(box)
+        out, dynamic = self.jitted(*args)
+        treedef, kept = self.static[outputs.signature(args, ())]
+        if kept:
+            rest = iter(dynamic)
+            n = treedef.num_leaves
+            dynamic = [kept[i] if i in kept else next(rest) for i in range(n)]
+        outputs.restore(jax.tree_util.tree_unflatten(treedef, dynamic))
         return out
 
     def _cache_size(self) -> int:
@@ -536,6 +553,11 @@ class _WithAux:
 
     def clear_cache(self) -> None:
         self.jitted.clear_cache()
+
+
+def _returnable(a) -> bool:
+    """jit can return ``a`` as an array (a Python number would come back as one)."""
+    return isinstance(a, jax.Array | np.ndarray | np.generic)
 
 
 def _conj(g):
@@ -588,6 +610,13 @@ def _run(prob, run, *args):
     except _CONCRETE as exc:
         raise _checks.left_framework(prob.op, prob.backend, exc) from exc
     except TypeError as exc:
+        if prob.aux and "is not a valid JAX type" in str(exc):
+            raise _checks.DiffifaceTypeError(
+                f"{_checks.call_form(prob.op, prob.backend)} with has_aux=True: f's aux holds "
+                f"a value that is not an array ({str(exc).splitlines()[0]}), and this "
+                "operator runs f under jax.vmap (as jax.jacfwd and jax.hessian with "
+                "has_aux=True do), whose outputs must be arrays. Keep only arrays in aux."
+            ) from exc
         clear = _checks.framework_error(prob.op, prob.backend, exc)
         if clear is None:
             raise

@@ -16,6 +16,7 @@ import numpy as np
 from .. import _checks
 from .._cache import FunctionCache
 from . import convert as _convert
+from . import outputs as _outputs
 from .fallbacks import DerivedSecondOrder
 from .problem import Problem
 
@@ -83,6 +84,11 @@ class BackendImpl(DerivedSecondOrder):
     def concat(self, arrays: list, axis: int = 0) -> Any:
         """Arrays joined end to end along ``axis``."""
         return np.concatenate(arrays, axis=axis) if len(arrays) > 1 else arrays[0]
+
+    def leaf_signature(self, a: Any) -> Any:
+        """What of a leaf of x or of the contexts decides the structure of f(x) (shape and
+        dtype), the same for a value and for the tracer the framework makes of it."""
+        return _outputs.leaf_signature(a)
 
     def settle(self, tree: Any, like: Any) -> Any:
         """Values f computed inside this backend's own pass (its aux, its value), as the

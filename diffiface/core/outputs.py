@@ -320,7 +320,7 @@ def ravel_output(
             "complex leaves. Return them in separate calls, or make the real ones complex."
         )
     layout = Layout(tree, leaves, 1 if "batched" in op else 0)
-    record(f, signature(xs, ctx, aux), layout)
+    record(f, signature(xs, ctx, aux, impl.leaf_signature), layout)
     return layout.ravel(impl, leaves)
 
 
@@ -336,26 +336,40 @@ def record(f: Callable, sig: Any, layout: Layout) -> None:
     table[sig] = layout
 
 
-def layout_of(f: Callable, xs: tuple, ctx: tuple, aux: bool = False) -> Layout | None:
-    """The Layout f's output had for arguments like these, or None (one array)."""
+def record_array(f: Callable, xs: tuple, ctx: tuple, aux: bool, leaf: Callable) -> None:
+    """f, which returned a pytree for other arguments, returned one array for these."""
+    table = _LAYOUTS.peek(f, "layouts")
+    if table:
+        table[signature(xs, ctx, aux, leaf)] = None
+
+
+def layout_of(f: Callable, xs: tuple, ctx: tuple, aux: bool, leaf: Callable) -> Layout | None:
+    """The Layout f's output had for arguments like these, None (one array), or MISSING
+    (f has not run for them since it first returned a pytree)."""
     table = _LAYOUTS.peek(f, "layouts")
     if not table:
         return None
-    return table.get(signature(xs, ctx, aux))
+    return table.get(signature(xs, ctx, aux, leaf), MISSING)
+
+
+MISSING = object()  # no record: f last ran (was compiled) before any pytree was seen
 
 
 def returns_tree(f: Callable) -> bool:
     return SEEN[0] and bool(_LAYOUTS.peek(f, "layouts"))
 
 
-def signature(xs: tuple, ctx: tuple, aux: bool = False) -> tuple:
+def signature(xs: tuple, ctx: tuple, aux: bool = False, leaf: Callable | None = None) -> tuple:
     """What decides the structure of f(x): shapes and dtypes of the arrays, other
-    values as they are (their type where they cannot be hashed), and has_aux."""
+    values as they are (their type where they cannot be hashed), and has_aux. ``leaf``:
+    the backend's ``leaf_signature``, the same for a value and for its tracer (JAX traces
+    a Python float)."""
     leaves, tree = flatten((xs, ctx))
-    return (tree, tuple(_leaf_signature(a) for a in leaves), bool(aux))
+    leaf = leaf or leaf_signature
+    return (tree, tuple(leaf(a) for a in leaves), bool(aux))
 
 
-def _leaf_signature(a: Any) -> Any:
+def leaf_signature(a: Any) -> Any:
     shape = getattr(a, "shape", None)
     if shape is not None and hasattr(a, "dtype"):
         return (tuple(shape), str(a.dtype))

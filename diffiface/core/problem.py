@@ -93,8 +93,11 @@ class Problem:
         def finish(y: Any, xs: tuple, ctx: tuple) -> Any:
             if aux:
                 y = outputs.unpack(op, backend, y)
-            if trees and not is_output(y):
-                y = outputs.ravel_output(op, backend, impl, fget(), leaf_check, y, xs, ctx, aux)
+            if trees:
+                if not is_output(y):
+                    y = outputs.ravel_output(op, backend, impl, fget(), leaf_check, y, xs, ctx, aux)
+                elif outputs.SEEN[0]:  # an f that returns a pytree elsewhere: one array here
+                    outputs.record_array(fget(), xs, ctx, aux, impl.leaf_signature)
             return check(y, xs)
 
         return finish

@@ -123,9 +123,20 @@ class Call:
     def layout(self) -> outputs.Layout | None:
         """The Layout of f's pytree output (None for one array), once f has run."""
         f = self.prob.f
-        if not outputs.returns_tree(f):
+        if self.prob.op not in outputs.TREE_OPS or not outputs.returns_tree(f):
             return None
-        return outputs.layout_of(f, self.xs, self.ctx, self.prob.aux)
+        prob, impl, sig = self.prob, self.impl, self.impl.leaf_signature
+        layout = outputs.layout_of(f, self.xs, self.ctx, prob.aux, sig)
+        if layout is outputs.MISSING:  # compiled before: trace f for its output alone
+            impl.output_like(prob, self.xs, self.ctx)
+            layout = outputs.layout_of(f, self.xs, self.ctx, prob.aux, sig)
+        if layout is outputs.MISSING:  # never silently unsplit
+            raise _checks.DiffifaceValueError(
+                f"{_checks.call_form(prob.op, prob.backend)}: diffiface lost the structure of "
+                "f's pytree output for these arguments. This is a bug in diffiface: please "
+                "report it; as a workaround, return one array and split it yourself."
+            )
+        return layout
 
     def like_x(self, gs: tuple) -> Any:
         """Leaves shaped like x's, in x's structure and kinds."""

@@ -543,3 +543,31 @@ def test_scalar_operators_reject_tree_outputs(backend):
     for op in ("gradient", "hessian"):
         with pytest.raises(di.DiffifaceTypeError, match="f must return"):
             getattr(di, op)(f_ab, backend, x)
+
+
+def test_jax_pytree_output_with_a_python_float_constant():
+    """A Python float Constant is traced by jax.jit: the recorded layout is found by its
+    aval on both sides (it once came back unsplit, silently), also for an f compiled
+    before it ever returned a pytree."""
+    jax = pytest.importorskip("jax")
+    jnp = jax.numpy
+    x, v = jnp.asarray(X1), jnp.asarray(V)
+
+    def f(x, c):
+        return {"a": x * c, "b": x.sum()}
+
+    for c in (2.0, 3.0, {"k": 2.0, "s": "static"}):
+        k = c["k"] if isinstance(c, dict) else c
+        fn = f if not isinstance(c, dict) else (lambda x, c: f(x, c["k"]))
+        t = di.jvp(fn, di.AutoJax(), x, v, di.Constant(c))
+        np.testing.assert_allclose(np.asarray(t["a"]), k * V, rtol=1e-12)
+        np.testing.assert_allclose(float(t["b"]), V.sum(), rtol=1e-12)
+
+    def g(x, c):  # one array for the first call, a pytree for the second signature
+        return x * c if x.shape[0] == 3 else {"a": x * c}
+
+    di.jvp(g, di.AutoJax(), x, v, di.Constant(2.0))
+    t = di.jvp(g, di.AutoJax(), jnp.ones(5), jnp.ones(5), di.Constant(2.0))
+    assert isinstance(t, dict)
+    t = di.jvp(g, di.AutoJax(), x, v, di.Constant(2.0))  # compiled before: no record
+    np.testing.assert_allclose(np.asarray(t), 2.0 * V, rtol=1e-12)

@@ -95,6 +95,11 @@ class JaxImpl(BackendImpl):
     def ones_like(self, a: Any) -> Any:
         return jnp.ones_like(a)
 
+    def leaf_signature(self, a: Any) -> Any:
+        if isinstance(a, jax.Array | np.ndarray | np.generic | float) and not isinstance(a, bool):
+            return str(jax.typeof(a))  # a Python float and its tracer: "~float64[]"
+        return outputs.leaf_signature(a)
+
     def concat(self, arrays: list, axis: int = 0) -> Any:
         return jnp.concatenate(arrays, axis=axis) if len(arrays) > 1 else arrays[0]
 
@@ -533,14 +538,14 @@ class _WithAux:
             out, box = outputs.capture(run)(*args)
             leaves, treedef = jax.tree_util.tree_flatten(box)
             kept = {i: a for i, a in enumerate(leaves) if not _returnable(a)}
-            static[outputs.signature(args, ())] = (treedef, kept)
+            static[outputs.signature(args, (), False, _aval)] = (treedef, kept)
             return out, [a for i, a in enumerate(leaves) if i not in kept]
 
         self.jitted = jax.jit(traced)
 
     def __call__(self, *args):
         out, dynamic = self.jitted(*args)
-        treedef, kept = self.static[outputs.signature(args, ())]
+        treedef, kept = self.static[outputs.signature(args, (), False, _aval)]
         if kept:
             rest = iter(dynamic)
             n = treedef.num_leaves
@@ -553,6 +558,10 @@ class _WithAux:
 
     def clear_cache(self) -> None:
         self.jitted.clear_cache()
+
+
+def _aval(a) -> str:
+    return str(jax.typeof(a))
 
 
 def _returnable(a) -> bool:

@@ -21,6 +21,7 @@ from helpers import HAVE
 
 import diffiface as di
 from diffiface import testing
+from diffiface.core import outputs
 from diffiface.core.backend import BackendImpl
 from diffiface.core.registry import register
 
@@ -82,24 +83,26 @@ class _Arrays(BackendImpl):
 
         return jnp.stack(arrays, axis=axis)
 
-    def concat(self, arrays: list) -> Any:
+    def concat(self, arrays: list, axis: int = 0) -> Any:
         import jax.numpy as jnp
 
-        return jnp.concatenate(arrays)
+        return jnp.concatenate(arrays, axis=axis)
 
 
+# A transform that traces f is called through outputs.values: f's aux (has_aux=True)
+# leaves it through the framework's own has_aux, never as a tracer (the contract).
 def _jvp(self, prob, xs, vs, ctx):
     import jax
 
     fn = prob.flat()
-    return jax.jvp(lambda *a: fn(a, *ctx), tuple(xs), tuple(vs))
+    return outputs.values(jax.jvp, lambda *a: fn(a, *ctx), tuple(xs), tuple(vs))
 
 
 def _pullback(self, prob, xs, ctx):
     import jax
 
     fn = prob.flat()
-    y, pb = jax.vjp(lambda *a: fn(a, *ctx), *xs)
+    y, pb = outputs.values(jax.vjp, lambda *a: fn(a, *ctx), *xs)
     return y, lambda w: pb(w)
 
 

@@ -90,11 +90,11 @@ class BackendImpl(DerivedSecondOrder):
         dtype), the same for a value and for the tracer the framework makes of it."""
         return _outputs.leaf_signature(a)
 
-    def settle(self, tree: Any, like: Any) -> Any:
+    def settle(self, tree: Any, result: Any) -> Any:
         """Values f computed inside this backend's own pass (its aux, its value), as the
         caller sees them: they keep what an outer pass tracks and lose the inner pass
-        (torch detaches them unless ``like``, a result of the same call, is attached to
-        an outer graph; autograd unboxes the inner levels)."""
+        (torch detaches them unless ``result``, the call's result, is attached to an
+        outer graph; autograd unboxes the inner levels)."""
         return tree
 
     def lower(self, a: Any, like: Any) -> Any:

@@ -231,7 +231,7 @@ def _with_aux(op: Operator, f, backend, x, t, contexts, prep, chunk_size, has_au
             raise _checks.DiffifaceValueError(
                 f"{_checks.call_form(op.name, backend)}: f was not called, so it has no aux."
             )
-        return out, c.impl.settle(sink.aux, outputs.first_leaf(out))
+        return out, c.impl.settle(sink.aux, out)
     except Foreign as exc:
         return _cross(exc, op, f, backend, x, t, contexts, prep, chunk_size, True)
 

@@ -97,7 +97,7 @@ def _value_gradient_and_hvps(c: Call, v: Any):
     if prob.aux:
         y, aux = y
         outputs.put(aux)
-    return c.back(c.impl.settle(y, outputs.first_leaf(hv))), g, hv
+    return c.back(c.impl.settle(y, hv)), g, hv
 
 
 _VALUED = FunctionCache(per_function=4)

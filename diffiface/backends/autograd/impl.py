@@ -28,7 +28,7 @@ class AutogradImpl(BackendImpl):
     def concat(self, arrays: list, axis: int = 0) -> Any:
         return anp.concatenate(arrays, axis=axis) if len(arrays) > 1 else arrays[0]
 
-    def settle(self, tree: Any, like: Any) -> Any:
+    def settle(self, tree: Any, result: Any) -> Any:
         top = trace_stack.top  # the traces of this call are closed: deeper boxes are its own
 
         def lower(a: Any) -> Any:

@@ -525,32 +525,37 @@ def _make_value_and_grad(with_ctx):
 class _WithAux:
     """A jitted ``run`` whose calls of f put aux: the aux comes out as a second output
     and goes to the open sink (see ``core.outputs``). Leaves jit cannot return (a
-    string, a Python number) are kept as the trace computed them, per signature of the
-    arguments, as ``jax.grad(has_aux=True)`` returns them."""
+    string, a Python number) come back as the trace computed them, as
+    ``jax.grad(has_aux=True)`` returns them: jit returns None in their place, and they
+    are kept per signature of the arguments (looked up only when some trace had one)."""
 
     __slots__ = ("jitted", "static")
 
     def __init__(self, run) -> None:
-        self.static: dict = {}  # signature of the arguments -> (treedef, static leaves)
+        self.static: dict = {}  # signature of the arguments -> {leaf index: value}
         static = self.static
 
         def traced(*args):
             out, box = outputs.capture(run)(*args)
-            leaves, treedef = jax.tree_util.tree_flatten(box)
+            leaves, treedef = jax.tree_util.tree_flatten(box, is_leaf=_is_none)
             kept = {i: a for i, a in enumerate(leaves) if not _returnable(a)}
-            static[outputs.signature(args, (), False, _aval)] = (treedef, kept)
-            return out, [a for i, a in enumerate(leaves) if i not in kept]
+            if kept:
+                static[outputs.signature(args, (), False, _aval)] = kept
+                leaves = [None if i in kept else a for i, a in enumerate(leaves)]
+                box = jax.tree_util.tree_unflatten(treedef, leaves)
+            return out, box
 
         self.jitted = jax.jit(traced)
 
     def __call__(self, *args):
-        out, dynamic = self.jitted(*args)
-        treedef, kept = self.static[outputs.signature(args, (), False, _aval)]
-        if kept:
-            rest = iter(dynamic)
-            n = treedef.num_leaves
-            dynamic = [kept[i] if i in kept else next(rest) for i in range(n)]
-        outputs.restore(jax.tree_util.tree_unflatten(treedef, dynamic))
+        out, box = self.jitted(*args)
+        if self.static:
+            kept = self.static.get(outputs.signature(args, (), False, _aval))
+            if kept:
+                leaves, treedef = jax.tree_util.tree_flatten(box, is_leaf=_is_none)
+                leaves = [kept.get(i, a) for i, a in enumerate(leaves)]
+                box = jax.tree_util.tree_unflatten(treedef, leaves)
+        outputs.restore(box)
         return out
 
     def _cache_size(self) -> int:
@@ -558,6 +563,10 @@ class _WithAux:
 
     def clear_cache(self) -> None:
         self.jitted.clear_cache()
+
+
+def _is_none(a) -> bool:
+    return a is None
 
 
 def _aval(a) -> str:

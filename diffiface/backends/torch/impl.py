@@ -26,6 +26,7 @@ from torch._C._functorch import (
 from ... import _checks
 from ..._backend_types import AutoTorch
 from ..._tree import tree_map
+from ...core import outputs
 from ...core.backend import BackendImpl
 from ...core.registry import register
 from . import direct
@@ -114,15 +115,12 @@ class TorchImpl(BackendImpl):
     def concat(self, arrays: list, axis: int = 0) -> Any:
         return torch.cat(arrays, dim=axis) if len(arrays) > 1 else arrays[0]
 
-    def settle(self, tree: Any, like: Any) -> Any:
+    def settle(self, tree: Any, result: Any) -> Any:
         tree = tree_map(_alive, tree)
+        like = outputs.first_leaf(result)
         if isinstance(like, torch.Tensor) and like.requires_grad:  # an outer graph
             return tree
         return tree_map(lambda a: a.detach() if isinstance(a, torch.Tensor) else a, tree)
-
-    def lower(self, a: Any, like: Any) -> Any:
-        keep = isinstance(like, torch.Tensor) and like.requires_grad
-        return a if keep or not isinstance(a, torch.Tensor) else a.detach()
 
     def basis(self, like: Any, i: int) -> Any:
         e = torch.zeros(like.numel(), dtype=like.dtype, device=like.device)

@@ -35,7 +35,9 @@ def clear_caches() -> None:
 
 
 class FunctionCache:
-    def __init__(self, per_function: int = MAX_PER_FUNCTION, functions: int = MAX_FUNCTIONS):
+    def __init__(
+        self, per_function: int = MAX_PER_FUNCTION, functions: int = MAX_FUNCTIONS, clear=True
+    ):
         self._per_function = per_function
         self._functions = functions
         self._lock = threading.RLock()  # a weakref callback may run inside
@@ -43,7 +45,8 @@ class FunctionCache:
         self._data: OrderedDict[int, tuple[weakref.ref, dict]] = OrderedDict()
         self.hits = 0
         self.misses = 0
-        _ALL.add(self)
+        if clear:  # (a cache of facts about f that outlive compiled functions: clear=False)
+            _ALL.add(self)
 
     def get(self, f: Callable, key: Hashable, build: Callable[[Callable], Any]) -> Any:
         """Return the entry for ``(f, key)``; ``build(fget)`` makes it once if missing."""

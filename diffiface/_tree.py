@@ -24,12 +24,13 @@ import sys
 import threading
 from typing import Any
 
+import numpy as np
 import optree
 
 NAMESPACE = "diffiface"
 
 # leaf types known not to be JAX pytree nodes (filled once jax is imported)
-_PLAIN: set = {float, int, bool, complex, str, bytes}
+_PLAIN: set = {float, int, bool, complex, str, bytes, np.ndarray, np.float64, np.float32}
 _LOCK = threading.Lock()
 
 

@@ -97,12 +97,6 @@ class BackendImpl(DerivedSecondOrder):
         outer graph; autograd unboxes the inner levels)."""
         return tree
 
-    def lower(self, a: Any, like: Any) -> Any:
-        """A value that f computed inside this backend's own pass, as the caller sees it
-        (autograd unboxes it; torch detaches it where ``like``, a result of the same
-        pass, is detached)."""
-        return a
-
     def reshape(self, a: Any, shape: tuple) -> Any:
         return a.reshape(shape)
 

@@ -214,7 +214,11 @@ TREE_OPS = frozenset(
         "value_and_derivative",
     )
 )
-_LAYOUTS = FunctionCache(per_function=16)  # f -> {signature of the arguments: Layout}
+# f -> {signature of the arguments: Layout}; not dropped by clear_caches, since a prepared
+# problem keeps its compiled function (which never runs f again) through it
+_LAYOUTS = FunctionCache(per_function=1, functions=1 << 16, clear=False)
+_PER_FUNCTION = 64  # signatures kept per f (the oldest dropped: then traced anew)
+_RECORDING = threading.Lock()
 
 
 class Layout:
@@ -257,21 +261,6 @@ class Layout:
             return impl.concat([impl.reshape(a, (-1,)) for a in leaves])
         b = self.shapes[0][0] if self.shapes else 0
         return impl.concat([impl.reshape(a, (b, -1)) for a in leaves], axis=1)
-
-    def ravel_cotangent(self, op: str, impl: Any, w: Any) -> Any:
-        """A cotangent pytree like f(x), raveled like f(x); a clear error otherwise."""
-        leaves, tree = flatten(w)
-        shapes = [tuple(getattr(a, "shape", ())) for a in leaves]
-        if tree != self.treedef or shapes != self.shapes:
-            raise _checks.mismatch(
-                op,
-                impl.backend,
-                "w",
-                "structure",
-                f"a pytree like f(x): {self.describe()}",
-                _describe(tree, shapes),
-            )
-        return self.ravel(impl, leaves)
 
     def describe(self) -> str:
         return _describe(self.treedef, self.shapes)
@@ -320,53 +309,65 @@ def ravel_output(
             "complex leaves. Return them in separate calls, or make the real ones complex."
         )
     layout = Layout(tree, leaves, 1 if "batched" in op else 0)
-    record(f, signature(xs, ctx, aux, impl.leaf_signature), layout)
+    record(f, signature(xs, ctx, aux, impl.leaf_signature, op), layout)
     return layout.ravel(impl, leaves)
 
 
 SEEN = [False]  # no f has returned a pytree yet: nothing to look up
 
 
-def record(f: Callable, sig: Any, layout: Layout) -> None:
+def record(f: Callable, sig: Any, layout: Layout | None) -> None:
+    """f's output for arguments of signature ``sig`` is ``layout`` (None: one array). An f
+    that cannot be weakly referenced is never cached anywhere: it ran in this very call,
+    so the record of its last call on this thread serves."""
     SEEN[0] = True
+    with _RECORDING:
+        table = _LAYOUTS.peek(f, "layouts")
+        if table is None:
+            table = {}
+            _LAYOUTS.put(f, "layouts", table)
+            if _LAYOUTS.peek(f, "layouts") is None:  # not weakly referenceable
+                _LOCAL.last = (f, sig, layout)
+                return
+        table[sig] = layout
+        if len(table) > _PER_FUNCTION:
+            del table[next(iter(table))]
+
+
+def layout_of(f: Callable, sig: Any) -> Layout | None:
+    """The Layout f's output had for arguments of signature ``sig``, None (one array), or
+    MISSING (f has not run for them since it first returned a pytree)."""
     table = _LAYOUTS.peek(f, "layouts")
     if table is None:
-        table = {}
-        _LAYOUTS.put(f, "layouts", table)
-    table[sig] = layout
-
-
-def record_array(f: Callable, xs: tuple, ctx: tuple, aux: bool, leaf: Callable) -> None:
-    """f, which returned a pytree for other arguments, returned one array for these."""
-    table = _LAYOUTS.peek(f, "layouts")
-    if table:
-        table[signature(xs, ctx, aux, leaf)] = None
-
-
-def layout_of(f: Callable, xs: tuple, ctx: tuple, aux: bool, leaf: Callable) -> Layout | None:
-    """The Layout f's output had for arguments like these, None (one array), or MISSING
-    (f has not run for them since it first returned a pytree)."""
-    table = _LAYOUTS.peek(f, "layouts")
-    if not table:
+        last = getattr(_LOCAL, "last", None)
+        if last is not None and last[0] is f:
+            return last[2] if last[1] == sig else MISSING
         return None
-    return table.get(signature(xs, ctx, aux, leaf), MISSING)
+    return table.get(sig, MISSING)
 
 
 MISSING = object()  # no record: f last ran (was compiled) before any pytree was seen
 
 
 def returns_tree(f: Callable) -> bool:
-    return SEEN[0] and bool(_LAYOUTS.peek(f, "layouts"))
+    if not SEEN[0]:
+        return False
+    if _LAYOUTS.peek(f, "layouts"):
+        return True
+    last = getattr(_LOCAL, "last", None)
+    return last is not None and last[0] is f
 
 
-def signature(xs: tuple, ctx: tuple, aux: bool = False, leaf: Callable | None = None) -> tuple:
-    """What decides the structure of f(x): shapes and dtypes of the arrays, other
-    values as they are (their type where they cannot be hashed), and has_aux. ``leaf``:
-    the backend's ``leaf_signature``, the same for a value and for its tracer (JAX traces
-    a Python float)."""
+def signature(
+    xs: tuple, ctx: tuple, aux: bool = False, leaf: Callable | None = None, op: str = ""
+) -> tuple:
+    """What decides the structure of f(x) and its layout: shapes and dtypes of the arrays,
+    other values as they are (their type where they cannot be hashed), has_aux, and the
+    operator's axis (batched_jacobian ravels per sample). ``leaf``: the backend's
+    ``leaf_signature``, the same for a value and for its tracer (JAX traces a float)."""
     leaves, tree = flatten((xs, ctx))
     leaf = leaf or leaf_signature
-    return (tree, tuple(leaf(a) for a in leaves), bool(aux))
+    return (tree, tuple(leaf(a) for a in leaves), bool(aux), "batched" in op)
 
 
 def leaf_signature(a: Any) -> Any:

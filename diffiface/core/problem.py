@@ -96,8 +96,9 @@ class Problem:
             if trees:
                 if not is_output(y):
                     y = outputs.ravel_output(op, backend, impl, fget(), leaf_check, y, xs, ctx, aux)
-                elif outputs.SEEN[0]:  # an f that returns a pytree elsewhere: one array here
-                    outputs.record_array(fget(), xs, ctx, aux, impl.leaf_signature)
+                elif outputs.SEEN[0] and outputs.returns_tree(fget()):  # one array here
+                    sig = outputs.signature(xs, ctx, aux, impl.leaf_signature, op)
+                    outputs.record(fget(), sig, None)
             return check(y, xs)
 
         return finish

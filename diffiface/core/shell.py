@@ -125,11 +125,12 @@ class Call:
         f = self.prob.f
         if self.prob.op not in outputs.TREE_OPS or not outputs.returns_tree(f):
             return None
-        prob, impl, sig = self.prob, self.impl, self.impl.leaf_signature
-        layout = outputs.layout_of(f, self.xs, self.ctx, prob.aux, sig)
+        prob, impl = self.prob, self.impl
+        sig = outputs.signature(self.xs, self.ctx, prob.aux, impl.leaf_signature, prob.op)
+        layout = outputs.layout_of(f, sig)
         if layout is outputs.MISSING:  # compiled before: trace f for its output alone
             impl.output_like(prob, self.xs, self.ctx)
-            layout = outputs.layout_of(f, self.xs, self.ctx, prob.aux, sig)
+            layout = outputs.layout_of(f, sig)
         if layout is outputs.MISSING:  # never silently unsplit
             raise _checks.DiffifaceValueError(
                 f"{_checks.call_form(prob.op, prob.backend)}: diffiface lost the structure of "
@@ -314,7 +315,7 @@ def _remember(op: Operator, f, backend, x, c: Call, contexts: tuple) -> None:
 def prepare(op: Operator, f, backend, x, contexts: tuple, t=None, has_aux=False) -> Prep:
     """``prepare_<op>``: enter once, build the plan, warm it up (JAX compiles), and
     build its runners."""
-    if has_aux not in (True, False):
+    if has_aux is not True and has_aux is not False:
         raise _checks.DiffifaceTypeError(
             f"prepare_{op.family}(f, {backend!r}, ...): has_aux must be True or False, got "
             f"{has_aux!r}."

@@ -753,3 +753,23 @@ def test_has_aux_must_be_a_bool(value):
         di.prepare_gradient(f_scalar, b, x, has_aux=value)
     with pytest.raises(di.DiffifaceTypeError, match="has_aux"):
         di.jvp(f_vec, b, x, V, has_aux=value)
+
+
+def test_torch_aux_keeps_the_outer_graph_of_a_closure():
+    """aux computed from a tensor an outer pass tracks stays on that graph (as
+    torch.func.grad(has_aux=True) leaves it), while the part from this call's own leaves
+    is detached; an outer leaf in aux comes back as itself."""
+    torch = pytest.importorskip("torch")
+    w = torch.tensor(2.0, dtype=torch.float64, requires_grad=True)
+    x = torch.tensor(X1)
+
+    def f(x):
+        return (x**2).sum(), {"w2": w**2, "x": x.sum(), "w": w}
+
+    g, aux = di.gradient(f, di.AutoTorch(), x, has_aux=True)
+    want = torch.func.grad(f, has_aux=True)(x)[1]
+    assert aux["w2"].requires_grad and want["w2"].requires_grad
+    assert not aux["x"].requires_grad and aux["w"] is w
+    (dw,) = torch.autograd.grad(aux["w2"], w)
+    assert float(dw) == 4.0
+    np.testing.assert_allclose(g.numpy(), 2 * X1, rtol=1e-12)

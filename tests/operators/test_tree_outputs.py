@@ -571,3 +571,34 @@ def test_jax_pytree_output_with_a_python_float_constant():
     assert isinstance(t, dict)
     t = di.jvp(g, di.AutoJax(), x, v, di.Constant(2.0))  # compiled before: no record
     np.testing.assert_allclose(np.asarray(t), 2.0 * V, rtol=1e-12)
+
+
+def test_layouts_survive_what_compiled_functions_survive():
+    """The recorded structure of a pytree output outlives clear_caches (a prep keeps its
+    compiled function), is kept per operator axis (batched_jacobian ravels per sample),
+    and serves an f that cannot be weakly referenced: never a flat result."""
+    jax = pytest.importorskip("jax")
+    jnp, b = jax.numpy, di.AutoJax()
+    f = lambda x: {"a": 2 * x, "b": x.sum()}  # noqa: E731
+    prep = di.prepare_jacobian(f, b, jnp.ones(3))
+    di.clear_caches()
+    jac = di.jacobian(f, b, jnp.ones(3), prep=prep)
+    np.testing.assert_allclose(np.asarray(jac["a"]), 2 * np.eye(3))
+
+    g = lambda x: {"a": 2 * x, "b": x[:, :1] * 3}  # noqa: E731
+    xx = jnp.ones((2, 2))
+    for _ in range(2):  # a jvp between two batched calls must not change their layout
+        _, jac = di.value_and_batched_jacobian(g, b, xx)
+        assert jac["a"].shape == (2, 2, 2) and jac["b"].shape == (2, 1, 2)
+        assert di.jvp(g, b, xx, xx)["b"].shape == (2, 1)
+
+    class Slotted:  # no __weakref__: no cache can hold it
+        __slots__ = ()
+
+        def __call__(self, x):
+            return {"a": 2 * x, "b": x.sum()}
+
+    for backend in (di.AutoFiniteDifferences(), b):
+        t = di.jvp(Slotted(), backend, np.ones(3), np.ones(3))
+        np.testing.assert_allclose(np.asarray(t["a"]), 2.0)
+        np.testing.assert_allclose(float(t["b"]), 3.0)

@@ -96,7 +96,7 @@ class JaxImpl(BackendImpl):
         return jnp.ones_like(a)
 
     def leaf_signature(self, a: Any) -> Any:
-        if isinstance(a, jax.Array | np.ndarray | np.generic | float) and not isinstance(a, bool):
+        if isinstance(a, jax.Array | np.ndarray | np.generic | float):
             return str(jax.typeof(a))  # a Python float and its tracer: "~float64[]"
         return outputs.leaf_signature(a)
 
@@ -539,8 +539,9 @@ class _WithAux:
             out, box = outputs.capture(run)(*args)
             leaves, treedef = jax.tree_util.tree_flatten(box, is_leaf=_is_none)
             kept = {i: a for i, a in enumerate(leaves) if not _returnable(a)}
-            if kept:
-                static[outputs.signature(args, (), False, _aval)] = kept
+            sig = outputs.signature(args, (), False, _aval) if kept or static else None
+            if kept or sig in static:  # (a re-trace without them must not reuse old ones)
+                static[sig] = kept
                 leaves = [None if i in kept else a for i, a in enumerate(leaves)]
                 box = jax.tree_util.tree_unflatten(treedef, leaves)
             return out, box

@@ -26,11 +26,11 @@ from torch._C._functorch import (
 from ... import _checks
 from ..._backend_types import AutoTorch
 from ..._tree import tree_map
-from ...core import outputs
 from ...core.backend import BackendImpl
 from ...core.registry import register
 from . import direct
 from .graph import (
+    DONE,
     apply_f,
     batched_grads,
     call_f,
@@ -116,11 +116,16 @@ class TorchImpl(BackendImpl):
         return torch.cat(arrays, dim=axis) if len(arrays) > 1 else arrays[0]
 
     def settle(self, tree: Any, result: Any) -> Any:
-        tree = tree_map(_alive, tree)
-        like = outputs.first_leaf(result)
-        if isinstance(like, torch.Tensor) and like.requires_grad:  # an outer graph
-            return tree
-        return tree_map(lambda a: a.detach() if isinstance(a, torch.Tensor) else a, tree)
+        """Each tensor keeps the graph it has to an outer pass's leaves (as torch.func
+        leaves aux), and loses the one to this call's own leaves."""
+
+        def one(a: Any) -> Any:
+            a = _alive(a)
+            if isinstance(a, torch.Tensor) and a.requires_grad and not _outside(a):
+                return a.detach()
+            return a
+
+        return tree_map(one, tree)
 
     def basis(self, like: Any, i: int) -> Any:
         e = torch.zeros(like.numel(), dtype=like.dtype, device=like.device)
@@ -451,6 +456,14 @@ class TorchImpl(BackendImpl):
 
         (y, d1), (_, d2) = call_forward(prob, lambda: torch.func.jvp(d, (x,), (one,)))
         return y, d1, d2
+
+
+def _outside(a: torch.Tensor) -> bool:
+    """``a`` is (or its graph reaches) a leaf of an outer pass, not one of diffiface's own
+    leaves of a finished call; nothing is outside under no_grad."""
+    if a.grad_fn is None:
+        return torch.is_grad_enabled() and not hasattr(a, DONE)
+    return reaches_outside(a, ())
 
 
 def _alive(a: Any) -> Any:

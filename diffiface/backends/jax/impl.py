@@ -17,6 +17,7 @@ from ..._tree import unflatten
 from ...core import outputs
 from ...core.backend import SLOW, BackendImpl
 from ...core.registry import register
+from .aux import WithAux
 from .contexts import join_contexts, split_contexts
 
 CACHE = FunctionCache()
@@ -126,7 +127,7 @@ class JaxImpl(BackendImpl):
                 return lambda xs: g(xs, *c)
 
             if prob.aux:
-                return _WithAux(make(with_ctx))
+                return WithAux(make(with_ctx))
             return jax.jit(make(with_ctx))
 
         if _config.strict():  # the disconnected check runs at trace time: trace anew
@@ -520,63 +521,6 @@ def _make_value_and_grad(with_ctx):
         return y, _conj(g)
 
     return run
-
-
-class _WithAux:
-    """A jitted ``run`` whose calls of f put aux: the aux comes out as a second output
-    and goes to the open sink (see ``core.outputs``). Leaves jit cannot return (a
-    string, a Python number) come back as the trace computed them, as
-    ``jax.grad(has_aux=True)`` returns them: jit returns None in their place, and they
-    are kept per signature of the arguments (looked up only when some trace had one)."""
-
-    __slots__ = ("jitted", "static")
-
-    def __init__(self, run) -> None:
-        self.static: dict = {}  # signature of the arguments -> {leaf index: value}
-        static = self.static
-
-        def traced(*args):
-            out, box = outputs.capture(run)(*args)
-            leaves, treedef = jax.tree_util.tree_flatten(box, is_leaf=_is_none)
-            kept = {i: a for i, a in enumerate(leaves) if not _returnable(a)}
-            sig = outputs.signature(args, (), False, _aval) if kept or static else None
-            if kept or sig in static:  # (a re-trace without them must not reuse old ones)
-                static[sig] = kept
-                leaves = [None if i in kept else a for i, a in enumerate(leaves)]
-                box = jax.tree_util.tree_unflatten(treedef, leaves)
-            return out, box
-
-        self.jitted = jax.jit(traced)
-
-    def __call__(self, *args):
-        out, box = self.jitted(*args)
-        if self.static:
-            kept = self.static.get(outputs.signature(args, (), False, _aval))
-            if kept:
-                leaves, treedef = jax.tree_util.tree_flatten(box, is_leaf=_is_none)
-                leaves = [kept.get(i, a) for i, a in enumerate(leaves)]
-                box = jax.tree_util.tree_unflatten(treedef, leaves)
-        outputs.restore(box)
-        return out
-
-    def _cache_size(self) -> int:
-        return self.jitted._cache_size()
-
-    def clear_cache(self) -> None:
-        self.jitted.clear_cache()
-
-
-def _is_none(a) -> bool:
-    return a is None
-
-
-def _aval(a) -> str:
-    return str(jax.typeof(a))
-
-
-def _returnable(a) -> bool:
-    """jit can return ``a`` as an array (a Python number would come back as one)."""
-    return isinstance(a, jax.Array | np.ndarray | np.generic)
 
 
 def _conj(g):

@@ -106,18 +106,9 @@ def _check_cotangents(c: Call, trees: list, n: int) -> None:
     prob = c.prob
     want = "one array" if layout is None else layout.describe()
     for got in trees if len(trees) == n else [None]:
-        if got is None or layout is None or got != _as_dtypes(got, layout):
+        if got is None or layout is None or not got.same_structure(layout):
             desc = "one array" if got is None else got.describe()
             raise _checks.mismatch(prob.op, prob.backend, "w", "structure", want, desc)
-
-
-def _as_dtypes(got: outputs.Layout, layout: outputs.Layout) -> outputs.Layout:
-    """``layout`` with the cotangent's dtypes (a dtype is checked leaf by leaf by the
-    backend: only the structure and the shapes are compared here)."""
-    same = outputs.Layout.__new__(outputs.Layout)
-    same.treedef, same.axis, same.shapes = layout.treedef, layout.axis, layout.shapes
-    same.dtypes, same.sizes = got.dtypes, layout.sizes
-    return same
 
 
 class _CheckW:

@@ -123,6 +123,17 @@ def _owner_key(f: Callable, key: Hashable) -> tuple:
     return f, key
 
 
+def weak_callable(f: Callable) -> Callable:
+    """A callable that calls ``f`` and holds it only weakly (for a runner kept in a
+    FunctionCache under ``f``): a proxy of a function or a callable object, the function
+    of a bound method with its instance looked up per call. TypeError when ``f`` cannot
+    be weakly referenced."""
+    if isinstance(f, types.MethodType):
+        func, ref = f.__func__, weakref.ref(f.__self__)
+        return lambda *args: func(ref(), *args)
+    return weakref.proxy(f)
+
+
 def _weak_getter(f: Callable) -> Callable[[], Callable]:
     if isinstance(f, types.MethodType):
         func, ref = f.__func__, weakref.ref(f.__self__)

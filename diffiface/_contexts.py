@@ -34,7 +34,7 @@ class Constant:
     value: Any
 
 
-STRATEGIES = ("auto", "reverse_over_reverse", "forward_over_reverse")
+STRATEGIES = ("auto", "reverse_over_reverse", "forward_over_reverse", "min_memory")
 
 
 class _FromModule:
@@ -60,8 +60,13 @@ class FixedParams:
     ``x`` or ``p``, a nested-AD rule differentiates the inner call with respect
     to both in one pass; ``strategy`` picks how (see the nested-AD guide):
 
-    * ``"auto"``: the measured fastest on this framework (today the
-      framework's own reverse-over-reverse on every framework).
+    * ``"auto"``: the faster of the two below for this function and these
+      shapes, measured the first time the inner gradient meets an outer
+      differentiation (or at ``prepare_gradient``) and kept; forward over
+      reverse must win by 3%. ``repr`` of a preparation shows the choice.
+      Other inner operators use reverse over reverse.
+    * ``"min_memory"``: the one that allocates less on this framework
+      (forward over reverse on JAX and autograd, reverse over reverse on torch).
     * ``"reverse_over_reverse"``: the outer framework differentiates the
       inner call's own graph.
     * ``"forward_over_reverse"``: the outer cotangent ``w`` of ``y = ∇ₓ g(x, p)``
@@ -90,7 +95,8 @@ class FixedParams:
         params: any pytree (arrays of the backend's framework, NumPy arrays,
             numbers). For a Module: optional, a dict of parameter names to tensors;
             omitted, the module's parameters at each call.
-        strategy: "auto", "reverse_over_reverse" or "forward_over_reverse".
+        strategy: "auto", "reverse_over_reverse", "forward_over_reverse" or
+            "min_memory".
 
     Attributes:
         f: the function called as ``f(x, params, *contexts)``; for a Module, its

@@ -49,6 +49,19 @@ def ad_backend(request):
     return request.param
 
 
+@pytest.fixture(autouse=True)
+def _auto_nests_natively(request, monkeypatch):
+    """FixedParams(strategy="auto") times both nested-AD strategies on first use: a
+    choice of this machine's moment. The tests pin it to the framework's own nesting
+    (results do not depend on timing noise, and no test pays the measurement), except
+    those marked ``measures``, which test the measurement itself."""
+    if "measures" in request.keywords:
+        return
+    from diffiface.nested import choose
+
+    monkeypatch.setattr(choose, "measure", lambda *args: choose.Choice(choose.ROR, {}))
+
+
 def pytest_collection_modifyitems(config, items):
     """Every test named in diffiface's known-gaps table is a strict xfail (the reason is
     the gap); on a run of the whole suite, a gap whose tests are gone is an error."""

@@ -125,12 +125,22 @@ class BackendImpl(DerivedSecondOrder):
         """Why these arrays cannot take forward-mode AD (torch's DTensor), or None."""
         return None
 
+    def standin(self, tree: Any) -> Any:
+        """``tree`` with concrete arrays of the same shapes and dtypes that no outer
+        pass sees, to time the nested-AD strategies on (``FixedParams(strategy="auto")``)."""
+        return tree
+
+    def block(self, result: Any) -> Any:
+        """``result`` once computed (JAX dispatches asynchronously), for timing."""
+        return result
+
     flatten_fast = None  # a faster pytree flatten of the framework, if it has one
     hermitian_vjp = False  # the native pullback of a complex output conjugates w (torch)
     reverse_combo = ("reverse", "reverse")  # second order without forward mode
     protect = None  # xs -> the leaves f receives, copied where f could change the caller's
 
     keeps_plans = False  # runner(..., weak=True) can give runners for unprepared calls
+    bakes_reads = False  # its runners keep what f read when compiled (JAX): watched
     sparse = False  # AutoSparse's implementation: sparse_jacobian and sparse_hessian
     cheap_forward = True  # a jvp costs about a vjp (torch's forward mode costs far more)
 

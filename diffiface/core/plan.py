@@ -239,7 +239,10 @@ class Prep:
             if _ctx_sig(contexts) != self._ctx_sig:
                 raise self._mismatch(op, f, backend, x, given, t)
             ctx = _convert.contexts(op, self.impl, contexts)
-        impl = route(self.impl, fixed, op, xs, ctx, self.aux) if fixed is not None else self.impl
+        if fixed is not None:
+            impl = route(self.impl, fixed, op, xs, ctx, self.aux, self._probs[op].single)
+        else:
+            impl = self.impl
         return impl, self._probs[op], xs, kinds, ctx
 
     def _mismatch(self, op, f, backend, x, contexts, t) -> MismatchError:

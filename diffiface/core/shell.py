@@ -279,7 +279,7 @@ def enter_impl(
     prob = Problem(name, backend, impl, f, tree, single, scalar, aux)
     ctx = convert.contexts(name, impl, contexts) if contexts else ()
     if fixed is not None:
-        impl = route(impl, fixed, name, xs, ctx, aux)
+        impl = route(impl, fixed, name, xs, ctx, aux, single)
     return Call(impl, prob, xs, kinds, ctx, combo)
 
 
@@ -297,7 +297,8 @@ def _remember(op: Operator, f, backend, x, c: Call, contexts: tuple) -> None:
     registry.KEEPS_PLANS.add(type(backend))  # a SecondOrder of a backend that keeps plans
     if prob.single and not c.ctx and kinds[0] != convert.PYTHON:
         form = "numpy" if kinds[0] == convert.NUMPY else "array"
-        unprepared.store(op.name, f, backend, x, impl.runner(prob, form, weak=True))
+        run = impl.runner(prob, form, weak=True)
+        unprepared.store(op.name, f, backend, x, run, impl.bakes_reads)
         return
     if op.remember != "leaves" or not all(k == convert.NATIVE for k in kinds):
         return
@@ -309,7 +310,7 @@ def _remember(op: Operator, f, backend, x, c: Call, contexts: tuple) -> None:
     x_sig = native_sig(impl, x)
     c_sig = native_sig(impl, tuple(a.value for a in contexts)) if c.ctx else None
     if x_sig is not None and (c_sig is not None or not c.ctx):
-        unprepared.store_leaves(op.name, f, backend, x_sig, c_sig, run)
+        unprepared.store_leaves(op.name, f, backend, x_sig, c_sig, run, impl.bakes_reads)
 
 
 def prepare(op: Operator, f, backend, x, contexts: tuple, t=None, has_aux=False) -> Prep:

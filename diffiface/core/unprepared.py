@@ -39,10 +39,12 @@ def lookup(op: str, f: Any, backend: Any, x: Any):
     return run
 
 
-def store(op: str, f: Any, backend: Any, x: Any, run: Any) -> None:
-    """Remember ``run`` (holding ``f`` weakly) for single-array calls like this one."""
+def store(op: str, f: Any, backend: Any, x: Any, run: Any, watch: bool) -> None:
+    """Remember ``run`` (holding ``f`` weakly) for single-array calls like this one;
+    ``watch``: the runner keeps what f read when it was compiled (checked per call)."""
     if run is not None:
-        TABLE.put(f, op, (backend, type(x), x.shape, x.dtype, _reads(f), run))
+        reads = _reads(f) if watch else None
+        TABLE.put(f, op, (backend, type(x), x.shape, x.dtype, reads, run))
 
 
 def run_leaves(op: str, f: Any, backend: Any, x: Any, contexts: tuple) -> Any:
@@ -59,10 +61,11 @@ def run_leaves(op: str, f: Any, backend: Any, x: Any, contexts: tuple) -> Any:
     return None if got is None else run(*got)
 
 
-def store_leaves(op: str, f: Any, backend: Any, x_sig, c_sig, run) -> None:
+def store_leaves(op: str, f: Any, backend: Any, x_sig, c_sig, run, watch: bool) -> None:
     """Remember a leaves runner (holding ``f`` weakly) for pytree calls like this one."""
     if run is not None:
-        TABLE.put(f, (op, "leaves"), (backend, x_sig, c_sig, _reads(f), run))
+        reads = _reads(f) if watch else None
+        TABLE.put(f, (op, "leaves"), (backend, x_sig, c_sig, reads, run))
 
 
 def entries(f: Any) -> int:

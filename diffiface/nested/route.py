@@ -21,10 +21,7 @@ from typing import Any
 from .. import _checks, _config
 from .._tree import flatten
 from ..core import registry as _registry
-
-# Measured on CPU (benchmarks/nested.py, docs/nested.md): the framework's own
-# reverse-over-reverse is the fastest on every framework at every size measured.
-AUTO = dict.fromkeys(("jax", "torch", "autograd"), "reverse_over_reverse")
+from .choose import ROR, Choice, choose
 
 # operator -> the implementation method a rule replaces
 METHOD = {
@@ -90,20 +87,24 @@ def nested_rule_counts(reset: bool = False) -> dict:
     return out
 
 
-def route(impl: Any, fixed: Any, op: str, xs: tuple, ctx: tuple, aux: bool = False) -> Any:
+def route(
+    impl: Any, fixed: Any, op: str, xs: tuple, ctx: tuple, aux: bool = False, single: bool = True
+) -> Any:
     """``impl`` itself, or a view of it whose operator runs the registered rule
     (``fixed``: the call's FixedParams, whose parameters are ``ctx[0]``; ``aux``: f
-    returns ``(out, aux)``)."""
+    returns ``(out, aux)``; ``single``: x is one array)."""
     if not enabled():
         return impl
     if not impl.outer_sees([*xs, *flatten(ctx[0])[0]]):
         return impl  # no outer differentiation sees this call
     strategy = fixed.strategy
-    if strategy == "auto":
-        strategy = AUTO[impl.framework]
     rule = None
     if op in _FORWARD:  # already forward mode inside: the outer pass is reverse over forward
         strategy = "native"
+    elif strategy in ("auto", "min_memory"):
+        strategy = planned(impl, fixed, op, xs, ctx, aux, single).strategy
+        if strategy != ROR:
+            rule = _registry.rule(impl.framework, METHOD[op])
     elif strategy == "forward_over_reverse":
         if aux:
             raise _checks.DiffifaceTypeError(
@@ -139,6 +140,23 @@ def route(impl: Any, fixed: Any, op: str, xs: tuple, ctx: tuple, aux: bool = Fal
     if several is not None and (one := _registry.rule(impl.framework, several[1])) is not None:
         methods[several[0]] = functools.partial(_each, one)
     return _RuleView(impl, methods)
+
+
+def planned(impl, fixed, op: str, xs: tuple, ctx: tuple, aux: bool, single: bool) -> Choice:
+    """The strategy "auto" or "min_memory" stands for in this call: the framework's own
+    nesting where no rule can run (aux, no forward mode, inside torch.func, no rule
+    for ``op``), else the measured (or least-memory) one of ``choose``."""
+    method = METHOD.get(op)
+    if (
+        aux
+        or op in _FORWARD
+        or method is None
+        or _registry.rule(impl.framework, method) is None
+        or impl.no_forward(xs, ctx) is not None
+        or not impl.can_run_rule(xs, ctx)
+    ):
+        return Choice(ROR, {})
+    return choose(impl, fixed, op, xs, ctx, single)
 
 
 # a method and the one its Tangents variant calls, run once per direction by the rule

@@ -13,6 +13,7 @@ from autograd.tracer import Box, trace_stack
 
 from ... import _checks
 from ..._backend_types import AutoAutograd
+from ..._cache import weak_callable
 from ..._tree import flatten, tree_map
 from ...core.backend import SLOW, BackendImpl
 from ...core.convert import is_masked
@@ -37,6 +38,14 @@ class AutogradImpl(BackendImpl):
             return a
 
         return tree_map(lower, tree)
+
+    def standin(self, tree: Any) -> Any:
+        def value(a: Any) -> Any:
+            while isinstance(a, Box):
+                a = a._value
+            return a
+
+        return tree_map(value, tree)
 
     def is_native(self, leaf: Any) -> bool:
         if isinstance(leaf, np.ndarray):  # a masked array is refused at the boundary
@@ -97,19 +106,28 @@ class AutogradImpl(BackendImpl):
             gs = tuple(anp.conj(g) if np.iscomplexobj(g) else g for g in gs)
         return y, gs
 
-    def runner(self, prob, form, combo=None, weak=False):
-        """For a prepared plain gradient (see ``_gradient_runner``)."""
-        if weak or form != "array":
-            return None
-        return self._gradient_runner(prob)
+    keeps_plans = True  # f is traced anew on every call: nothing to go stale
 
-    def _gradient_runner(self, prob):
-        """For a prepared plain gradient: one make_vjp of f itself. Anything unusual
-        (a box from an outer pass, complex x, an error, f off the graph, a non-scalar
-        output) returns SLOW for the general path."""
+    def runner(self, prob, form, combo=None, weak=False):
+        """For a plain gradient (see ``_gradient_runner``); for an unprepared call
+        (``weak``) it calls f through a weak reference (the plan table holds f weakly)."""
+        if form != "array":
+            return None
+        f = prob.f
+        if weak:
+            try:
+                f = weak_callable(f)
+            except TypeError:
+                return None
+        return self._gradient_runner(prob, f)
+
+    def _gradient_runner(self, prob, f):
+        """For a plain gradient: one make_vjp of ``f`` itself. Anything unusual (a box
+        from an outer pass, complex x, an error, f off the graph, a non-scalar output)
+        returns SLOW for the general path."""
         if prob.op not in ("gradient", "value_and_gradient") or not prob.single:
             return None
-        f, value = prob.f, prob.op == "value_and_gradient"
+        value = prob.op == "value_and_gradient"
 
         def run(x):
             if type(x) is not np.ndarray or x.dtype.kind != "f":

@@ -13,7 +13,7 @@ from ... import _checks, _config
 from ..._backend_types import AutoJax
 from ..._cache import FunctionCache
 from ..._reads import fingerprint
-from ..._tree import unflatten
+from ..._tree import tree_map, unflatten
 from ...core import outputs
 from ...core.backend import SLOW, BackendImpl
 from ...core.registry import register
@@ -149,6 +149,19 @@ class JaxImpl(BackendImpl):
         return y, _tuple(prob, g)
 
     keeps_plans = True
+    bakes_reads = True
+
+    def standin(self, tree):
+        def one(a):  # a traced value has none to read: a constant of its shape and dtype
+            if not isinstance(a, jax.core.Tracer):
+                return a
+            fill = 0.5 if jnp.issubdtype(a.dtype, jnp.inexact) else 0
+            return jnp.full(a.shape, fill, a.dtype)
+
+        return tree_map(one, tree)
+
+    def block(self, result):
+        return jax.block_until_ready(result)
 
     def runner(self, prob, form, combo=None, weak=False):
         """The compiled function, called as is (see ``BackendImpl.runner``): every

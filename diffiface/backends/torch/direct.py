@@ -19,23 +19,24 @@ from .forward import FORWARD_LOCK
 from .graph import done, grads, leaf, reaches_outside
 
 
-def runner(prob, combo):
-    """The direct runner of ``prob.op``, or None where there is none."""
+def runner(prob, combo, f):
+    """The direct runner of ``prob.op`` calling ``f`` (prob's f, or a weak reference to
+    it), or None where there is none."""
     op = prob.op
     value = op.startswith("value") or op == "gradient_and_hvp"
     if op in ("gradient", "value_and_gradient", "vjp", "value_and_vjp"):
-        return _reverse(prob.f, value, cotangent="vjp" in op)
+        return _reverse(f, value, cotangent="vjp" in op)
     if op in ("jvp", "value_and_jvp"):
-        return _jvp(prob.f, value)
+        return _jvp(f, value)
     if op in ("hvp", "gradient_and_hvp") and combo is None:
-        return _hvp(prob.f, value)
+        return _hvp(f, value)
     if op in ("jacobian", "value_and_jacobian"):
-        return _jacobian(prob, value)
+        return _jacobian(prob, value, f)
     return None
 
 
 def _plain(x) -> bool:
-    return not (
+    return type(x) is torch.Tensor and not (
         x.requires_grad
         or fwAD._current_level >= 0
         or not torch.is_grad_enabled()
@@ -51,7 +52,11 @@ def _all_plain(xs) -> bool:
     if torch.is_inference_mode_enabled():
         return False
     return not any(
-        x.requires_grad or x.is_inference() or is_functorch_wrapped_tensor(x) for x in xs
+        type(x) is not torch.Tensor
+        or x.requires_grad
+        or x.is_inference()
+        or is_functorch_wrapped_tensor(x)
+        for x in xs
     )
 
 
@@ -133,12 +138,12 @@ def _hvp(f, value):
     return run
 
 
-def leaves_runner(prob):
-    """For a prepared gradient of native leaves (x and Constant contexts)."""
+def leaves_runner(prob, f):
+    """For a gradient of native leaves (x and Constant contexts), calling ``f``."""
     op = prob.op
     if op not in ("gradient", "value_and_gradient"):
         return None
-    f, treedef, single, value = prob.f, prob.treedef, prob.single, op == "value_and_gradient"
+    treedef, single, value = prob.treedef, prob.single, op == "value_and_gradient"
 
     def run(xs, _, contexts):
         if not _all_plain(xs):
@@ -159,14 +164,13 @@ def leaves_runner(prob):
     return run
 
 
-def _jacobian(prob, value):
+def _jacobian(prob, value, f):
     """torch.func.jacrev or jacfwd in the direction the warm-up chose, on a copy of x
     (torch.func would let f write into the caller's tensor)."""
     size = prob.fns.get(OUT_SIZE)
     mode = prob.backend.mode
     if mode is None and size is None:
         return None
-    f = prob.f
 
     def run(x):
         if not _plain(x) or not x.numel():

@@ -25,6 +25,7 @@ from torch._C._functorch import (
 
 from ... import _checks
 from ..._backend_types import AutoTorch
+from ..._cache import weak_callable
 from ..._tree import tree_map
 from ...core.backend import BackendImpl
 from ...core.registry import register
@@ -105,6 +106,9 @@ class TorchImpl(BackendImpl):
 
     def is_traced(self, a: Any) -> bool:
         return a.requires_grad or is_functorch_wrapped_tensor(a) or is_dual(a)
+
+    def standin(self, tree: Any) -> Any:
+        return tree_map(lambda a: a.detach().clone() if isinstance(a, torch.Tensor) else a, tree)
 
     def cast(self, a: Any, like: Any) -> Any:
         return _placed(a.to(dtype=like.dtype, device=like.device), like)
@@ -190,16 +194,22 @@ class TorchImpl(BackendImpl):
             return "torch's DTensor has no forward-mode AD"
         return None
 
+    keeps_plans = True  # f's graph is built anew on every call: nothing to go stale
+
     def runner(self, prob, form, combo=None, weak=False):
-        """For a prepared call (see ``direct``); an unprepared call keeps no plan: its
-        runner would hold f, and f's graph is built anew on every call anyway."""
+        """The direct runners of ``direct``; for an unprepared call (``weak``) they call
+        f through a weak reference (the plan table holds f weakly)."""
+        f = prob.f
         if weak:
-            return None
+            try:
+                f = weak_callable(f)
+            except TypeError:
+                return None
         if form == "leaves":
-            return direct.leaves_runner(prob)
+            return direct.leaves_runner(prob, f)
         if form == "numpy" or not prob.single:
             return None
-        return direct.runner(prob, combo)
+        return direct.runner(prob, combo, f)
 
     def value_and_jvp(self, prob, xs, vs, ctx):
         # torch.func.jvp rather than a raw forward_ad level: torch cannot nest

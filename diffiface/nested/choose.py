@@ -1,0 +1,124 @@
+"""``FixedParams(strategy="auto")``: the nested-AD strategy measured once per plan.
+
+The first time an inner gradient on a FixedParams meets an outer differentiation
+(or when it is prepared), both strategies run the pass an outer loss pays for,
+the inner gradient and the pullback of a cotangent through it to ``x`` and the
+parameters, on stand-ins of the call's arrays (same shapes and dtypes), through
+diffiface's own outer ``vjp`` (compiled on JAX). The faster one is kept per
+function and signature; forward over reverse must win by ``MARGIN``, otherwise the
+framework's own nesting stays. ``strategy="min_memory"`` keeps the one that
+allocates less (per framework, from ``benchmarks/nested.py``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+import time
+
+from .._cache import FunctionCache
+
+ROR, FOR = "reverse_over_reverse", "forward_over_reverse"
+MARGIN = 0.97  # forward over reverse must take under 97% of the time of the native nesting
+MEASURED = ("gradient", "value_and_gradient")  # one rule for both: measured as gradient
+REPEATS = 3
+
+# Peak extra memory of the nested loss (benchmarks/nested.py, docs/nested_results.md,
+# medium and large sizes): forward over reverse allocates less on JAX (17.0 against
+# 17.8 MiB) and autograd (26.6 against 32.6 MiB), more on torch (29.5 against 16.0).
+LESS_MEMORY = {"jax": FOR, "autograd": FOR, "torch": ROR}
+
+
+@dataclasses.dataclass(frozen=True)
+class Choice:
+    """A measured choice: the strategy and the seconds per pass of each."""
+
+    strategy: str
+    seconds: dict
+
+    def __str__(self) -> str:
+        times = ", ".join(f"{s} {t * 1e3:.3g} ms" for s, t in self.seconds.items())
+        return f"{self.strategy} (measured: {times})" if times else self.strategy
+
+
+_CHOICES = FunctionCache(per_function=16, clear=False)  # (f, signature) -> Choice
+
+
+def signature(impl, xs: tuple, ctx: tuple) -> tuple:
+    """Shapes and dtypes of the arrays (the same for a tracer and its value)."""
+    from .._tree import flatten
+
+    return (impl.framework, *(_leaf(a) for a in (*xs, *flatten(ctx)[0])))
+
+
+def _leaf(a) -> tuple:
+    shape = getattr(a, "shape", None)
+    return (type(a).__name__,) if shape is None else (tuple(shape), str(a.dtype))
+
+
+def choose(impl, fixed, op: str, xs: tuple, ctx: tuple, single: bool) -> Choice:
+    """The strategy of ``fixed`` (its own unless "auto" or "min_memory") for this call."""
+    if fixed.strategy == "min_memory":
+        return Choice(LESS_MEMORY.get(impl.framework, ROR), {})
+    if op not in MEASURED or not single:
+        return Choice(ROR, {})
+    key = signature(impl, xs, ctx)
+    got = _CHOICES.peek(fixed.f, key)
+    if got is None:
+        got = apart(lambda: measure(impl, fixed, xs[0], ctx))
+        _CHOICES.put(fixed.f, key, got)
+    return got
+
+
+def apart(fn):
+    """``fn()`` on a thread of its own: outside the caller's traces and transforms
+    (JAX keeps its trace state per thread, and its compiled calls dispatch slowly
+    inside a trace), with diffiface's default settings."""
+    out: list = []
+
+    def run() -> None:
+        try:
+            out.append((True, fn()))
+        except BaseException as exc:  # raised again on the caller's thread
+            out.append((False, exc))
+
+    thread = threading.Thread(target=run, name="diffiface-measure")
+    thread.start()
+    thread.join()
+    ok, value = out[0]
+    if not ok:
+        raise value
+    return value
+
+
+def measure(impl, fixed, x, ctx: tuple) -> Choice:
+    """Time the inner gradient and its pullback under both strategies on stand-ins of
+    ``x`` and the contexts (``ctx[0]``: the parameters); the framework's own nesting
+    where forward over reverse fails or does not win by ``MARGIN``."""
+    import diffiface as di
+
+    backend = impl.backend
+    x, params, *rest = impl.standin((x, *ctx))
+    rest = tuple(di.Constant(c) for c in rest)
+
+    def timed(strategy: str) -> float:
+        def inner(xp):
+            fp = di.FixedParams(fixed.f, xp[1], strategy=strategy)
+            return di.gradient(fp, backend, xp[0], *rest)
+
+        w = impl.standin(inner((x, params)))
+        prep = di.prepare_vjp(inner, backend, (x, params), w)
+        best = float("inf")
+        for _ in range(REPEATS):
+            start = time.perf_counter()
+            impl.block(di.vjp(inner, backend, (x, params), w, prep=prep))
+            best = min(best, time.perf_counter() - start)
+        return best
+
+    seconds = {ROR: timed(ROR)}
+    try:
+        seconds[FOR] = timed(FOR)
+    except Exception:  # f cannot run forward over reverse: the framework's own nesting
+        return Choice(ROR, seconds)
+    wins = seconds[FOR] < MARGIN * seconds[ROR]
+    return Choice(FOR if wins else ROR, seconds)

@@ -119,11 +119,13 @@ class Prep:
         "f",
         "family",
         "impl",
+        "nested",
     )
 
     def __init__(self, family, f, backend, impl, combo, prob, x, kinds, contexts, t):
         self.family, self.f, self.backend, self.impl, self.combo = family, f, backend, impl, combo
         self.aux = prob.aux  # f returns (out, aux): every call takes has_aux=True
+        self.nested = None  # FixedParams "auto"/"min_memory": the strategy chosen for it
         f, contexts, _ = unfix(f, contexts)  # FixedParams: its parameters are a context
         self._kinds = kinds
         self._x_sig = _tree_sig(x)
@@ -199,7 +201,8 @@ class Prep:
         return SLOW if got is None else run(*got)
 
     def __repr__(self) -> str:
-        return f"<diffiface prep for {self.family}(f, {self.backend!r}, x)>"
+        nested = "" if self.nested is None else f"; nested: {self.nested}"
+        return f"<diffiface prep for {self.family}(f, {self.backend!r}, x){nested}>"
 
     def enter(self, op: str, f: Callable, backend: Any, x: Any, contexts: tuple, t: Any):
         """(impl, prob, xs, kinds, ctx) for a call that matches this preparation."""

@@ -27,7 +27,7 @@ from .._backend_types import AutoSparse
 from .._contexts import Constant, FixedParams, unfix
 from .._errors import Foreign
 from .._tree import flatten, tree_map, unflatten
-from ..nested.route import route
+from ..nested.route import planned, route
 from . import convert, outputs, registry, unprepared
 from .backend import SLOW
 from .plan import Prep, native_sig
@@ -331,5 +331,7 @@ def prepare(op: Operator, f, backend, x, contexts: tuple, t=None, has_aux=False)
             "without prep= (it then crosses a bridge)."
         ) from None
     plan = Prep(op.family, f, backend, c.impl, c.combo, c.prob, x, c.kinds, contexts, t)
+    if type(f) is FixedParams and f.strategy in ("auto", "min_memory"):
+        plan.nested = planned(c.impl, f, op.name, c.xs, c.ctx, has_aux, c.prob.single)
     call(op, f, backend, x, t, contexts, plan, has_aux=has_aux)
     return plan.finalize()

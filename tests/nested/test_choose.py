@@ -76,7 +76,7 @@ def test_jax_auto_measures_once_and_the_outer_pass_uses_the_choice(measured):
     want = jax.grad(native, argnums=(0, 1))(x, w)
     assert len(measured) == 1  # same f, same shapes: the stored choice
     assert di.nested_rule_counts() == {("jax", "gradient", choice.strategy): 1}
-    for a, b in zip(got, want):
+    for a, b in zip(got, want, strict=True):
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-10)
 
     jax.grad(loss)(jnp.ones(3), jnp.ones(3))  # another signature: measured again
@@ -102,7 +102,7 @@ def test_torch_auto_measures_once_and_matches_native_nesting(measured):
     assert di.nested_rule_counts() == {("torch", "gradient", measured[0].strategy): 2}
     (gn,) = torch.autograd.grad(torch_f(x, w), x, create_graph=True)
     want = torch.autograd.grad(torch.sum(gn**2), (x, w))
-    for a, b in zip(got, want):
+    for a, b in zip(got, want, strict=True):
         torch.testing.assert_close(a, b, rtol=1e-10, atol=0)
 
 

@@ -52,7 +52,13 @@ def _jvps(c: Call, v: Any):
         lambda: impl.value_and_jvp(prob, xs, vss[0], ctx),
         lambda: impl.reverse_jvp(prob, xs, vss[0], ctx),
     )
-    return c.back(y), c.back(t)
+    return _back(c, y), c.back(t)
+
+
+def _back(c: Call, y: Any) -> Any:
+    """f(x) in x's kind; None where the operator does not return it (JAX's compiled
+    jvp and vjp leave it out)."""
+    return None if y is None else c.back(y)
 
 
 def _reverse_jvps(impl, prob, xs: tuple, vss: list, ctx: tuple):
@@ -90,7 +96,7 @@ def _vjps(c: Call, w: Any):
             out = c.back(y), Tangents(*(c.like_x(g) for g in gss))
         else:
             y, gs = impl.value_and_vjp(prob, c.xs, ws[0], c.ctx, check)
-            out = c.back(y), c.like_x(gs)
+            out = _back(c, y), c.like_x(gs)
     except _checks.DiffifaceValueError:
         _check_cotangents(c, trees, len(ws))  # a pytree's structure explains it better
         raise

@@ -231,20 +231,26 @@ class JaxImpl(BackendImpl):
         return None
 
     def value_and_jvp(self, prob, xs, vs, ctx):
+        drop = prob.op == "jvp"  # f(x) not returned: no buffer for it (it shows at 1e6)
+
         def make(with_ctx):
-            return lambda x, v, *dyn: outputs.values(jax.jvp, with_ctx(dyn), (x,), (v,))
+            def run(x, v, *dyn):
+                y, t = outputs.values(jax.jvp, with_ctx(dyn), (x,), (v,))
+                return (None if drop else y), t
+
+            return run
 
         run, dyn = self._compiled(prob, ("jvp",), ctx, make)
         return _run(prob, run, _arg(prob, xs), _arg(prob, vs), *dyn)
 
     def value_and_vjp(self, prob, xs, w, ctx, check_w):
-        loose = isinstance(w, float)
+        loose, drop = isinstance(w, float), prob.op == "vjp"
 
         def make(with_ctx):
             def run(x, w, *dyn):
                 y, pb = outputs.values(jax.vjp, with_ctx(dyn), x)
                 w = check_w(y, w.astype(y.dtype) if loose else w)
-                return y, pb(w)[0]
+                return (None if drop else y), pb(w)[0]
 
             return run
 

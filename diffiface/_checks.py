@@ -241,6 +241,12 @@ def disconnected(op: str, backend: Any, strict: bool) -> None:
 
 _NEW_FUNCTIONS: dict = {}  # code object -> function objects of it compiled so far
 RECOMPILE_AFTER = 5
+_NOT_COUNTED: set = set()  # diffiface's own closures made anew by design (choose.measure)
+
+
+def not_counted(fn: Any) -> None:
+    """Never warn about new function objects of ``fn``'s code."""
+    _NOT_COUNTED.add(fn.__code__)
 
 
 def compiled_new_function(f: Any) -> None:
@@ -248,7 +254,7 @@ def compiled_new_function(f: Any) -> None:
     object when the same code arrives as a new object again and again (a lambda made
     inside a loss: every call retraces and compiles it anew)."""
     code = getattr(getattr(f, "__func__", f), "__code__", None)
-    if code is None:
+    if code is None or code in _NOT_COUNTED:
         return
     n = _NEW_FUNCTIONS[code] = _NEW_FUNCTIONS.get(code, 0) + 1
     if n != RECOMPILE_AFTER:

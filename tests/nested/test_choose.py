@@ -173,3 +173,23 @@ def test_auto_with_aux_is_native_nesting_without_measuring(measured):
     prep = di.prepare_gradient(di.FixedParams(f, w), di.AutoJax(), x, has_aux=True)
     assert measured == []
     assert repr(prep).endswith(f"; nested: {choose.ROR}>")
+
+
+def power(x, w, k):
+    return (x * w).sum() ** k
+
+
+@needs("jax")
+def test_measuring_many_functions_warns_of_no_recompilation(measured):
+    import functools
+    import warnings
+
+    import jax.numpy as jnp
+
+    x, w = jnp.asarray(X0), jnp.asarray(W0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", di.RecompileWarning)
+        for k in range(1, 7):  # measurement makes its inner function anew per f and strategy
+            f = functools.partial(power, k=k)
+            di.prepare_gradient(di.FixedParams(f, w), di.AutoJax(), x)
+    assert len(measured) == 6

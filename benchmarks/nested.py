@@ -414,7 +414,7 @@ def main(quick=False, md=None, only=None):
         for size in SIZES:
             res = measure(framework, size, quick)
             best = min(NATIVE, key=lambda label: res[label][0])
-            t_best, mib_best = res[best]
+            t_best = res[best][0]
             for label, (us, mib) in res.items():
                 cells = (framework, size, label, f"{us:.1f}", f"{us / t_best:.2f}", f"{mib:.2f}")
                 table.append(cells)

@@ -113,17 +113,20 @@ def nested(size, quick):
 
 
 def main(quick=False, md=None):
+    """Print (and with ``md`` write) the table; return ``{"crossing": {n: µs by
+    configuration}, "nested": {size: µs by configuration}}``."""
     start = time.perf_counter()
+    results = {"crossing": {}, "nested": {}}
     lines = ["| case | configuration | µs | ratio |", "| --- | --- | --- | --- |"]
     for n in (10, 10**6):
-        got = crossing(n, quick)
+        got = results["crossing"][n] = crossing(n, quick)
         base = got["jax jit on jax arrays"]
         for label, us in got.items():
             ref = got["torch fwd+bwd"] if "fwd+bwd" in label else base
             extra = f" (+{us - ref:.1f} µs)" if label.startswith("bridged") else ""
             lines.append(f"| crossing, n={n:g} | {label} | {us:.1f}{extra} | {us / ref:.2f} |")
     for size in SIZES:
-        got = nested(size, quick)
+        got = results["nested"][size] = nested(size, quick)
         base = got["all torch (double backward)"]
         for label, us in got.items():
             lines.append(f"| nested loss, {size} | {label} | {us:.1f} | {us / base:.2f} |")
@@ -140,6 +143,7 @@ def main(quick=False, md=None):
                 "Nested-loss rows: ratio against all-torch double backward.\n\n"
                 f"{table}\n"
             )
+    return results
 
 
 if __name__ == "__main__":

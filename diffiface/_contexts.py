@@ -65,8 +65,9 @@ class FixedParams:
       differentiation (or at ``prepare_gradient``) and kept; forward over
       reverse must win by 3%. ``repr`` of a preparation shows the choice.
       Other inner operators use reverse over reverse.
-    * ``"min_memory"``: the one that allocates less on this framework
-      (forward over reverse on JAX and autograd, reverse over reverse on torch).
+    * ``"min_memory"``: the one whose pass allocates less, measured the same
+      way by the backend's measure of peak memory (XLA's memory analysis,
+      torch's allocator or profiler, tracemalloc).
     * ``"reverse_over_reverse"``: the outer framework differentiates the
       inner call's own graph.
     * ``"forward_over_reverse"``: the outer cotangent ``w`` of ``y = ∇ₓ g(x, p)``

@@ -9,6 +9,7 @@ overrides an operator only where its native version is faster.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -133,6 +134,24 @@ class BackendImpl(DerivedSecondOrder):
     def block(self, result: Any) -> Any:
         """``result`` once computed (JAX dispatches asynchronously), for timing."""
         return result
+
+    def peak_bytes(self, fn: Callable, args: tuple) -> int | None:
+        """The peak memory ``fn(*args)`` allocates beyond its arguments, or None where
+        it cannot be measured (``FixedParams(strategy="min_memory")``): here by
+        ``tracemalloc``, which sees NumPy's buffers."""
+        import tracemalloc
+
+        started = not tracemalloc.is_tracing()
+        if started:
+            tracemalloc.start()
+        try:
+            base = tracemalloc.get_traced_memory()[0]
+            tracemalloc.reset_peak()
+            fn(*args)
+            return tracemalloc.get_traced_memory()[1] - base
+        finally:
+            if started:
+                tracemalloc.stop()
 
     flatten_fast = None  # a faster pytree flatten of the framework, if it has one
     hermitian_vjp = False  # the native pullback of a complex output conjugates w (torch)

@@ -6,8 +6,9 @@ the inner gradient and the pullback of a cotangent through it to ``x`` and the
 parameters, on stand-ins of the call's arrays (same shapes and dtypes), through
 diffiface's own outer ``vjp`` (compiled on JAX). The faster one is kept per
 function and signature; forward over reverse must win by ``MARGIN``, otherwise the
-framework's own nesting stays. ``strategy="min_memory"`` keeps the one that
-allocates less (per framework, from ``benchmarks/nested.py``).
+framework's own nesting stays. ``strategy="min_memory"`` measures the peak memory of
+the same pass instead (XLA's memory analysis, torch's allocator events, tracemalloc)
+and keeps the one that allocates less.
 """
 
 from __future__ import annotations
@@ -24,22 +25,29 @@ MARGIN = 0.97  # forward over reverse must take under 97% of the time of the nat
 MEASURED = ("gradient", "value_and_gradient")  # one rule for both: measured as gradient
 REPEATS = 3
 
-# Peak extra memory of the nested loss (benchmarks/nested.py, docs/nested_results.md,
-# medium and large sizes): forward over reverse allocates less on JAX (17.0 against
-# 17.8 MiB) and autograd (26.6 against 32.6 MiB), more on torch (29.5 against 16.0).
+# Where a backend cannot measure memory: peak extra memory of the nested loss
+# (benchmarks/nested.py, docs/nested_results.md, medium and large sizes): forward over
+# reverse allocates less on JAX (17.0 against 17.8 MiB) and autograd (26.6 against
+# 32.6 MiB), more on torch (29.5 against 16.0).
 LESS_MEMORY = {"jax": FOR, "autograd": FOR, "torch": ROR}
 
 
 @dataclasses.dataclass(frozen=True)
 class Choice:
-    """A measured choice: the strategy and the seconds per pass of each."""
+    """A measured choice: the strategy and what each strategy measured (seconds per
+    pass for "auto", peak bytes for "min_memory"; empty where nothing was measured)."""
 
     strategy: str
-    seconds: dict
+    measured: dict
+    unit: str = "s"
 
     def __str__(self) -> str:
-        times = ", ".join(f"{s} {t * 1e3:.3g} ms" for s, t in self.seconds.items())
-        return f"{self.strategy} (measured: {times})" if times else self.strategy
+        if self.unit == "s":
+            each = (f"{s} {v * 1e3:.3g} ms" for s, v in self.measured.items())
+        else:
+            each = (f"{s} {v / 2**20:.3g} MiB" for s, v in self.measured.items())
+        got = ", ".join(each)
+        return f"{self.strategy} (measured: {got})" if got else self.strategy
 
 
 _CHOICES = FunctionCache(per_function=16, clear=False)  # (f, signature) -> Choice
@@ -59,16 +67,24 @@ def _leaf(a) -> tuple:
 
 def choose(impl, fixed, op: str, xs: tuple, ctx: tuple, single: bool) -> Choice:
     """The strategy of ``fixed`` (its own unless "auto" or "min_memory") for this call."""
-    if fixed.strategy == "min_memory":
-        return Choice(LESS_MEMORY.get(impl.framework, ROR), {})
+    memory = fixed.strategy == "min_memory"
     if op not in MEASURED or not single:
-        return Choice(ROR, {})
-    key = signature(impl, xs, ctx)
+        return Choice(LESS_MEMORY.get(impl.framework, ROR) if memory else ROR, {})
+    key = (fixed.strategy, *signature(impl, xs, ctx))
     got = _CHOICES.peek(fixed.f, key)
     if got is None:
-        got = apart(lambda: measure(impl, fixed, xs[0], ctx))
+        how = measure_memory if memory else measure
+        got = apart(lambda: how(impl, fixed, xs[0], ctx))
         _CHOICES.put(fixed.f, key, got)
     return got
+
+
+_THREAD = threading.local()
+
+
+def measuring() -> bool:
+    """Whether this thread runs a measurement (``apart``)."""
+    return getattr(_THREAD, "measuring", False)
 
 
 def apart(fn):
@@ -78,6 +94,7 @@ def apart(fn):
     out: list = []
 
     def run() -> None:
+        _THREAD.measuring = True  # the measured passes leave nested_rule_counts alone
         try:
             out.append((True, fn()))
         except BaseException as exc:  # raised again on the caller's thread
@@ -99,27 +116,56 @@ def measure(impl, fixed, x, ctx: tuple) -> Choice:
     import diffiface as di
 
     backend = impl.backend
-    x, params, *rest = impl.standin((x, *ctx))
-    rest = tuple(di.Constant(c) for c in rest)
 
-    def timed(strategy: str) -> float:
-        inner = _inner_gradient(fixed.f, strategy, backend, rest)
-        w = impl.standin(inner((x, params)))
-        prep = di.prepare_vjp(inner, backend, (x, params), w)
+    def timed(inner, args: tuple) -> float:
+        prep = di.prepare_vjp(inner, backend, *args)
         best = float("inf")
         for _ in range(REPEATS):
             start = time.perf_counter()
-            impl.block(di.vjp(inner, backend, (x, params), w, prep=prep))
+            impl.block(di.vjp(inner, backend, *args, prep=prep))
             best = min(best, time.perf_counter() - start)
         return best
 
-    seconds = {ROR: timed(ROR)}
-    try:
-        seconds[FOR] = timed(FOR)
-    except Exception:  # f cannot run forward over reverse: the framework's own nesting
-        return Choice(ROR, seconds)
-    wins = seconds[FOR] < MARGIN * seconds[ROR]
+    seconds = _each_strategy(impl, fixed, x, ctx, timed)
+    wins = len(seconds) == 2 and seconds[FOR] < MARGIN * seconds[ROR]
     return Choice(FOR if wins else ROR, seconds)
+
+
+def measure_memory(impl, fixed, x, ctx: tuple) -> Choice:
+    """The peak memory of the same pass under both strategies (the backend's
+    ``peak_bytes``); the framework's table (``LESS_MEMORY``) where it cannot measure,
+    the framework's own nesting where forward over reverse fails or ties."""
+    import diffiface as di
+
+    backend = impl.backend
+
+    def peak(inner, args: tuple) -> int | None:
+        return impl.peak_bytes(lambda xp, w: di.vjp(inner, backend, xp, w), args)
+
+    got = _each_strategy(impl, fixed, x, ctx, peak)
+    if any(v is None for v in got.values()):
+        return Choice(LESS_MEMORY.get(impl.framework, ROR), {})
+    less = len(got) == 2 and got[FOR] < got[ROR]
+    return Choice(FOR if less else ROR, got, "bytes")
+
+
+def _each_strategy(impl, fixed, x, ctx: tuple, how) -> dict:
+    """``how(inner, ((x, params), w))`` per strategy, on stand-ins; forward over reverse
+    left out where it raises (f cannot run it)."""
+    import diffiface as di
+
+    backend = impl.backend
+    x, params, *rest = impl.standin((x, *ctx))
+    rest = tuple(di.Constant(c) for c in rest)
+    out = {}
+    for strategy in (ROR, FOR):
+        inner = _inner_gradient(fixed.f, strategy, backend, rest)
+        try:
+            w = impl.standin(inner((x, params)))
+            out[strategy] = how(inner, ((x, params), w))
+        except Exception:  # on stand-ins: the call itself runs (and explains) natively
+            break
+    return out
 
 
 def _inner_gradient(f, strategy: str, backend, rest: tuple):

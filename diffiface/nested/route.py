@@ -21,7 +21,7 @@ from typing import Any
 from .. import _checks, _config
 from .._tree import flatten
 from ..core import registry as _registry
-from .choose import ROR, Choice, choose
+from .choose import ROR, Choice, choose, measuring
 
 # operator -> the implementation method a rule replaces
 METHOD = {
@@ -131,8 +131,9 @@ def route(
             )
         if not impl.can_run_rule(xs, ctx):  # e.g. inside torch.func transforms
             strategy = "reverse_over_reverse"
-    with _LOCK:
-        _COUNTS[(impl.framework, op, strategy)] += 1
+    if not measuring():
+        with _LOCK:
+            _COUNTS[(impl.framework, op, strategy)] += 1
     if strategy != "forward_over_reverse":
         return impl
     methods = {METHOD[op]: rule}

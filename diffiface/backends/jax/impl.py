@@ -163,6 +163,13 @@ class JaxImpl(BackendImpl):
     def block(self, result):
         return jax.block_until_ready(result)
 
+    def peak_bytes(self, fn, args):
+        """What XLA plans to allocate beyond the arguments: temporaries and outputs."""
+        stats = jax.jit(fn).lower(*args).compile().memory_analysis()
+        if stats is None:
+            return None
+        return stats.temp_size_in_bytes + stats.output_size_in_bytes
+
     def runner(self, prob, form, combo=None, weak=False):
         """The compiled function, called as is (see ``BackendImpl.runner``): every
         JAX runner holds f weakly (through the cache)."""

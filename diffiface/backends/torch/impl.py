@@ -29,7 +29,7 @@ from ..._cache import weak_callable
 from ..._tree import tree_map
 from ...core.backend import BackendImpl
 from ...core.registry import register
-from . import direct
+from . import direct, memory
 from .graph import (
     DONE,
     apply_f,
@@ -109,6 +109,9 @@ class TorchImpl(BackendImpl):
 
     def standin(self, tree: Any) -> Any:
         return tree_map(lambda a: a.detach().clone() if isinstance(a, torch.Tensor) else a, tree)
+
+    def peak_bytes(self, fn, args):
+        return memory.peak_bytes(fn, args)
 
     def cast(self, a: Any, like: Any) -> Any:
         return _placed(a.to(dtype=like.dtype, device=like.device), like)

@@ -199,10 +199,10 @@ def contexts(op: str, impl: Any, contexts: tuple) -> tuple:
         leaves, tree = flatten(value)
         numpy = False
         for v in leaves:
+            if impl.is_native(v):  # never a masked array (autograd's check says so)
+                continue
             if is_masked(v):
                 raise masked(op, impl, f"a leaf c of Constant #{n}", "c")
-            if impl.is_native(v):
-                continue
             if isinstance(v, np.ndarray):
                 numpy = True
             elif foreign(impl.framework, v):

@@ -53,24 +53,39 @@ class Choice:
 _CHOICES = FunctionCache(per_function=16, clear=False)  # (f, signature) -> Choice
 
 
-def signature(impl, xs: tuple, ctx: tuple) -> tuple:
-    """Shapes and dtypes of the arrays (the same for a tracer and its value)."""
+def signature(impl, xs: tuple, ctx: tuple, params: list | None = None) -> tuple:
+    """Shapes and dtypes of the arrays (the same for a tracer and its value);
+    ``params``: the leaves of ``ctx[0]`` where the caller has them."""
     from .._tree import flatten
 
-    return (impl.framework, *(_leaf(a) for a in (*xs, *flatten(ctx)[0])))
+    if params is None:
+        params = flatten(ctx[0])[0] if ctx else []
+    rest = flatten(ctx[1:])[0] if len(ctx) > 1 else []
+    leaves = (*xs, *params, *rest)
+    try:  # arrays only (the usual case): one pass without a generator
+        return (impl.framework, *[(a.shape, a.dtype) for a in leaves])
+    except AttributeError:
+        return (impl.framework, *(_leaf(a) for a in leaves))
 
 
 def _leaf(a) -> tuple:
     shape = getattr(a, "shape", None)
-    return (type(a).__name__,) if shape is None else (tuple(shape), str(a.dtype))
+    return (type(a),) if shape is None else (shape, a.dtype)
 
 
-def choose(impl, fixed, op: str, xs: tuple, ctx: tuple, single: bool) -> Choice:
-    """The strategy of ``fixed`` (its own unless "auto" or "min_memory") for this call."""
+def cached(fixed, key: tuple) -> Choice | None:
+    """The choice made before for ``fixed``'s function and this key, if any."""
+    return _CHOICES.peek(fixed.f, key)
+
+
+def choose(impl, fixed, op: str, xs: tuple, ctx: tuple, single: bool, key=None) -> Choice:
+    """The strategy of ``fixed`` ("auto" or "min_memory") for this call (``key``: its
+    ``(strategy, *signature)`` where the caller has it)."""
     memory = fixed.strategy == "min_memory"
     if op not in MEASURED or not single:
         return Choice(LESS_MEMORY.get(impl.framework, ROR) if memory else ROR, {})
-    key = (fixed.strategy, *signature(impl, xs, ctx))
+    if key is None:
+        key = (fixed.strategy, *signature(impl, xs, ctx))
     got = _CHOICES.peek(fixed.f, key)
     if got is None:
         how = measure_memory if memory else measure

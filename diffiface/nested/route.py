@@ -21,7 +21,7 @@ from typing import Any
 from .. import _checks, _config
 from .._tree import flatten
 from ..core import registry as _registry
-from .choose import ROR, Choice, choose, measuring
+from .choose import MEASURED, ROR, Choice, cached, choose, measuring, signature
 
 # operator -> the implementation method a rule replaces
 METHOD = {
@@ -95,14 +95,15 @@ def route(
     returns ``(out, aux)``; ``single``: x is one array)."""
     if not enabled():
         return impl
-    if not impl.outer_sees([*xs, *flatten(ctx[0])[0]]):
+    params = flatten(ctx[0])[0]
+    if not impl.outer_sees([*xs, *params]):
         return impl  # no outer differentiation sees this call
     strategy = fixed.strategy
     rule = None
     if op in _FORWARD:  # already forward mode inside: the outer pass is reverse over forward
         strategy = "native"
     elif strategy in ("auto", "min_memory"):
-        strategy = planned(impl, fixed, op, xs, ctx, aux, single).strategy
+        strategy = planned(impl, fixed, op, xs, ctx, aux, single, params).strategy
         if strategy != ROR:
             rule = _registry.rule(impl.framework, METHOD[op])
     elif strategy == "forward_over_reverse":
@@ -143,21 +144,24 @@ def route(
     return _RuleView(impl, methods)
 
 
-def planned(impl, fixed, op: str, xs: tuple, ctx: tuple, aux: bool, single: bool) -> Choice:
+def planned(
+    impl, fixed, op: str, xs: tuple, ctx: tuple, aux: bool, single: bool, params=None
+) -> Choice:
     """The strategy "auto" or "min_memory" stands for in this call: the framework's own
     nesting where no rule can run (aux, no forward mode, inside torch.func, no rule
-    for ``op``), else the measured (or least-memory) one of ``choose``."""
+    for ``op``), else the measured one of ``choose`` (``params``: ctx[0]'s leaves)."""
     method = METHOD.get(op)
-    if (
-        aux
-        or op in _FORWARD
-        or method is None
-        or _registry.rule(impl.framework, method) is None
-        or impl.no_forward(xs, ctx) is not None
-        or not impl.can_run_rule(xs, ctx)
-    ):
+    if aux or op in _FORWARD or method is None or _registry.rule(impl.framework, method) is None:
         return Choice(ROR, {})
-    return choose(impl, fixed, op, xs, ctx, single)
+    key = None
+    if op in MEASURED and single:  # a choice made before: the framework's own nesting
+        key = (fixed.strategy, *signature(impl, xs, ctx, params))  # needs no further check
+        got = cached(fixed, key)
+        if got is not None and got.strategy == ROR:
+            return got
+    if impl.no_forward(xs, ctx) is not None or not impl.can_run_rule(xs, ctx):
+        return Choice(ROR, {})
+    return choose(impl, fixed, op, xs, ctx, single, key)
 
 
 # a method and the one its Tangents variant calls, run once per direction by the rule

@@ -131,3 +131,20 @@ def test_prepared_torch_jvp_leaves_the_callers_x_unchanged():
     np.testing.assert_allclose(di.jvp(f, di.AutoTorch(), x, v, prep=prep).numpy(), 2 * np.ones(3))
     np.testing.assert_array_equal(x.numpy(), X3)
     np.testing.assert_array_equal(v.numpy(), np.ones(3))  # the tangent too
+
+
+@pytest.mark.skipif(not HAVE["torch"], reason="torch missing")
+@pytest.mark.parametrize("outer", [False, True])
+def test_torch_in_place_f_is_the_same_error_inside_an_outer_pass(outer):
+    """torch refuses an in-place op on a leaf that requires grad; diffiface's alias of
+    x inside an outer pass is a view of such a leaf, refused the same way."""
+    import torch
+
+    def f(x):
+        x.mul_(2)
+        return x.sum()
+
+    x = torch.tensor(X3, requires_grad=outer)
+    with pytest.raises(di.DiffifaceValueError, match="f changes its input in place"):
+        di.gradient(f, di.AutoTorch(), x)
+    np.testing.assert_array_equal(x.detach().numpy(), X3)

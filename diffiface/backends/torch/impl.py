@@ -87,7 +87,7 @@ class TorchImpl(BackendImpl):
         for x in xs:
             wrapped = is_functorch_wrapped_tensor(x)
             # a non-leaf changed in place would also change what is differentiated
-            copy = (wrapped and not owned) or (not wrapped and not (x.requires_grad and x.is_leaf))
+            copy = (wrapped and not owned) or (not wrapped and not _refuses_in_place(x))
             out.append(x.clone() if copy else x)
         return tuple(out)
 
@@ -502,6 +502,17 @@ def _placed(a, like, batched=False):
     if batched:
         placements = [Shard(p.dim + 1) if p.is_shard() else p for p in placements]
     return distribute_tensor(a, like.device_mesh, placements)
+
+
+def _refuses_in_place(x) -> bool:
+    """torch raises on an in-place op on a leaf that requires grad, and on a view of
+    one (``graph.own``'s alias of x inside an outer pass)."""
+    if not x.requires_grad:
+        return False
+    if x.is_leaf:
+        return True
+    base = x._base
+    return base is not None and base.is_leaf and base.requires_grad
 
 
 def _dtensor_type():

@@ -94,12 +94,16 @@ def choose(impl, fixed, op: str, xs: tuple, ctx: tuple, single: bool, key=None) 
     return got
 
 
-_THREAD = threading.local()
+class _Thread(threading.local):
+    measuring = False  # a class default: no exception raised and caught per read
+
+
+_THREAD = _Thread()
 
 
 def measuring() -> bool:
     """Whether this thread runs a measurement (``apart``)."""
-    return getattr(_THREAD, "measuring", False)
+    return _THREAD.measuring
 
 
 def apart(fn):

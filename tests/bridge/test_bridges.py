@@ -133,6 +133,30 @@ def test_dtype_kind_and_pytree_structure_are_kept():
     np.testing.assert_allclose(out["y"].numpy(), np.tanh(np.arange(3.0)), rtol=1e-6)
 
 
+@pytest.mark.parametrize("structured", [False, True])
+def test_array_arguments_seen_before_keep_shapes_values_and_output_structure(structured):
+    """The second call with the same argument types takes the path without pytree
+    flattening; new shapes and an output pytree still come out right, with gradients."""
+
+    def f(x, y):
+        out = jnp.sin(x) * y.sum()
+        return {"out": out, "sum": out.sum()} if structured else out
+
+    bridged = di.differentiate_with(f, di.AutoJax())
+    for n in (3, 3, 5):
+        x = torch.linspace(0.1, 1.0, n, dtype=torch.float32, requires_grad=True)
+        y = torch.arange(n, dtype=torch.float32)
+        got = bridged(x, y)
+        out = got["out"] if structured else got
+        want = torch.sin(x) * y.sum()
+        torch.testing.assert_close(out, want)
+        (g,) = torch.autograd.grad(out.sum(), x)
+        torch.testing.assert_close(g, torch.cos(x) * y.sum())
+        if structured:
+            assert set(got) == {"out", "sum"}
+    assert len(bridged._arrays) == 1  # one entry for (Tensor, Tensor)
+
+
 def test_no_copy_on_the_cpu_path():
     from diffiface.backends.autograd.bridge import to_numpy
     from diffiface.backends.jax.bridge import Kit as JaxKit

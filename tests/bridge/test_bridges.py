@@ -529,3 +529,27 @@ def test_torch_batched_backward_over_a_bridged_call():
     over = di.second_order(di.AutoTorch(mode="reverse"), di.AutoJax())
     f = lambda x: jnp.sum(jnp.sin(x) ** 3)  # noqa: E731
     torch.testing.assert_close(di.hessian(f, over, x, chunk_size=2), torch.diag(d2))
+
+
+def test_strided_and_broadcast_arrays_reach_jit_dense():
+    """jit copies a broadcast or strided NumPy array about 10x slower than NumPy does:
+    such arrays (sum's cotangent in torch, a slice) cross made dense, C- and F-order
+    ones as they are; results unchanged."""
+    from diffiface.backends.jax.running import dense
+
+    c = np.ones((4, 3))
+    f = np.asfortranarray(c)
+    assert dense(c) is c and dense(f) is f
+    for a in (np.broadcast_to(1.0, (5,)), np.arange(10.0)[::2], c[:, ::2]):
+        d = dense(a)
+        assert d.flags.c_contiguous and np.array_equal(d, a)
+
+    bridged = di.differentiate_with(lambda x: jnp.sin(x) * 2.0, di.AutoJax())
+    x = torch.linspace(0.0, 1.0, 7, dtype=torch.float64, requires_grad=True)
+    (g,) = torch.autograd.grad(bridged(x).sum(), x)  # the cotangent is an expanded one
+    torch.testing.assert_close(g, 2.0 * torch.cos(x.detach()), rtol=1e-12, atol=0)
+    xs = torch.linspace(0.0, 1.0, 14, dtype=torch.float64)[::2]  # a strided view
+    torch.testing.assert_close(bridged(xs), 2.0 * torch.sin(xs), rtol=1e-12, atol=0)
+    xn = np.linspace(0.0, 1.0, 14)[::2]
+    got = di.gradient(lambda x: jnp.sum(jnp.sin(x)), di.AutoJax(), xn)
+    np.testing.assert_allclose(got, np.cos(xn), rtol=1e-12)

@@ -25,6 +25,7 @@ from ..._arrays import framework_of
 from ..._backend_types import AutoJax
 from ...bridge import node as _bridge
 from ...core.registry import implementation
+from .running import dense
 
 _JAX = (jax.Array, jax.core.Tracer)
 
@@ -44,12 +45,14 @@ def to_jax(a: Any) -> Any:
     if isinstance(a, _JAX):
         return a
     _check_dtype(a)
-    if isinstance(a, np.ndarray | np.generic):
+    if isinstance(a, np.ndarray):
+        return dense(a)
+    if isinstance(a, np.generic):
         return a
     if framework_of(a) == "torch":
         a = a.detach()
-        if a.device.type == "cpu":
-            return a.numpy()  # a NumPy view: jit takes it without a copy (DLPack: 30 µs)
+        if a.device.type == "cpu":  # a NumPy view: jit takes it without a copy (DLPack:
+            return dense(a.numpy())  # 30 µs); a broadcast (sum's cotangent) made dense
         return jax.dlpack.from_dlpack(a.contiguous())
     return jnp.asarray(a)
 

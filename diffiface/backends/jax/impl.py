@@ -19,6 +19,7 @@ from ...core.backend import SLOW, BackendImpl
 from ...core.registry import register
 from .aux import WithAux
 from .contexts import join_contexts, split_contexts
+from .running import call, dense, numpy_in_out, only_compiled
 
 CACHE = FunctionCache()
 _FLOATS = frozenset(np.dtype(t) for t in ("float16", "float32", "float64"))
@@ -34,12 +35,6 @@ _AS_IS = frozenset(
         "value_gradient_and_hessian",
         "value_derivative_and_second_derivative",
     )
-)
-
-_CONCRETE = (
-    jax.errors.ConcretizationTypeError,
-    jax.errors.TracerArrayConversionError,
-    jax.errors.TracerIntegerConversionError,
 )
 
 
@@ -59,7 +54,7 @@ class JaxImpl(BackendImpl):
         return dtype in _FLOATS or jnp.issubdtype(dtype, jnp.floating)
 
     def from_numpy(self, a: np.ndarray) -> Any:
-        return jax.device_put(a)  # jnp.asarray would compile a copy program per shape
+        return jax.device_put(dense(a))  # jnp.asarray would compile a copy program per shape
 
     def default_float(self, value: float) -> Any:
         return jnp.asarray(value, dtype=jnp.result_type(float))
@@ -141,11 +136,11 @@ class JaxImpl(BackendImpl):
 
     def gradient(self, prob, xs, ctx):
         run, dyn = self._compiled(prob, ("grad",), ctx, _make_grad)
-        return _tuple(prob, _run(prob, run, _arg(prob, xs), *dyn))
+        return _tuple(prob, call(prob, run, _arg(prob, xs), *dyn))
 
     def value_and_gradient(self, prob, xs, ctx):
         run, dyn = self._compiled(prob, ("value_and_grad",), ctx, _make_value_and_grad)
-        y, g = _run(prob, run, _arg(prob, xs), *dyn)
+        y, g = call(prob, run, _arg(prob, xs), *dyn)
         return y, _tuple(prob, g)
 
     keeps_plans = True
@@ -182,19 +177,19 @@ class JaxImpl(BackendImpl):
     def _prepared_runner(self, prob, numpy=False, combo=None):
         """For a prepared single-array call without contexts: the function the
         warm-up call compiled, called as is (a tangent must be like x)."""
-        run = _only_compiled(prob)
+        run = only_compiled(prob)
         if not prob.single or run is None:
             return None
         op = prob.op
         if numpy:
-            return _numpy_in_out(run, op) if op in _AS_IS else None
+            return numpy_in_out(run, op) if op in _AS_IS else None
         if op in ("jvp", "value_and_jvp", "hvp", "gradient_and_hvp"):
             pick = (lambda out: out[1]) if op == "jvp" else (lambda out: out)
 
             def with_tangent(x, v=None):
                 if type(v) is not type(x) or v.shape != x.shape or v.dtype != x.dtype:
                     return SLOW
-                return pick(_run(prob, run, x, v))
+                return pick(call(prob, run, x, v))
 
             return with_tangent
         if op in ("vjp", "value_and_vjp"):  # the compiled function checks w against f(x)
@@ -206,9 +201,9 @@ class JaxImpl(BackendImpl):
             return with_cotangent
         if op in ("derivative", "value_and_derivative"):
             pick = (lambda out: out[1]) if op == "derivative" else (lambda out: out)
-            return lambda x: pick(_run(prob, run, x, jnp.ones_like(x)))
+            return lambda x: pick(call(prob, run, x, jnp.ones_like(x)))
         if op == "second_derivative":
-            return lambda x: _run(prob, run, x)[2]
+            return lambda x: call(prob, run, x)[2]
         if op in _AS_IS:
             return run  # compiled for exactly this signature: nothing left to catch
         return None
@@ -216,7 +211,7 @@ class JaxImpl(BackendImpl):
     def _leaves_runner(self, prob):
         """For a prepared call of native leaves (x and Constant contexts): the compiled
         function on the leaves, its gradient put back in the structure of x."""
-        run, treedef = _only_compiled(prob), prob.treedef
+        run, treedef = only_compiled(prob), prob.treedef
         if prob.op not in ("gradient", "value_and_gradient") or run is None:
             return None
         if prob.single:
@@ -232,9 +227,9 @@ class JaxImpl(BackendImpl):
 
     def _unprepared_runner(self, prob, numpy=False):
         """For an unprepared plain call: the cached jitted function (it holds f weakly)."""
-        run = _only_compiled(prob)
+        run = only_compiled(prob)
         if prob.op in _AS_IS and prob.single and run is not None:
-            return _numpy_in_out(run, prob.op) if numpy else run
+            return numpy_in_out(run, prob.op) if numpy else run
         return None
 
     def value_and_jvp(self, prob, xs, vs, ctx):
@@ -248,7 +243,7 @@ class JaxImpl(BackendImpl):
             return run
 
         run, dyn = self._compiled(prob, ("jvp",), ctx, make)
-        return _run(prob, run, _arg(prob, xs), _arg(prob, vs), *dyn)
+        return call(prob, run, _arg(prob, xs), _arg(prob, vs), *dyn)
 
     def value_and_vjp(self, prob, xs, w, ctx, check_w):
         loose, drop = isinstance(w, float), prob.op == "vjp"
@@ -262,7 +257,7 @@ class JaxImpl(BackendImpl):
             return run
 
         run, dyn = self._compiled(prob, ("vjp", loose), ctx, make)
-        y, g = _run(prob, run, _arg(prob, xs), w, *dyn)
+        y, g = call(prob, run, _arg(prob, xs), w, *dyn)
         return y, _tuple(prob, g)
 
     # several directions: one vmapped pass
@@ -275,7 +270,7 @@ class JaxImpl(BackendImpl):
             return run
 
         run, dyn = self._compiled(prob, ("jvps",), ctx, make)
-        y, ts = _run(prob, run, _arg(prob, xs), _stack(prob, vss), *dyn)
+        y, ts = call(prob, run, _arg(prob, xs), _stack(prob, vss), *dyn)
         return y, [ts[i] for i in range(len(vss))]
 
     def value_and_vjps(self, prob, xs, ws, ctx, check_w):
@@ -296,7 +291,7 @@ class JaxImpl(BackendImpl):
             return run
 
         run, dyn = self._compiled(prob, ("vjps", loose), ctx, make)
-        y, gs = _run(prob, run, _arg(prob, xs), jnp.stack(ws), *dyn)
+        y, gs = call(prob, run, _arg(prob, xs), jnp.stack(ws), *dyn)
         return y, _unstack(prob, gs, len(ws))
 
     def gradient_and_hvps(self, prob, xs, vss, ctx, combo):
@@ -314,7 +309,7 @@ class JaxImpl(BackendImpl):
             return run
 
         run, dyn = self._compiled(prob, ("hvps", outer, inner), ctx, make)
-        g, hvs = _run(prob, run, _arg(prob, xs), _stack(prob, vss), *dyn)
+        g, hvs = call(prob, run, _arg(prob, xs), _stack(prob, vss), *dyn)
         return _tuple(prob, g), _unstack(prob, hvs, len(vss))
 
     def compressed(self, prob, ctx, kind, seeds, gather, combo=None, plan=0, value=True):
@@ -346,10 +341,10 @@ class JaxImpl(BackendImpl):
         tag = ("compressed", kind, outer, inner, plan, value)
         run, dyn = self._compiled(prob, tag, ctx, make)
         if kind != "star" or not value:
-            return lambda xs: _run(prob, run, xs[0], *dyn)
+            return lambda xs: call(prob, run, xs[0], *dyn)
 
         def gradient_and_data(xs):
-            g, data = _run(prob, run, xs[0], *dyn)
+            g, data = call(prob, run, xs[0], *dyn)
             return (g,), data
 
         return gradient_and_data
@@ -377,7 +372,7 @@ class JaxImpl(BackendImpl):
             return run
 
         run, dyn = self._compiled(prob, ("jac", mode, value), ctx, make)
-        return _run(prob, run, xs[0], *dyn)
+        return call(prob, run, xs[0], *dyn)
 
     def jacobian(self, prob, xs, ctx):
         return self.value_and_jacobian(prob, xs, ctx, value=False)
@@ -429,7 +424,7 @@ class JaxImpl(BackendImpl):
             return run
 
         run, dyn = self._compiled(prob, ("batched_jac", mode), ctx, make)
-        return _run(prob, run, xs[0], *dyn)
+        return call(prob, run, xs[0], *dyn)
 
     # ---- second order ------------------------------------------------------------
     def gradient_and_hvp(self, prob, xs, vs, ctx, combo, grad=True):
@@ -448,7 +443,7 @@ class JaxImpl(BackendImpl):
             return run
 
         run, dyn = self._compiled(prob, ("hvp", outer, inner, grad), ctx, make)
-        out = _run(prob, run, _arg(prob, xs), _arg(prob, vs), *dyn)
+        out = call(prob, run, _arg(prob, xs), _arg(prob, vs), *dyn)
         if not grad:
             return None, _tuple(prob, out)
         return _tuple(prob, out[0]), _tuple(prob, out[1])
@@ -479,7 +474,7 @@ class JaxImpl(BackendImpl):
             return run
 
         run, dyn = self._compiled(prob, ("hessian", outer, inner, value), ctx, make)
-        out = _run(prob, run, xs[0], *dyn)
+        out = call(prob, run, xs[0], *dyn)
         if not value:
             return None, (None,), out
         y, g, h = out
@@ -501,7 +496,7 @@ class JaxImpl(BackendImpl):
             return run
 
         run, dyn = self._compiled(prob, ("d2",), ctx, make)
-        return _run(prob, run, xs[0], *dyn)
+        return call(prob, run, xs[0], *dyn)
 
 
 def _vg(fn, x):
@@ -556,61 +551,3 @@ def _conj(g):
 
 def _twice(y):
     return y, y
-
-
-def _only_compiled(prob):
-    """The one function compiled for ``prob`` (keys (tag, static); other memo entries,
-    such as the output size, are strings), or None when there are none or several."""
-    runs = [run for key, run in prob.fns.items() if type(key) is tuple]
-    return runs[0] if len(runs) == 1 else None
-
-
-def _numpy_in_out(run, op):
-    """``run`` for a NumPy x: jit takes it as is (no separate conversion), the results
-    come back as NumPy. float64 and complex128 need x64, checked per call (it is global
-    state); without it the general path explains."""
-    asarray, tracer = np.asarray, jax.core.Tracer
-    if op.startswith("value"):
-
-        def back(out):  # a result an outer trace sees (f closes over it) stays a tracer
-            return tuple(a if isinstance(a, tracer) else asarray(a) for a in out)
-    else:
-
-        def back(out):
-            return out if isinstance(out, tracer) else asarray(out)
-
-    def from_numpy(x):
-        size = x.dtype.itemsize  # float64 (8, "f") or complex128 (16)
-        if (size == 16 or (size == 8 and x.dtype.kind == "f")) and not jax.config.jax_enable_x64:
-            return SLOW
-        return back(run(x))
-
-    return from_numpy
-
-
-def _run(prob, run, *args):
-    try:
-        out = run(*args)
-    except jax.errors.TracerBoolConversionError as exc:
-        raise _checks.DiffifaceTypeError(
-            f"{_checks.call_form(prob.op, prob.backend)}: f branches in Python on a traced "
-            "value, which jax.jit cannot compile. Use jnp.where or jax.lax.cond inside f."
-        ) from exc
-    except _CONCRETE as exc:
-        raise _checks.left_framework(prob.op, prob.backend, exc) from exc
-    except TypeError as exc:
-        if prob.aux and "is not a valid JAX type" in str(exc):
-            raise _checks.DiffifaceTypeError(
-                f"{_checks.call_form(prob.op, prob.backend)} with has_aux=True: f's aux holds "
-                f"a value that is not an array ({str(exc).splitlines()[0]}), and this "
-                "operator runs f under jax.vmap (as jax.jacfwd and jax.hessian with "
-                "has_aux=True do), whose outputs must be arrays. Keep only arrays in aux."
-            ) from exc
-        clear = _checks.framework_error(prob.op, prob.backend, exc)
-        if clear is None:
-            raise
-        raise clear from exc
-    limit = _config.get("max_compiled_shapes")
-    if limit is not None and run._cache_size() > limit:  # one compilation per shape
-        run.clear_cache()
-    return out

@@ -84,12 +84,7 @@ def _jax():
 
     def at(n):
         x, v = (jnp.asarray(a) for a in _inputs(n, np.float32))
-        p = {
-            "gradient": di.prepare_gradient(s, b, x),
-            "jvp": di.prepare_jvp(f, b, x, v),
-            "vjp": di.prepare_vjp(f, b, x, v),
-            "hvp": di.prepare_hvp(s, b, x, v),
-        }
+        p = _prepared(f, s, b, x, v)
         pairs = {
             "gradient": (lambda: grad_n(x), lambda: di.gradient(s, b, x, prep=p["gradient"])),
             "jvp": (lambda: jvp_n(x, v), lambda: di.jvp(f, b, x, v, prep=p["jvp"])),
@@ -124,12 +119,7 @@ def _torch():
             (g,) = torch.autograd.grad(s(xg), xg, create_graph=True)
             return torch.autograd.grad(g, xg, v)[0]
 
-        p = {
-            "gradient": di.prepare_gradient(s, b, x),
-            "jvp": di.prepare_jvp(f, b, x, v),
-            "vjp": di.prepare_vjp(f, b, x, v),
-            "hvp": di.prepare_hvp(s, b, x, v),
-        }
+        p = _prepared(f, s, b, x, v)
         return {
             "gradient": (grad_n, lambda: di.gradient(s, b, x, prep=p["gradient"])),
             "jvp": (
@@ -155,12 +145,7 @@ def _autograd():
 
     def at(n):
         x, v = _inputs(n, np.float64)
-        p = {
-            "gradient": di.prepare_gradient(s, b, x),
-            "jvp": di.prepare_jvp(f, b, x, v),
-            "vjp": di.prepare_vjp(f, b, x, v),
-            "hvp": di.prepare_hvp(s, b, x, v),
-        }
+        p = _prepared(f, s, b, x, v)
         return {
             "gradient": (lambda: grad_n(x), lambda: di.gradient(s, b, x, prep=p["gradient"])),
             "jvp": (lambda: make_jvp(f)(x)(v)[1], lambda: di.jvp(f, b, x, v, prep=p["jvp"])),
@@ -172,6 +157,16 @@ def _autograd():
 
 
 PAIRS = {"jax": _jax, "torch": _torch, "autograd": _autograd}
+
+
+def _prepared(f, s, b, x, v) -> dict:
+    """op -> the preparation of diffiface's call (jvp and vjp of f, gradient and hvp of s)."""
+    return {
+        "gradient": di.prepare_gradient(s, b, x),
+        "jvp": di.prepare_jvp(f, b, x, v),
+        "vjp": di.prepare_vjp(f, b, x, v),
+        "hvp": di.prepare_hvp(s, b, x, v),
+    }
 
 
 # ---------------------------------------------------------------- timing

@@ -123,15 +123,20 @@ def _owner_key(f: Callable, key: Hashable) -> tuple:
     return f, key
 
 
-def weak_callable(f: Callable) -> Callable:
+def weak_callable(f: Callable, weak: bool = True) -> Callable | None:
     """A callable that calls ``f`` and holds it only weakly (for a runner kept in a
     FunctionCache under ``f``): a proxy of a function or a callable object, the function
-    of a bound method with its instance looked up per call. TypeError when ``f`` cannot
-    be weakly referenced."""
+    of a bound method with its instance looked up per call; None when ``f`` cannot be
+    weakly referenced. ``weak=False``: ``f`` itself (a prepared runner holds it)."""
+    if not weak:
+        return f
     if isinstance(f, types.MethodType):
         func, ref = f.__func__, weakref.ref(f.__self__)
         return lambda *args: func(ref(), *args)
-    return weakref.proxy(f)
+    try:
+        return weakref.proxy(f)
+    except TypeError:
+        return None
 
 
 def _weak_getter(f: Callable) -> Callable[[], Callable]:

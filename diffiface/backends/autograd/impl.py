@@ -113,13 +113,8 @@ class AutogradImpl(BackendImpl):
         (``weak``) it calls f through a weak reference (the plan table holds f weakly)."""
         if form != "array":
             return None
-        f = prob.f
-        if weak:
-            try:
-                f = weak_callable(f)
-            except TypeError:
-                return None
-        return self._gradient_runner(prob, f)
+        f = weak_callable(prob.f, weak)
+        return None if f is None else self._gradient_runner(prob, f)
 
     def _gradient_runner(self, prob, f):
         """For a plain gradient: one make_vjp of ``f`` itself. Anything unusual (a box

@@ -202,12 +202,9 @@ class TorchImpl(BackendImpl):
     def runner(self, prob, form, combo=None, weak=False):
         """The direct runners of ``direct``; for an unprepared call (``weak``) they call
         f through a weak reference (the plan table holds f weakly)."""
-        f = prob.f
-        if weak:
-            try:
-                f = weak_callable(f)
-            except TypeError:
-                return None
+        f = weak_callable(prob.f, weak)
+        if f is None:
+            return None
         if form == "leaves":
             return direct.leaves_runner(prob, f)
         if form == "numpy" or not prob.single:

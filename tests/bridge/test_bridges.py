@@ -553,3 +553,21 @@ def test_strided_and_broadcast_arrays_reach_jit_dense():
     xn = np.linspace(0.0, 1.0, 14)[::2]
     got = di.gradient(lambda x: jnp.sum(jnp.sin(x)), di.AutoJax(), xn)
     np.testing.assert_allclose(got, np.cos(xn), rtol=1e-12)
+
+
+def test_a_crossing_no_pass_sees_skips_the_autograd_function_and_one_that_is_seen_keeps_it():
+    import torch.autograd.forward_ad as fwAD
+
+    bridged = di.differentiate_with(lambda x: jnp.sin(x) * 2.0, di.AutoJax())
+    x = torch.linspace(0.0, 1.0, 5, dtype=torch.float64)
+    plain = bridged(x)
+    assert plain.grad_fn is None and not plain.requires_grad
+    torch.testing.assert_close(plain, 2.0 * torch.sin(x), rtol=1e-12, atol=0)
+    xg = x.clone().requires_grad_()
+    with torch.no_grad():
+        assert bridged(xg).grad_fn is None
+    assert bridged(xg).grad_fn is not None  # seen by torch's graph: the Function records it
+    v = torch.ones(5, dtype=torch.float64)
+    with fwAD.dual_level():  # forward mode without requires_grad: still the Function
+        tangent = fwAD.unpack_dual(bridged(fwAD.make_dual(x, v))).tangent
+    torch.testing.assert_close(tangent, 2.0 * torch.cos(x), rtol=1e-12, atol=0)

@@ -84,6 +84,15 @@ class Node:
         """``(*args, *cotangents) -> argument cotangents``, linear in the cotangents."""
         return self._get("vjp", lambda: Node(self.kit, self.kit.vjp(self.fn, n), n, "vjp", self))
 
+    def vjp_forward(self) -> Callable | None:
+        """``(*args) -> (outputs, residuals)`` for a reverse pass that will not be
+        differentiated again: the residuals go to ``kit.pullback`` instead of the vjp
+        node recomputing the forward pass. None where the kit has no such pair."""
+        make = getattr(self.kit, "vjp_forward", None)
+        if make is None:
+            return None
+        return self._get("vjp_forward", lambda: make(self.fn))
+
     def transpose(self, n: int, lin_shapes: tuple) -> Node:
         """``(*nonlinear args, *output cotangents) -> cotangents of the linear args``."""
         if self.kind == "jvp":  # (x, v) -> J v transposes to the vjp of the base

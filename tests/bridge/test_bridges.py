@@ -571,3 +571,21 @@ def test_a_crossing_no_pass_sees_skips_the_autograd_function_and_one_that_is_see
     with fwAD.dual_level():  # forward mode without requires_grad: still the Function
         tangent = fwAD.unpack_dual(bridged(fwAD.make_dual(x, v))).tangent
     torch.testing.assert_close(tangent, 2.0 * torch.cos(x), rtol=1e-12, atol=0)
+
+
+def test_a_torch_backward_over_jax_reuses_the_forward_residuals_unless_differentiated_again():
+    bridged = di.differentiate_with(lambda x, w: jnp.tanh(x @ w), di.AutoJax())
+    x = torch.linspace(-1.0, 1.0, 6, dtype=torch.float64).reshape(3, 2).requires_grad_()
+    w = torch.linspace(0.5, 1.5, 4, dtype=torch.float64).reshape(2, 2).requires_grad_()
+    gx, gw = torch.autograd.grad(bridged(x, w).sum(), (x, w))
+    ref = torch.tanh(x @ w).sum()
+    want = torch.autograd.grad(ref, (x, w), create_graph=True)
+    torch.testing.assert_close(gx, want[0], rtol=1e-12, atol=0)
+    torch.testing.assert_close(gw, want[1], rtol=1e-12, atol=0)
+    (node,) = bridged._nodes.values()
+    assert "vjp_forward" in node._derived and "vjp" not in node._derived  # no recomputation
+    # create_graph=True: the backward is a bridged call again, differentiable a second time
+    (g,) = torch.autograd.grad(bridged(x, w).sum(), x, create_graph=True)
+    (h,) = torch.autograd.grad(g.sum(), x)
+    torch.testing.assert_close(h, torch.autograd.grad(want[0].sum(), x)[0], rtol=1e-12, atol=0)
+    assert "vjp" in node._derived

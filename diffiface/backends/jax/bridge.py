@@ -82,6 +82,14 @@ class Kit:
         return jax.jit(run)
 
     @staticmethod
+    def vjp_forward(fn):
+        return jax.jit(lambda *a: jax.vjp(fn, *a))  # the pullback is a pytree: jit returns it
+
+    @staticmethod
+    def pullback(pull, cts: list) -> tuple:
+        return _PULL(pull, tuple(cts))
+
+    @staticmethod
     def transpose(fn, n: int, lin_avals: tuple):
         def run(*a):
             zeros = [jnp.zeros(s, d) for s, d in lin_avals]
@@ -98,6 +106,9 @@ class Kit:
     def out_avals(fn, avals: tuple) -> list:
         outs = jax.eval_shape(fn, *(jax.ShapeDtypeStruct(s, d) for s, d in avals))
         return [(tuple(o.shape), np.dtype(o.dtype)) for o in outs]
+
+
+_PULL = jax.jit(lambda pull, cts: pull(cts))  # one compilation per pullback structure
 
 
 def kit(backend: Any) -> Kit:

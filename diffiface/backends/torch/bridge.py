@@ -161,7 +161,7 @@ def call(node: _bridge.Node, arrays: list) -> list:
     if fwAD._current_level < 0 and not (
         torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
     ):  # no graph to record, no tangent to carry: the Function's bookkeeping is not needed
-        return list(_forward(node, tensors))
+        return list(_outputs(_forward(node, tensors)))
     return list(_Bridge.apply(node, *tensors))
 
 
@@ -175,9 +175,12 @@ def _same_device(node, tensors) -> None:
         )
 
 
-def _forward(node, args):
+def _forward(node, args, fn=None):
     to_inner = node.kit.to_inner
-    outs = node.fn(*[to_inner(a.detach() if a.requires_grad else a) for a in args])
+    return (fn or node.fn)(*[to_inner(a.detach() if a.requires_grad else a) for a in args])
+
+
+def _outputs(outs) -> tuple:
     return tuple([to_torch(o) for o in outs])
 
 
@@ -194,7 +197,12 @@ class _Bridge(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, node, *args):
-        output = _forward(node, args)
+        fwd = node.vjp_forward() if any(ctx.needs_input_grad[1:]) else None
+        if fwd is None:
+            output, ctx.pull = _outputs(_forward(node, args)), None
+        else:  # keep the inner framework's residuals for the backward pass
+            outs, ctx.pull = _forward(node, args, fwd)
+            output = _outputs(outs)
         _save(ctx, node, args, output)
         return output
 
@@ -205,6 +213,10 @@ class _Bridge(torch.autograd.Function):
             torch.zeros(s, dtype=d, device=dev) if c is None else c
             for c, (s, d, dev) in zip(cts, ctx.meta, strict=True)
         ]
+        if ctx.pull is not None and not torch.is_grad_enabled():  # not differentiated again:
+            to_inner, node = ctx.node.kit.to_inner, ctx.node  # the saved residuals' pullback
+            gs = node.kit.pullback(ctx.pull, [to_inner(c) for c in cts])
+            return (None, *_outputs(gs))
         return (None, *call(ctx.node.vjp(len(args)), [*args, *cts]))
 
     @staticmethod
@@ -221,10 +233,11 @@ class _FuncBridge(_Bridge):
 
     @staticmethod
     def forward(node, *args):
-        return _forward(node, args)
+        return _outputs(_forward(node, args))
 
     @staticmethod
     def setup_context(ctx, inputs, output):
+        ctx.pull = None  # torch.func may differentiate the backward again: the vjp node
         _save(ctx, inputs[0], inputs[1:], output)
 
     @staticmethod

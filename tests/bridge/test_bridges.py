@@ -543,6 +543,7 @@ def test_strided_and_broadcast_arrays_reach_jit_dense():
     for a in (np.broadcast_to(1.0, (5,)), np.arange(10.0)[::2], c[:, ::2]):
         d = dense(a)
         assert d.flags.c_contiguous and np.array_equal(d, a)
+        assert jax.device_put(d).unsafe_buffer_pointer() == d.ctypes.data  # no second copy
 
     bridged = di.differentiate_with(lambda x: jnp.sin(x) * 2.0, di.AutoJax())
     x = torch.linspace(0.0, 1.0, 7, dtype=torch.float64, requires_grad=True)

@@ -185,7 +185,7 @@ class Prep:
             if run is None:
                 return SLOW
             return self._run_leaves(run, f, backend, x, contexts)
-        if contexts or not _same_f(f, self.f):
+        if contexts or (f is not self.f and not _same_f(f, self.f)):
             return SLOW
         fast = self._fast
         if type(x) is not fast[0] or x.shape != fast[1] or x.dtype != fast[2]:

@@ -33,7 +33,8 @@ of its largest magnitude) and the diffiface ones against
 Times are medians of interleaved repeats; the ratio is against the faster of
 the two native configurations of that framework and size.
 
-Peak extra memory of one call, in MiB:
+Peak extra memory of one call, in MiB, by the backends' own ``peak_bytes`` (what
+``strategy="min_memory"`` measures):
 
 * jax: ``temp_size_in_bytes + output_size_in_bytes`` of the compiled
   executable's ``memory_analysis()`` (what XLA plans to allocate beyond the
@@ -66,7 +67,7 @@ import numpy as np
 import optree
 
 import diffiface as di
-from diffiface.backends.torch import memory
+from diffiface.core.registry import implementation
 from diffiface.nested import choose
 
 STRATEGIES = (choose.ROR, choose.FOR)
@@ -207,8 +208,7 @@ def jax_configs(t_np, p_np):
 
         def memory(fn=fn, on=on):
             with di.nested_ad(on):
-                stats = jax.jit(fn).lower(t, p).compile().memory_analysis()
-            return (stats.temp_size_in_bytes + stats.output_size_in_bytes) / 2**20
+                return peak_mib("jax", fn, (t, p))
 
         configs[label] = (call, memory)
     return configs
@@ -260,14 +260,15 @@ def torch_configs(t_np, p_np):
 
     outer = di.prepare_gradient(loss_tp, di.AutoTorch(), (t, p))
     raw[OUTER] = lambda: di.gradient(loss_tp, di.AutoTorch(), (t, p), prep=outer)
-    return {label: (fn, lambda fn=fn: torch_peak_mib(fn)) for label, fn in raw.items()}
+    return {label: (fn, lambda fn=fn: peak_mib("torch", fn)) for label, fn in raw.items()}
 
 
-def torch_peak_mib(fn):
-    """The peak of the profiler's allocation events during one call (diffiface's own
-    measure for ``strategy="min_memory"``)."""
+def peak_mib(framework, fn, args=()):
+    """Peak extra memory of ``fn(*args)`` in MiB, by the measure diffiface's
+    ``strategy="min_memory"`` uses on that framework (the backend's ``peak_bytes``)."""
+    backend = {"jax": di.AutoJax, "torch": di.AutoTorch, "autograd": di.AutoAutograd}[framework]
     with quiet_stderr():
-        return memory.peak_bytes(fn, ()) / 2**20
+        return implementation(backend()).peak_bytes(fn, args) / 2**20
 
 
 def autograd_configs(t, p_np):
@@ -324,7 +325,7 @@ def autograd_configs(t, p_np):
 
     outer = di.prepare_gradient(loss_tp, di.AutoAutograd(), (t, p))
     raw[OUTER] = lambda: di.gradient(loss_tp, di.AutoAutograd(), (t, p), prep=outer)
-    return {label: (fn, lambda fn=fn: tracemalloc_peak_mib(fn)) for label, fn in raw.items()}
+    return {label: (fn, lambda fn=fn: peak_mib("autograd", fn)) for label, fn in raw.items()}
 
 
 @contextlib.contextmanager
@@ -339,20 +340,6 @@ def quiet_stderr():
         os.dup2(saved, 2)
         os.close(saved)
         os.close(devnull)
-
-
-def tracemalloc_peak_mib(fn):
-    import tracemalloc
-
-    tracemalloc.start()
-    try:
-        base = tracemalloc.get_traced_memory()[0]
-        tracemalloc.reset_peak()
-        fn()
-        peak = tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
-    return (peak - base) / 2**20
 
 
 FRAMEWORKS = {"jax": jax_configs, "torch": torch_configs, "autograd": autograd_configs}

@@ -73,24 +73,25 @@ def _leaf(a) -> tuple:
     return (type(a),) if shape is None else (shape, a.dtype)
 
 
-def cached(fixed, key: tuple) -> Choice | None:
-    """The choice made before for ``fixed``'s function and this key, if any."""
+def stored(fixed, key: tuple) -> Choice | None:
+    """The choice made before for ``fixed``'s function and ``key`` (``(strategy,
+    *signature)``), if any."""
     return _CHOICES.peek(fixed.f, key)
 
 
-def choose(impl, fixed, op: str, xs: tuple, ctx: tuple, single: bool, key=None) -> Choice:
-    """The strategy of ``fixed`` ("auto" or "min_memory") for this call (``key``: its
-    ``(strategy, *signature)`` where the caller has it)."""
-    memory = fixed.strategy == "min_memory"
-    if op not in MEASURED or not single:
-        return Choice(LESS_MEMORY.get(impl.framework, ROR) if memory else ROR, {})
-    if key is None:
-        key = (fixed.strategy, *signature(impl, xs, ctx))
-    got = _CHOICES.peek(fixed.f, key)
-    if got is None:
-        how = measure_memory if memory else measure
-        got = apart(lambda: how(impl, fixed, xs[0], ctx))
-        _CHOICES.put(fixed.f, key, got)
+def unmeasured(impl, fixed) -> Choice:
+    """The choice for an inner operator that is not measured (not a gradient, or a
+    pytree x): the framework's own nesting, or for "min_memory" the table."""
+    return Choice(
+        LESS_MEMORY.get(impl.framework, ROR) if fixed.strategy == "min_memory" else ROR, {}
+    )
+
+
+def measured(impl, fixed, key: tuple, x, ctx: tuple) -> Choice:
+    """Measure (time for "auto", peak memory for "min_memory") and store under ``key``."""
+    how = measure_memory if fixed.strategy == "min_memory" else measure
+    got = apart(lambda: how(impl, fixed, x, ctx))
+    _CHOICES.put(fixed.f, key, got)
     return got
 
 
@@ -163,7 +164,7 @@ def measure_memory(impl, fixed, x, ctx: tuple) -> Choice:
 
     got = _each_strategy(impl, fixed, x, ctx, peak)
     if any(v is None for v in got.values()):
-        return Choice(LESS_MEMORY.get(impl.framework, ROR), {})
+        return unmeasured(impl, fixed)
     less = len(got) == 2 and got[FOR] < got[ROR]
     return Choice(FOR if less else ROR, got, "bytes")
 

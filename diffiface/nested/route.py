@@ -21,7 +21,7 @@ from typing import Any
 from .. import _checks, _config
 from .._tree import flatten
 from ..core import registry as _registry
-from .choose import MEASURED, ROR, Choice, cached, choose, measuring, signature
+from .choose import MEASURED, ROR, Choice, measured, measuring, signature, stored, unmeasured
 
 # operator -> the implementation method a rule replaces
 METHOD = {
@@ -153,15 +153,17 @@ def planned(
     method = METHOD.get(op)
     if aux or op in _FORWARD or method is None or _registry.rule(impl.framework, method) is None:
         return Choice(ROR, {})
-    key = None
-    if op in MEASURED and single:  # a choice made before: the framework's own nesting
-        key = (fixed.strategy, *signature(impl, xs, ctx, params))  # needs no further check
-        got = cached(fixed, key)
-        if got is not None and got.strategy == ROR:
-            return got
+    key = got = None
+    if op in MEASURED and single:
+        key = (fixed.strategy, *signature(impl, xs, ctx, params))
+        got = stored(fixed, key)
+    else:
+        got = unmeasured(impl, fixed)
+    if got is not None and got.strategy == ROR:  # the framework's own nesting: no checks
+        return got
     if impl.no_forward(xs, ctx) is not None or not impl.can_run_rule(xs, ctx):
         return Choice(ROR, {})
-    return choose(impl, fixed, op, xs, ctx, single, key)
+    return got if got is not None else measured(impl, fixed, key, xs[0], ctx)
 
 
 # a method and the one its Tangents variant calls, run once per direction by the rule

@@ -19,11 +19,11 @@ from typing import Any
 
 import numpy as np
 import torch
-import torch.autograd.forward_ad as fwAD
 
 from ... import _checks
 from ...bridge import node as _bridge
 from .forward import jvp
+from .graph import outer_pass
 
 
 def to_torch(a: Any) -> torch.Tensor:
@@ -158,9 +158,7 @@ def call(node: _bridge.Node, arrays: list) -> list:
         _same_device(node, tensors)
     if torch._C._are_functorch_transforms_active():
         return list(_FuncBridge.apply(node, *tensors))
-    if fwAD._current_level < 0 and not (
-        torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
-    ):  # no graph to record, no tangent to carry: the Function's bookkeeping is not needed
+    if not outer_pass(tensors, ()):  # no graph to record, no tangent to carry
         return list(_outputs(_forward(node, tensors)))
     return list(_Bridge.apply(node, *tensors))
 

@@ -15,17 +15,14 @@ from typing import Any
 import numpy as np
 
 from .. import _checks
-from .._cache import FunctionCache
 from . import convert as _convert
+from . import direction
 from . import outputs as _outputs
 from .fallbacks import DerivedSecondOrder
 from .problem import Problem
 
 OUT_SIZE = "output size"  # the key of the memoized output size in a problem's fns
 SLOW = object()  # returned by a direct runner that must hand over to the general path
-# functions whose forward mode failed (a custom_vjp, an autograd.Function without jvp):
-# their forward-mode operators go straight to the reverse formulation
-_REVERSE_ONLY = FunctionCache(per_function=1)
 
 
 class BackendImpl(DerivedSecondOrder):
@@ -177,28 +174,13 @@ class BackendImpl(DerivedSecondOrder):
     def forward_unsupported(self, exc: BaseException) -> bool:
         """``exc`` says that f cannot run under the framework's forward mode (or its
         batching), where the reverse formulation can (a JAX custom_vjp, a torch
-        autograd.Function without jvp or vmap support)."""
+        autograd.Function without jvp or vmap support). See ``core.direction``."""
         return False
 
-    def forward_or_reverse(self, prob, forward, reverse, chosen: bool = False):
-        """``forward()``, or ``reverse()`` where f cannot run in forward mode: the
-        direction is an implementation choice that must not change the answer. A
-        direction the user fixed (``chosen``: mode="forward" for a jacobian) is a clear
-        error instead. The verdict is remembered per f."""
-        if chosen or _REVERSE_ONLY.peek(prob.f, True) is None:
-            try:
-                return forward()
-            except Exception as exc:
-                if not self.forward_unsupported(exc):
-                    raise
-                if chosen:
-                    raise _checks.DiffifaceTypeError(
-                        f"{_checks.call_form(prob.op, prob.backend)}: f cannot run in "
-                        f"forward mode ({type(exc).__name__}: {str(exc).splitlines()[0]}). "
-                        "Use mode='reverse' (or mode=None, which picks what f supports)."
-                    ) from exc
-                _REVERSE_ONLY.put(prob.f, True, True)
-        return reverse()
+    def reverse_unsupported(self, exc: BaseException) -> bool:
+        """``exc`` says that f cannot run under the framework's reverse mode, where the
+        forward formulation can (a JAX lax.while_loop with a traced trip count)."""
+        return False
 
     def reverse_jacobian(self, prob, xs: tuple, ctx: tuple):
         """(f(x), the Jacobian of each leaf) from one pullback per output element: the
@@ -218,6 +200,13 @@ class BackendImpl(DerivedSecondOrder):
         """(f(x), J) of a single-array x by the reverse formulation."""
         y, (jac,) = self.reverse_jacobian(prob, xs, ctx)
         return y, jac
+
+    def forward_jacobian_of_one(self, prob, xs: tuple, ctx: tuple):
+        """(f(x), J) of a single-array x from one jvp per input element: the forward
+        formulation, for an f without reverse mode."""
+        (x,) = xs
+        y, (cols,) = self._columns(prob, xs, ctx)
+        return y, self.reshape(cols, (*y.shape, *x.shape))
 
     def reverse_jvp(self, prob, xs: tuple, vs: tuple, ctx: tuple):
         """(f(x), J v) from the reverse Jacobian (m pullbacks)."""
@@ -248,7 +237,11 @@ class BackendImpl(DerivedSecondOrder):
     def value_and_pullback(self, prob, xs: tuple, ctx: tuple):
         """(f(x), pb) with pb(w) -> tuple of leaves shaped like xs."""
         self._need_one_primitive()
-        # Reverse from forward: build J by columns (n jvps) and contract with w.
+        return self.forward_pullback(prob, xs, ctx)
+
+    def forward_pullback(self, prob, xs: tuple, ctx: tuple):
+        """(f(x), pb) from J built by columns (n jvps), contracted with w: reverse from
+        forward, for a backend or an f without reverse mode."""
         y, cols = self._columns(prob, xs, ctx)
         m = size(y)
 
@@ -298,6 +291,11 @@ class BackendImpl(DerivedSecondOrder):
             if self.hermitian_vjp:
                 return y, gs
             return y, tuple(g.conj() if self.is_complex(g) else g for g in gs)
+        return self.forward_gradient(prob, xs, ctx)
+
+    def forward_gradient(self, prob, xs: tuple, ctx: tuple):
+        """(f(x), the gradient) from one jvp per input element: the forward formulation,
+        for a backend or an f without reverse mode."""
         y, cols = self._columns(prob, xs, ctx)
         gs = [self.reshape(c, tuple(x.shape)) for c, x in zip(cols, xs, strict=True)]
         if any(self.is_complex(x) for x in xs):
@@ -373,8 +371,12 @@ class BackendImpl(DerivedSecondOrder):
         return self.cast(self.from_numpy(e.reshape(tuple(like.shape))), like)
 
     def prefers_reverse(self, prob, xs: tuple, ctx: tuple) -> bool:
+        """The direction of a jacobian: the backend's mode, else the one f supports
+        (``core.direction``), else the cheaper one by sizes."""
         if self.mode is not None:
             return self.mode == "reverse"
+        if (known := direction.only(prob.f)) is not None:
+            return known == direction.REVERSE
         if type(self).value_and_pullback is BackendImpl.value_and_pullback:
             return False
         if type(self).value_and_jvp is BackendImpl.value_and_jvp:

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .. import _checks
-from ..core import convert, shell
+from ..core import convert, direction, shell
 from ..core.shell import Call, Operator
 from . import dense
 
@@ -28,17 +28,24 @@ def _batched(c: Call, chunk_size):
         y = prob.flat()(xs, *ctx)
         _checks.check_batch(prob, tuple(x0.shape), tuple(y.shape))
         jac = convert.zeros(impl, (*y.shape, *x0.shape[1:]), x0)
-    elif chunk_size is not None:
-        y, jac = _chunked(impl, prob, xs, ctx, chunk_size)
+    elif chunk_size is not None:  # in the direction f supports, once known
+        chunks = lambda: _chunked(impl, prob, xs, ctx, chunk_size)  # noqa: E731
+        y, jac = direction.run(
+            impl, prob, chunks, forward=chunks, reverse=chunks, fixed=(impl.mode,)
+        )
     else:
         n_in = math.prod(tuple(x0.shape[1:]))
         m = impl.memo_output_size(prob, xs, ctx)
         dense.check_limit(op, backend, m, n_in, x0, "batched Jacobian")
-        y, jac = impl.forward_or_reverse(
+        run = lambda: impl.value_and_batched_jacobian(prob, xs, ctx)  # noqa: E731
+        # the backend's own formulation follows the direction f supports, once known
+        y, jac = direction.run(
+            impl,
             prob,
-            lambda: impl.value_and_batched_jacobian(prob, xs, ctx),
-            lambda: _reverse(impl, prob, xs, ctx),
-            impl.mode == "forward",
+            run,
+            forward=run,
+            reverse=lambda: _reverse(impl, prob, xs, ctx),
+            fixed=(impl.mode,),
         )
     return c.back(y), c.back(jac)
 

@@ -12,17 +12,30 @@ from typing import Any
 from .. import _checks
 from .._tangents import Tangents
 from .._tree import flatten
-from ..core import convert, outputs, shell
+from ..core import convert, direction, outputs, shell
 from ..core.shell import Call, Operator
 
 
 def _value_and_gradient(c: Call, t, chunk_size):
-    y, gs = c.impl.value_and_gradient(c.prob, c.xs, c.ctx)
+    impl, prob, xs, ctx = c.impl, c.prob, c.xs, c.ctx
+    y, gs = direction.run(
+        impl,
+        prob,
+        lambda: impl.value_and_gradient(prob, xs, ctx),
+        forward=lambda: impl.forward_gradient(prob, xs, ctx),
+    )
     return c.back(y), c.like_x(gs)
 
 
 def _gradient(c: Call, t, chunk_size):
-    return c.like_x(c.impl.gradient(c.prob, c.xs, c.ctx))
+    impl, prob, xs, ctx = c.impl, c.prob, c.xs, c.ctx
+    gs = direction.run(
+        impl,
+        prob,
+        lambda: impl.gradient(prob, xs, ctx),
+        forward=lambda: impl.forward_gradient(prob, xs, ctx)[1],
+    )
+    return c.like_x(gs)
 
 
 VALUE_AND_GRADIENT = Operator(
@@ -41,16 +54,18 @@ def _jvps(c: Call, v: Any):
     impl, prob, xs, ctx = c.impl, c.prob, c.xs, c.ctx
     vss = convert.tangents(prob.op, impl, prob, xs, v)
     if isinstance(v, Tangents):
-        y, ts = impl.forward_or_reverse(
+        y, ts = direction.run(
+            impl,
             prob,
             lambda: impl.value_and_jvps(prob, xs, vss, ctx),
-            lambda: _reverse_jvps(impl, prob, xs, vss, ctx),
+            reverse=lambda: _reverse_jvps(impl, prob, xs, vss, ctx),
         )
         return c.back(y), Tangents(*(c.back(t) for t in ts))
-    y, t = impl.forward_or_reverse(
+    y, t = direction.run(
+        impl,
         prob,
         lambda: impl.value_and_jvp(prob, xs, vss[0], ctx),
-        lambda: impl.reverse_jvp(prob, xs, vss[0], ctx),
+        reverse=lambda: impl.reverse_jvp(prob, xs, vss[0], ctx),
     )
     return _back(c, y), c.back(t)
 
@@ -92,16 +107,33 @@ def _vjps(c: Call, w: Any):
     check = _CheckW(prob.op, impl)
     try:
         if isinstance(w, Tangents):
-            y, gss = impl.value_and_vjps(prob, c.xs, ws, c.ctx, check)
+            y, gss = direction.run(
+                impl,
+                prob,
+                lambda: impl.value_and_vjps(prob, c.xs, ws, c.ctx, check),
+                forward=lambda: _forward_vjps(impl, prob, c.xs, ws, c.ctx, check),
+            )
             out = c.back(y), Tangents(*(c.like_x(g) for g in gss))
         else:
-            y, gs = impl.value_and_vjp(prob, c.xs, ws[0], c.ctx, check)
+            y, gs = direction.run(
+                impl,
+                prob,
+                lambda: impl.value_and_vjp(prob, c.xs, ws[0], c.ctx, check),
+                forward=lambda: _forward_vjps(impl, prob, c.xs, ws[:1], c.ctx, check, True),
+            )
             out = _back(c, y), c.like_x(gs)
     except _checks.DiffifaceValueError:
         _check_cotangents(c, trees, len(ws))  # a pytree's structure explains it better
         raise
     _check_cotangents(c, trees, len(ws))
     return out
+
+
+def _forward_vjps(impl, prob, xs: tuple, ws: list, ctx: tuple, check, one=False):
+    """(f(x), wᵀ J for each w) from the Jacobian's columns (an f without reverse mode)."""
+    y, pb = impl.forward_pullback(prob, xs, ctx)
+    gss = [pb(check(y, w)) for w in ws]
+    return y, (gss[0] if one else gss)
 
 
 def _check_cotangents(c: Call, trees: list, n: int) -> None:
@@ -148,10 +180,11 @@ def _derivatives(c: Call):
         shape = tuple(xs[0].shape) if prob.single else (len(xs),)
         raise _checks.not_scalar_input(prob.op, prob.backend, shape)
     one = (impl.ones_like(xs[0]),)
-    y, t = impl.forward_or_reverse(
+    y, t = direction.run(
+        impl,
         prob,
         lambda: impl.value_and_jvp(prob, xs, one, ctx),
-        lambda: impl.reverse_jacobian_of_one(prob, xs, ctx),
+        reverse=lambda: impl.reverse_jacobian_of_one(prob, xs, ctx),
     )
     return c.back(y), c.back(t)
 

@@ -6,7 +6,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .._tree import flatten, tree_map
-from ..core import convert, raveled, shell
+from ..core import convert, direction, raveled, shell
 from ..core.backend import size
 from ..core.problem import Problem
 from ..core.shell import Call, Operator
@@ -26,8 +26,11 @@ def _jacobians(c: Call, chunk_size, value: bool):
     if not n:
         y = prob.flat()(xs, *ctx)
         return c.back(y), c.back(convert.zeros(impl, (*y.shape, *x.shape), x))
-    if chunk_size is not None:
-        y, jac = dense.jacobian(impl, prob, xs, ctx, chunk_size)
+    if chunk_size is not None:  # in the direction f supports, once known
+        chunks = lambda: dense.jacobian(impl, prob, xs, ctx, chunk_size)  # noqa: E731
+        y, jac = direction.run(
+            impl, prob, chunks, forward=chunks, reverse=chunks, fixed=(impl.mode,)
+        )
         return c.back(y), c.back(jac)
     m = impl.memo_output_size(prob, xs, ctx)
     dense.check_limit(prob.op, prob.backend, m, n, x, "Jacobian")
@@ -35,8 +38,13 @@ def _jacobians(c: Call, chunk_size, value: bool):
         run = lambda: impl.value_and_jacobian(prob, xs, ctx)  # noqa: E731
     else:
         run = lambda: (None, impl.jacobian(prob, xs, ctx))  # noqa: E731
-    y, jac = impl.forward_or_reverse(
-        prob, run, lambda: impl.reverse_jacobian_of_one(prob, xs, ctx), impl.mode == "forward"
+    y, jac = direction.run(
+        impl,
+        prob,
+        run,
+        forward=lambda: impl.forward_jacobian_of_one(prob, xs, ctx),
+        reverse=lambda: impl.reverse_jacobian_of_one(prob, xs, ctx),
+        fixed=(impl.mode,),
     )
     return c.back(y), c.back(jac)
 

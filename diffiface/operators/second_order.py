@@ -16,7 +16,7 @@ from .._backend_types import AutoSparse, SecondOrder
 from .._cache import FunctionCache
 from .._errors import Crossing
 from .._tangents import Tangents
-from ..core import convert, outputs, registry, shell
+from ..core import convert, direction, outputs, registry, shell
 from ..core.backend import size
 from ..core.problem import Problem
 from ..core.shell import Call, Operator
@@ -41,17 +41,25 @@ def _resolve(f, backend, contexts: tuple):
 
 
 def _either(c: Call, run: Callable) -> Any:
-    """``run(combo)``, or ``run`` reverse over reverse where f has no forward mode (a
-    custom_vjp); a forward mode the user fixed in ``second_order`` is a clear error."""
+    """``run(combo)``; where f lacks a direction, ``run`` reverse over reverse (f has no
+    forward mode: a custom_vjp) or forward over forward (no reverse mode: a
+    lax.while_loop); a direction the user fixed in ``second_order`` is a clear error."""
     backend = c.prob.backend
-    chosen = isinstance(backend, SecondOrder) and "forward" in (
-        getattr(backend.outer, "mode", None),
-        getattr(backend.inner, "mode", None),
-    )
+    fixed = ()
+    if isinstance(backend, SecondOrder):
+        fixed = (getattr(backend.outer, "mode", None), getattr(backend.inner, "mode", None))
     impl = c.impl
-    return impl.forward_or_reverse(
-        c.prob, lambda: run(c.combo), lambda: run(impl.reverse_combo), chosen
+    return direction.run(
+        impl,
+        c.prob,
+        lambda: run(c.combo),
+        forward=lambda: run(_FORWARD_OVER_FORWARD),
+        reverse=lambda: run(impl.reverse_combo),
+        fixed=fixed,
     )
+
+
+_FORWARD_OVER_FORWARD = ("forward", "forward")
 
 
 def _hvps(c: Call, v: Any, gradient: bool):
@@ -156,10 +164,11 @@ def _second_derivatives(c: Call):
     if not prob.single or tuple(xs[0].shape) != ():
         shape = tuple(xs[0].shape) if prob.single else (len(xs),)
         raise _checks.not_scalar_input(prob.op, prob.backend, shape)
-    y, d, d2 = impl.forward_or_reverse(
+    y, d, d2 = direction.run(
+        impl,
         prob,
         lambda: impl.value_derivative_and_second_derivative(prob, xs, ctx),
-        lambda: impl.reverse_second_derivative(prob, xs, ctx),
+        reverse=lambda: impl.reverse_second_derivative(prob, xs, ctx),
     )
     return c.back(y), c.back(d), c.back(d2)
 

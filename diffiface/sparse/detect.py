@@ -11,6 +11,7 @@ import scipy.sparse as sp
 
 from .._backend_types import AutoSparse, SecondOrder
 from .._errors import DiffifaceTypeError, DiffifaceValueError, SparsityWarning
+from ..core import direction
 from ..core.backend import size
 from .patterns import as_pattern
 
@@ -88,10 +89,12 @@ def local(d: Any, prob: Any, x: Any, ctx: tuple, combo=None) -> sp.csr_array:
         if prob.scalar:
             dense = d.hessian(prob, (xp,), ctx, combo)
         else:
-            dense = d.forward_or_reverse(
+            dense = direction.run(
+                d,
                 prob,
                 lambda: d.value_and_jacobian(prob, (xp,), ctx),  # noqa: B023
-                lambda: d.reverse_jacobian_of_one(prob, (xp,), ctx),  # noqa: B023
+                forward=lambda: d.forward_jacobian_of_one(prob, (xp,), ctx),  # noqa: B023
+                reverse=lambda: d.reverse_jacobian_of_one(prob, (xp,), ctx),  # noqa: B023
             )[1]
         a = np.asarray(d.to_numpy(dense)).reshape(-1, n)
         nz = (np.abs(a) > _noise(d, a)) | np.isnan(a)

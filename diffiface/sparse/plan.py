@@ -10,7 +10,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from .._errors import DiffifaceValueError
-from ..core import convert
+from ..core import convert, direction
 from ..core.backend import size
 from . import coloring as col
 from . import detect
@@ -39,9 +39,9 @@ class SparsePlan:
         self.x_like, self.y_like = x, y
         if prob.scalar:
             self.kind = "star"
-        elif sparse.mode == "forward":
+        elif sparse.mode == "forward" or direction.only(prob.f) == direction.FORWARD:
             self.kind = "column"
-        elif sparse.mode == "reverse":
+        elif sparse.mode == "reverse" or direction.only(prob.f) == direction.REVERSE:
             self.kind = "row"
         else:  # the direction with fewer colors; on a tie forward, unless it is dear
             cc, rc = _count(self.colored("column")), _count(self.colored("row"))
@@ -93,17 +93,24 @@ class SparsePlan:
 
     # ---- the compressed passes ----------------------------------------------
     def jacobian(self, prob, xs, ctx) -> tuple:
-        """(f(x), the nonzeros in the pattern's order)."""
-        if self.kind == "row":
-            return self.run(prob, xs, ctx, "row")
+        """(f(x), the nonzeros in the pattern's order): where f lacks the direction of
+        the plan's kind (a custom_vjp, a lax.while_loop), the other kind from now on."""
 
-        def rows():  # f has no forward mode (a custom_vjp): rows from now on
-            self.kind = "row"
-            return self.run(prob, xs, ctx, "row")
+        def kind(k):
+            def run():
+                self.kind = k
+                return self.run(prob, xs, ctx, k)
 
-        chosen = self.sparse.mode == "forward"
-        forward = lambda: self.run(prob, xs, ctx, "column")  # noqa: E731
-        return self.d.forward_or_reverse(prob, forward, rows, chosen)
+            return run
+
+        return direction.run(
+            self.d,
+            prob,
+            lambda: self.run(prob, xs, ctx, self.kind),
+            forward=kind("column"),
+            reverse=kind("row"),
+            fixed=(self.sparse.mode,),
+        )
 
     def hessian(self, prob, xs, ctx, combo) -> tuple:
         """(the gradient, the Hessian's nonzeros in the pattern's order)."""

@@ -69,6 +69,9 @@ class AutogradImpl(BackendImpl):
     def forward_unsupported(self, exc):
         return isinstance(exc, NotImplementedError) and str(exc).startswith("JVP of ")
 
+    def reverse_unsupported(self, exc):
+        return isinstance(exc, NotImplementedError) and str(exc).startswith("VJP of ")
+
     def is_traced(self, a: Any) -> bool:
         return isinstance(a, Box)
 

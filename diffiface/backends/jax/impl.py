@@ -14,7 +14,7 @@ from ..._backend_types import AutoJax
 from ..._cache import FunctionCache
 from ..._reads import fingerprint
 from ..._tree import tree_map, unflatten
-from ...core import outputs
+from ...core import direction, outputs
 from ...core.backend import SLOW, BackendImpl
 from ...core.registry import register
 from .aux import WithAux
@@ -63,6 +63,11 @@ class JaxImpl(BackendImpl):
         msg = str(exc)
         return (isinstance(exc, TypeError) and "forward-mode autodiff" in msg) or (
             isinstance(exc, NotImplementedError) and "custom_lin" in msg
+        )
+
+    def reverse_unsupported(self, exc):
+        return isinstance(exc, ValueError) and "Reverse-mode differentiation does not work" in str(
+            exc
         )
 
     def is_traced(self, a: Any) -> bool:
@@ -355,7 +360,7 @@ class JaxImpl(BackendImpl):
         return y, lambda w: pb(w)[0]
 
     def value_and_jacobian(self, prob, xs, ctx, value=True):
-        mode = self.mode
+        mode = self.mode or direction.only(prob.f)  # None: by sizes, at trace time
 
         def make(with_ctx):
             def run(x, *dyn):
@@ -399,7 +404,7 @@ class JaxImpl(BackendImpl):
         return jax.eval_shape(outputs.discard(lambda xs: fn(xs, *ctx)), xs)
 
     def value_and_batched_jacobian(self, prob, xs, ctx):
-        mode, op, backend = self.mode, prob.op, prob.backend  # the closure must not hold prob
+        mode, op, backend = self.mode or direction.only(prob.f), prob.op, prob.backend
 
         def make(with_ctx):
             def run(x, *dyn):

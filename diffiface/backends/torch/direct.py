@@ -14,6 +14,7 @@ import torch.autograd.forward_ad as fwAD
 from torch._C._functorch import is_functorch_wrapped_tensor
 
 from ..._tree import unflatten
+from ...core import direction
 from ...core.backend import OUT_SIZE, SLOW
 from .forward import FORWARD_LOCK
 from .graph import done, grads, leaf, reaches_outside
@@ -24,6 +25,11 @@ def runner(prob, combo, f):
     it), or None where there is none."""
     op = prob.op
     value = op.startswith("value") or op == "gradient_and_hvp"
+    known = direction.only(prob.f)  # f runs in one direction only: the general path
+    if known == direction.FORWARD and op not in ("jvp", "value_and_jvp"):
+        return None
+    if known == direction.REVERSE and op in ("jvp", "value_and_jvp"):
+        return None
     if op in ("gradient", "value_and_gradient", "vjp", "value_and_vjp"):
         return _reverse(f, value, cotangent="vjp" in op)
     if op in ("jvp", "value_and_jvp"):
@@ -141,7 +147,7 @@ def _hvp(f, value):
 def leaves_runner(prob, f):
     """For a gradient of native leaves (x and Constant contexts), calling ``f``."""
     op = prob.op
-    if op not in ("gradient", "value_and_gradient"):
+    if op not in ("gradient", "value_and_gradient") or direction.only(prob.f) is not None:
         return None
     treedef, single, value = prob.treedef, prob.single, op == "value_and_gradient"
 
@@ -168,7 +174,7 @@ def _jacobian(prob, value, f):
     """torch.func.jacrev or jacfwd in the direction the warm-up chose, on a copy of x
     (torch.func would let f write into the caller's tensor)."""
     size = prob.fns.get(OUT_SIZE)
-    mode = prob.backend.mode
+    mode = prob.backend.mode or direction.only(prob.f)
     if mode is None and size is None:
         return None
 

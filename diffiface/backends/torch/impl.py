@@ -180,6 +180,9 @@ class TorchImpl(BackendImpl):
             s in str(exc) for s in _NO_FORWARD
         )
 
+    def reverse_unsupported(self, exc):
+        return isinstance(exc, NotImplementedError) and "implement either the backward" in str(exc)
+
     def outer_sees(self, leaves):
         grad = torch.is_grad_enabled()
         return any(

@@ -318,12 +318,12 @@ def test_torch_scalar_conversions_are_errors_by_default(convert):
     stop = lambda x: to_py(x.sum().detach()) * x.sum()  # noqa: E731
     np.testing.assert_allclose(di.gradient(stop, di.AutoTorch(), x).numpy(), np.full(3, X3.sum()))
     entered = []
-    real = _torch_graph.NoScalars.__enter__
-    _torch_graph.NoScalars.__enter__ = lambda self: entered.append(1) or real(self)
+    real = _torch_graph.Watch.__enter__
+    _torch_graph.Watch.__enter__ = lambda self: entered.append(1) or real(self)
     try:
         di.gradient(stop, di.AutoTorch(), x)  # already checked: no mode on the hot path
     finally:
-        _torch_graph.NoScalars.__enter__ = real
+        _torch_graph.Watch.__enter__ = real
     assert entered == []
 
 

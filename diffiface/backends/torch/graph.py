@@ -11,6 +11,7 @@ from torch.overrides import TorchFunctionMode
 from ... import _checks, _config
 from ..._cache import FunctionCache
 from ..._tree import flatten
+from ...core import direction
 from .forward import FORWARD_LOCK
 
 
@@ -136,20 +137,35 @@ def call_forward(prob, thunk):
     keeps its forward-AD level in a process-wide global that concurrent jvps corrupt
     ("no level exists")."""
     with FORWARD_LOCK:
-        return call_f(prob, thunk)
+        return call_f(prob, thunk, forward=True)
 
 
-class NoScalars(TorchFunctionMode):
-    """A tensor that carries a derivative converted to a Python number or to NumPy is an
+class NoGradInForward(RuntimeError):
+    """f computes on x under torch.no_grad() in a forward-mode call: torch's forward
+    mode ignores no_grad, so the reverse formulation runs instead."""
+
+
+class Watch(TorchFunctionMode):
+    """f's first call, watched for two ways of losing a derivative silently.
+
+    A tensor that carries a derivative converted to a Python number or to NumPy is an
     error (torch itself only warns for float(), and says nothing for .item(), so the
     derivative through it would silently be dropped). JAX and autograd raise on the same
-    f. ``.detach()`` is torch's stop_gradient and stays allowed."""
+    f. ``.detach()`` is torch's stop_gradient and stays allowed.
+
+    f computing on x with grad mode off (``torch.no_grad()``, ``set_grad_enabled(False)``,
+    ``inference_mode()``, entered inside f): reverse mode treats that block as a
+    constant, torch's forward mode ignores it, so the two would disagree. f then runs in
+    reverse mode only (``core.direction``), and a forward-mode call stops here."""
 
     _NAMES = frozenset(("__float__", "__int__", "__complex__", "item", "tolist", "numpy"))
+    _FREE = frozenset(("detach", "detach_", "__get__", "_set_grad_enabled"))
 
-    def __init__(self, prob):
+    def __init__(self, prob, forward: bool):
         super().__init__()
-        self.prob = prob
+        self.prob, self.forward = prob, forward
+        self.off = False  # f turned grad mode off itself
+        self.inference = torch.is_inference_mode_enabled()  # as f was entered
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         name = getattr(func, "__name__", "")
@@ -157,18 +173,42 @@ class NoScalars(TorchFunctionMode):
             t = args[0]
             if t.requires_grad or is_functorch_wrapped_tensor(t) or is_dual(t):
                 raise _checks.dropped_derivative(self.prob.op, self.prob.backend, f"Tensor.{name}")
+        if func is torch._C._set_grad_enabled and args:
+            self.off = not args[0]
+        elif (
+            (self.off or torch.is_inference_mode_enabled() > self.inference)
+            and not torch.is_grad_enabled()
+            and name not in self._FREE
+        ):
+            self._grad_off(name, args)
         return func(*args, **(kwargs or {}))
 
+    def _grad_off(self, name: str, args: tuple) -> None:
+        leaves = [b for a in args for b in (a if isinstance(a, list | tuple) else (a,))]
+        for t in leaves:
+            if not isinstance(t, torch.Tensor):
+                continue
+            if is_functorch_wrapped_tensor(t) or is_dual(t) or (t.requires_grad and not self.forward):
+                why = (
+                    f"f computes {name} on x with grad mode off (torch.no_grad(), "
+                    "set_grad_enabled(False) or inference_mode()): reverse mode treats it "
+                    "as a constant, torch's forward mode does not"
+                )
+                if self.forward:
+                    raise NoGradInForward(why)
+                direction.learn(self.prob.f, direction.REVERSE, why)
+                return
 
-# functions whose first call ran under NoScalars without converting a derivative away
+
+# functions whose first call ran under Watch without converting a derivative away
 CHECKED = FunctionCache(per_function=1)
 
 
-def call_f(prob, thunk):
-    """Run f; its first call (and every call under strict) checks that f converts no
-    tensor carrying a derivative to a number, at no cost to the calls after it."""
+def call_f(prob, thunk, forward: bool = False):
+    """Run f; its first call (and every call under strict) is watched (see ``Watch``),
+    at no cost to the calls after it. ``forward``: a forward-mode call."""
     if _config.strict() or CHECKED.peek(prob.f, True) is None:
-        with NoScalars(prob):
+        with Watch(prob, forward):
             out = call_plain(prob, thunk)
         CHECKED.put(prob.f, True, True)
         return out

@@ -27,11 +27,13 @@ from ... import _checks
 from ..._backend_types import AutoTorch
 from ..._cache import weak_callable
 from ..._tree import tree_map
+from ...core import direction
 from ...core.backend import BackendImpl
 from ...core.registry import register
 from . import direct, memory
 from .graph import (
     DONE,
+    NoGradInForward,
     apply_f,
     batched_grads,
     call_f,
@@ -176,8 +178,9 @@ class TorchImpl(BackendImpl):
         return y, t
 
     def forward_unsupported(self, exc):
-        return isinstance(exc, RuntimeError | NotImplementedError | AssertionError) and any(
-            s in str(exc) for s in _NO_FORWARD
+        return isinstance(exc, NoGradInForward) or (
+            isinstance(exc, RuntimeError | NotImplementedError | AssertionError)
+            and any(s in str(exc) for s in _NO_FORWARD)
         )
 
     def reverse_unsupported(self, exc):
@@ -301,10 +304,7 @@ class TorchImpl(BackendImpl):
         b, rest = x.shape[0], tuple(x.shape[1:])
         n_in = math.prod(rest)
         f1 = lambda x: fn((x,), *ctx)  # noqa: E731
-        reverse = self.mode == "reverse"
-        if self.mode is None:
-            reverse = self.output_size(prob, xs, ctx) <= x.numel()
-        if not reverse:  # n_in jvps, one vmapped pass
+        if not self.prefers_reverse(prob, xs, ctx):  # n_in jvps, one vmapped pass
             eye = torch.eye(n_in, dtype=x.dtype, device=x.device)[:, None]
             v = eye.expand(n_in, b, n_in).reshape((n_in, *x.shape))
             y, cols = call_forward(
@@ -410,8 +410,8 @@ class TorchImpl(BackendImpl):
         batched double backward."""
         way = prob.fns.get(_HESSIAN_WAY)
         if way is None:
-            if not prob.prepared:
-                return False
+            if not prob.prepared or direction.only(prob.f) is not None:
+                return False  # (torch.func.hessian is forward over reverse)
             f1, x = _one(prob.flat(), ctx), xs[0]
             try:
                 by_func = _faster(

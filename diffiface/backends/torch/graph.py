@@ -188,7 +188,8 @@ class Watch(TorchFunctionMode):
         for t in leaves:
             if not isinstance(t, torch.Tensor):
                 continue
-            if is_functorch_wrapped_tensor(t) or is_dual(t) or (t.requires_grad and not self.forward):
+            seen = is_functorch_wrapped_tensor(t) or is_dual(t)
+            if seen or (t.requires_grad and not self.forward):
                 why = (
                     f"f computes {name} on x with grad mode off (torch.no_grad(), "
                     "set_grad_enabled(False) or inference_mode()): reverse mode treats it "

@@ -17,7 +17,7 @@ from ..._tree import unflatten
 from ...core import direction
 from ...core.backend import OUT_SIZE, SLOW
 from .forward import FORWARD_LOCK
-from .graph import done, grads, leaf, reaches_outside
+from .graph import done, grads, leaf, once_differentiable, reaches_outside
 
 
 def runner(prob, combo, f):
@@ -89,7 +89,10 @@ def forward_graph(f, x):
     done((xg,))
     if type(y) is not torch.Tensor or y.grad_fn is None:
         return None
-    return xg, y, reaches_outside(y, (xg,))
+    attached = reaches_outside(y, (xg,))
+    if attached and once_differentiable(y, (xg,)):  # the general path explains
+        return None
+    return xg, y, attached
 
 
 def _reverse(f, value, cotangent):
@@ -163,6 +166,8 @@ def leaves_runner(prob, f):
         if type(y) is not torch.Tensor or y.ndim or y.grad_fn is None:
             return SLOW
         attached = reaches_outside(y, xg)  # a closure or a Constant differentiated outside
+        if attached and once_differentiable(y, xg):  # the general path explains
+            return SLOW
         gs = grads(y, xg, None, attached, False)
         g = gs[0] if single else unflatten(treedef, list(gs))
         return (y if attached else y.detach(), g) if value else g

@@ -132,6 +132,74 @@ def grads(y, xg, w, outer, retain):
     return gs
 
 
+def once_differentiable(y, xg: tuple) -> str | None:
+    """The name of an autograd.Function on y's graph whose backward is marked
+    ``@once_differentiable`` and lies on a path to ``xg``, or None. A derivative built
+    on its backward (create_graph=True) would silently lose that Function's part: its
+    backward runs under no_grad unless its cotangent requires grad."""
+    node = y.grad_fn
+    if node is None:
+        return None
+    targets = {id(x.grad_fn) for x in xg if x.grad_fn is not None}
+    leaves = {id(x) for x in xg if x.grad_fn is None}
+    reach: dict = {}  # id(node) -> whether it reaches xg (provisional False while open)
+    found = None
+    stack = [(node, False)]
+    while stack:
+        n, closing = stack.pop()
+        key = id(n)
+        if closing:
+            hit = any(reach.get(id(m), False) for m, _ in n.next_functions if m is not None)
+            reach[key] = hit
+            cls = getattr(n, "_forward_cls", None)
+            if hit and cls is not None and _is_once(cls):
+                found = cls.__qualname__
+            continue
+        if key in reach:
+            continue
+        if key in targets:
+            reach[key] = True
+            continue
+        variable = getattr(n, "variable", None)
+        if variable is not None:  # an accumulating leaf
+            reach[key] = id(variable) in leaves
+            continue
+        reach[key] = False
+        stack.append((n, True))
+        stack.extend(
+            (m, False) for m, _ in n.next_functions if m is not None and id(m) not in reach
+        )
+    return found
+
+
+def _is_once(cls) -> bool:
+    return getattr(getattr(cls, "backward", None), "__code__", None) is _ONCE_CODE
+
+
+_ONCE_CODE = torch.autograd.function.once_differentiable(lambda ctx: None).__code__
+# f -> the once_differentiable Function its graph holds ("" for none), found once per f
+_TWICE = FunctionCache(per_function=1)
+
+
+def check_twice(prob, y, xg: tuple) -> None:
+    """Raise where a derivative of f's derivative would pass through a backward marked
+    ``@once_differentiable`` (see ``once_differentiable``); looked for on f's first such
+    call (every call under strict)."""
+    name = None if _config.strict() else _TWICE.peek(prob.f, True)
+    if name is None:
+        name = once_differentiable(y, xg) or ""
+        _TWICE.put(prob.f, True, name)
+    if name:
+        raise _checks.DiffifaceTypeError(
+            f"{_checks.call_form(prob.op, prob.backend)}: this derivative differentiates "
+            f"the backward of the autograd.Function {name}, which is marked "
+            "@once_differentiable: torch would silently drop its part. Implement a "
+            f"differentiable backward in {name} (without @once_differentiable), or "
+            "differentiate the gradient by finite differences: "
+            "second_order(AutoFiniteDifferences(), AutoTorch()) for hvp and hessian."
+        )
+
+
 def call_forward(prob, thunk):
     """``call_f`` for torch.func forward mode (jvp, jacfwd), one thread at a time: torch
     keeps its forward-AD level in a process-wide global that concurrent jvps corrupt

@@ -38,6 +38,7 @@ from .graph import (
     batched_grads,
     call_f,
     call_forward,
+    check_twice,
     forward_graph,
     grads,
     in_functorch,
@@ -153,6 +154,8 @@ class TorchImpl(BackendImpl):
         outer = outer_pass(xs, ctx)
         xg, y = forward_graph(prob, fn, xs, ctx, outer)
         outer = outer or reaches_outside(y, xg)
+        if outer:  # an outer pass differentiates the pullbacks
+            check_twice(prob, y, xg)
 
         def pb(w):  # the graph is kept for the next w (freed with pb)
             return grads(y, xg, w, outer, True)
@@ -165,6 +168,7 @@ class TorchImpl(BackendImpl):
             return y, pb(None)
         if outer_pass(xs, ctx):  # attached results, as value_and_pullback builds them
             xg, y = forward_graph(prob, prob.flat(), xs, ctx, True)
+            check_twice(prob, y, xg)
             return y, grads(y, xg, None, True, True)
         return _plain_value_and_grad(prob, prob.flat(), xs, ctx)
 
@@ -244,6 +248,8 @@ class TorchImpl(BackendImpl):
         outer = outer or reaches_outside(y, xg)
         w = torch.stack([check_w(y, w) for w in ws])
         n = len(ws)
+        if outer or seen_by_outer(w):
+            check_twice(prob, y, xg)
         if y.requires_grad:
             gs = batched_grads(y, xg, w, outer or seen_by_outer(w))
         else:
@@ -330,6 +336,8 @@ class TorchImpl(BackendImpl):
             n_out = math.prod(y.shape[1:])
             w = torch.eye(n_out, dtype=y.dtype, device=y.device)[:, None].expand(n_out, b, n_out)
             w = w.reshape((n_out, *y.shape))
+            if outer:
+                check_twice(prob, y, xg)
             if y.requires_grad:
                 (rows,) = batched_grads(y, xg, w, outer)
             else:
@@ -352,6 +360,7 @@ class TorchImpl(BackendImpl):
             with torch.enable_grad():
                 y = apply_f(prob, fn, xg, ctx)
                 keep = outer and reaches_outside(y, xg)  # f closes over an outer pass's
+                check_twice(prob, y, xg)
                 gs = grads(y, xg, None, True, True)
                 used = [(g, v) for g, v in zip(gs, vs, strict=True) if g.requires_grad]
                 if not used:
@@ -382,6 +391,7 @@ class TorchImpl(BackendImpl):
         with torch.enable_grad():
             y = apply_f(prob, fn, xg, ctx)
             keep = outer and reaches_outside(y, xg)
+            check_twice(prob, y, xg)
             gs = grads(y, xg, None, True, True)
             used = [k for k, g in enumerate(gs) if g.requires_grad]
             hv = [None] * len(xs)
@@ -433,6 +443,7 @@ class TorchImpl(BackendImpl):
             with torch.enable_grad():
                 y = apply_f(prob, fn, (xg,), ctx)
                 keep = outer and reaches_outside(y, (xg,))
+                check_twice(prob, y, (xg,))
                 (g,) = grads(y, (xg,), None, True, True)
                 h = None
                 if g.requires_grad and n:
@@ -555,6 +566,7 @@ def _plain_value_and_grad(prob, fn, xs: tuple, ctx: tuple):
         with torch.enable_grad():
             y = apply_f(prob, fn, xg, ctx)
     if reaches_outside(y, xg) or is_dual(y):  # f closes over tensors of an outer pass
+        check_twice(prob, y, xg)
         return y, grads(y, xg, None, True, False)
     return y.detach(), grads(y, xg, None, False, False)
 

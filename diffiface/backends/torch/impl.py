@@ -182,7 +182,7 @@ class TorchImpl(BackendImpl):
         return y, t
 
     def forward_unsupported(self, exc):
-        return isinstance(exc, NoGradInForward) or (
+        return isinstance(exc, NoGradInForward | NoForwardArrays) or (
             isinstance(exc, RuntimeError | NotImplementedError | AssertionError)
             and any(s in str(exc) for s in _NO_FORWARD)
         )
@@ -200,6 +200,19 @@ class TorchImpl(BackendImpl):
 
     def can_run_rule(self, xs, ctx):
         return not in_functorch() and not any(is_dual(a) for a in (*xs, *tensors_of(ctx)))
+
+    def prefers_reverse(self, prob, xs, ctx):
+        """A DTensor's jacobians run in reverse mode unless the user fixed the mode."""
+        if self.mode is None and self.no_forward(xs, ctx) is not None:
+            return True
+        return super().prefers_reverse(prob, xs, ctx)
+
+    def _forward_arrays(self, xs, ctx) -> None:
+        """Raise where these arrays take no forward mode (a DTensor: torch's forward
+        mode fails on some of its ops and gives partial placements on others)."""
+        why = self.no_forward(xs, ctx)
+        if why is not None:
+            raise NoForwardArrays(why)
 
     def no_forward(self, xs, ctx):
         dtensor = _dtensor_type()
@@ -301,6 +314,7 @@ class TorchImpl(BackendImpl):
         if self.prefers_reverse(prob, xs, ctx):  # the output size is memoized on prob
             j = call_f(prob, lambda: torch.func.jacrev(f1)(x))
         else:
+            self._forward_arrays(xs, ctx)
             j = call_forward(prob, lambda: torch.func.jacfwd(f1)(x))
         return (call_f(prob, lambda: f1(x)) if value else None), j
 
@@ -311,6 +325,7 @@ class TorchImpl(BackendImpl):
         n_in = math.prod(rest)
         f1 = lambda x: fn((x,), *ctx)  # noqa: E731
         if not self.prefers_reverse(prob, xs, ctx):  # n_in jvps, one vmapped pass
+            self._forward_arrays(xs, ctx)
             eye = torch.eye(n_in, dtype=x.dtype, device=x.device)[:, None]
             v = eye.expand(n_in, b, n_in).reshape((n_in, *x.shape))
             y, cols = call_forward(
@@ -335,7 +350,7 @@ class TorchImpl(BackendImpl):
             _checks.check_batch(prob, tuple(x.shape), tuple(y.shape))
             n_out = math.prod(y.shape[1:])
             w = torch.eye(n_out, dtype=y.dtype, device=y.device)[:, None].expand(n_out, b, n_out)
-            w = w.reshape((n_out, *y.shape))
+            w = _placed(w.reshape((n_out, *y.shape)), y, batched=True)
             if outer:
                 check_twice(prob, y, xg)
             if y.requires_grad:
@@ -480,6 +495,10 @@ class TorchImpl(BackendImpl):
 
         (y, d1), (_, d2) = call_forward(prob, lambda: torch.func.jvp(d, (x,), (one,)))
         return y, d1, d2
+
+
+class NoForwardArrays(RuntimeError):
+    """The arrays of this call take no forward-mode AD (see ``no_forward``)."""
 
 
 def _outside(a: torch.Tensor) -> bool:

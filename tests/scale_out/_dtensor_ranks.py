@@ -1,5 +1,6 @@
-"""Run by test_dtensor.py in a subprocess: two gloo ranks on 127.0.0.1, each checks the
-operators on a DTensor sharded over both against the same call on a plain tensor."""
+"""Run by test_dtensor.py in a subprocess per case (``_dtensor_ranks.py PORT CASE``): two
+gloo ranks on 127.0.0.1, each checks the operators on a DTensor sharded over both
+against the same call on a plain tensor. Each case runs alone in a fresh process."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ def _close(a, b) -> None:
     torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
 
 
-def run(rank: int, world: int, port: str) -> None:
+def run(rank: int, world: int, port: str, case: str) -> None:
     os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = "127.0.0.1", port
     dist.init_process_group("gloo", rank=rank, world_size=world)
     try:
@@ -34,31 +35,77 @@ def run(rank: int, world: int, port: str) -> None:
         def g(x):
             return torch.sin(x) * 2
 
-        b = di.AutoTorch()
-        for op, fn, args in [
-            ("gradient", f, ()),
-            ("vjp", g, (x,)),
-            ("jvp", g, (x,)),  # no forward mode on a DTensor: the reverse formulation
-            ("jacobian", g, ()),
-            ("hvp", f, (x,)),
-        ]:
-            got = getattr(di, op)(fn, b, x, *args)
-            plain_args = tuple(a.full_tensor() for a in args)
-            want = getattr(di, op)(fn, b, plain, *plain_args)
-            assert got.placements[0].is_shard(), (op, got.placements)
-            _close(got.full_tensor(), want)
-        _second_order_and_more(di, b, mesh, x, plain, f, g)
-        _gradient_penalty(di, b, mesh, x, plain)
-        try:
-            di.jacobian(g, di.AutoTorch(mode="forward"), x)
-        except di.DiffifaceTypeError as exc:
-            assert "forward mode" in str(exc) and "mode='reverse'" in str(exc), str(exc)
-        else:
-            raise AssertionError("a forward jacobian of a DTensor did not raise")
+        CASES[case](di, di.AutoTorch(), mesh, x, plain, f, g)
         if rank == 0:
             print("ranks ok", flush=True)
     finally:
         dist.destroy_process_group()
+
+
+def _first_order(di, b, mesh, x, plain, f, g) -> None:
+    for op, fn, args in [
+        ("gradient", f, ()),
+        ("vjp", g, (x,)),
+        ("jvp", g, (x,)),  # no forward mode on a DTensor: the reverse formulation
+        ("jacobian", g, ()),
+        ("hvp", f, (x,)),
+    ]:
+        got = getattr(di, op)(fn, b, x, *args)
+        plain_args = tuple(a.full_tensor() for a in args)
+        want = getattr(di, op)(fn, b, plain, *plain_args)
+        assert got.placements[0].is_shard(), (op, got.placements)
+        _close(got.full_tensor(), want)
+
+
+def _forward_request(di, b, mesh, x, plain, f, g) -> None:
+    """An explicit forward jacobian (or batched_jacobian) of a DTensor is a clear error,
+    for an elementwise f and for one with a reduction alike."""
+    from torch.distributed.tensor import Shard, distribute_tensor
+
+    xb = distribute_tensor(plain.reshape(4, 2), mesh, [Shard(0)])
+    forward = di.AutoTorch(mode="forward")
+    for op, fn, point in [
+        (di.jacobian, g, x),
+        (di.jacobian, lambda x: torch.sin(x).sum(0, keepdim=True), x),
+        (di.batched_jacobian, g, xb),
+    ]:
+        try:
+            op(fn, forward, point)
+        except di.DiffifaceTypeError as exc:
+            assert "forward mode" in str(exc) and "mode='reverse'" in str(exc), str(exc)
+            assert "DTensor has no forward-mode AD" in str(exc), str(exc)
+        else:
+            raise AssertionError(f"a forward {op.__name__} of a DTensor did not raise")
+
+
+def _placements(di, b, mesh, x, plain, f, g) -> None:
+    """The placements docs/scale-out.md states: a jacobian keeps x's sharding on its
+    input axis (Shard(1) for a 1-d x), for an elementwise f and a reduction alike; a
+    result shaped like f(x) follows f(x)'s placements (a reduction: Partial(sum))."""
+    from torch.distributed.tensor import Shard
+
+    def h(x):
+        return torch.sin(x).sum(0, keepdim=True)
+
+    for fn in (g, h):
+        got = di.jacobian(fn, b, x)
+        assert tuple(got.placements) == (Shard(1),), got.placements
+        _close(got.full_tensor(), di.jacobian(fn, b, plain))
+    y = h(x)
+    got = di.jvp(h, b, x, x)
+    assert tuple(got.placements) == tuple(y.placements), (got.placements, y.placements)
+    assert got.placements[0].is_partial(), got.placements
+    _close(got.full_tensor(), di.jvp(h, b, plain, plain))
+
+
+def _batched_jacobian(di, b, mesh, x, plain, f, g) -> None:
+    """A batched_jacobian first in its process (its basis placed like f(x))."""
+    from torch.distributed.tensor import Shard, distribute_tensor
+
+    xb = distribute_tensor(plain.reshape(4, 2), mesh, [Shard(0)])
+    got = di.batched_jacobian(g, b, xb)
+    assert tuple(got.placements) == (Shard(0),), got.placements
+    _close(got.full_tensor(), di.batched_jacobian(g, b, plain.reshape(4, 2)))
 
 
 def _full(a):
@@ -106,7 +153,7 @@ def _second_order_and_more(di, b, mesh, x, plain, f, g) -> None:
     )
 
 
-def _gradient_penalty(di, b, mesh, x, plain) -> None:
+def _gradient_penalty(di, b, mesh, x, plain, f, g) -> None:
     """d/dW of |grad_x model(x, W)|^2 with FixedParams over sharded weights, by torch's
     own backward; forward over reverse is a clear error on a DTensor (no forward mode)."""
     from torch.distributed.tensor import Shard, distribute_tensor
@@ -135,5 +182,14 @@ def _gradient_penalty(di, b, mesh, x, plain) -> None:
         raise AssertionError("forward over reverse on a DTensor did not raise")
 
 
+CASES = {
+    "first_order": _first_order,
+    "second_order_and_more": _second_order_and_more,
+    "gradient_penalty": _gradient_penalty,
+    "forward_request": _forward_request,
+    "placements": _placements,
+    "batched_jacobian": _batched_jacobian,
+}
+
 if __name__ == "__main__":
-    mp.spawn(run, args=(2, sys.argv[1]), nprocs=2, join=True)
+    mp.spawn(run, args=(2, sys.argv[1], sys.argv[2]), nprocs=2, join=True)

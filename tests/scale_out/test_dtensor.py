@@ -5,6 +5,7 @@ formulation, and an explicit forward request is a clear error."""
 
 from __future__ import annotations
 
+import os
 import pathlib
 import socket
 import subprocess
@@ -22,10 +23,25 @@ def _free_port() -> str:
         return str(s.getsockname()[1])
 
 
-def test_operators_on_a_dtensor_over_two_gloo_ranks():
+CASES = (
+    "first_order",
+    "second_order_and_more",
+    "gradient_penalty",
+    "forward_request",
+    "placements",
+    "batched_jacobian",
+)
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_operators_on_a_dtensor_over_two_gloo_ranks(case):
+    """Each case in its own fresh process group (no state carried over from another)."""
     script = pathlib.Path(__file__).with_name("_dtensor_ranks.py")
+    root = str(script.parents[2])  # this checkout's diffiface, not an installed one
+    path = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)
     done = subprocess.run(
-        [sys.executable, str(script), _free_port()],
+        [sys.executable, str(script), _free_port(), case],
+        env={**os.environ, "PYTHONPATH": path},
         capture_output=True,
         text=True,
         timeout=120,

@@ -233,7 +233,7 @@ def test_jax_while_loop_falls_back_to_forward(op):
             np.stack([want_j[0], want_j[0]]),
         ),
         "gradient": lambda: (di.gradient(scalar, b, x), want_j[0]),
-        "vjp": lambda: (di.vjp(f, b, x, jnp.ones(1)), want_j[0]),
+        "vjp": lambda: (di.vjp(f, b, x, jnp.ones(1, dtype=x.dtype)), want_j[0]),
         "hessian": lambda: (di.hessian(scalar, b, x), jax.jacfwd(jax.jacfwd(scalar))(x)),
     }[op]()
     np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-5, atol=1e-6)

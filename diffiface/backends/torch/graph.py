@@ -153,7 +153,7 @@ def once_differentiable(y, xg: tuple) -> str | None:
             reach[key] = hit
             cls = getattr(n, "_forward_cls", None)
             if hit and cls is not None and _is_once(cls):
-                found = cls.__qualname__
+                found = cls.__name__
             continue
         if key in reach:
             continue

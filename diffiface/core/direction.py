@@ -6,7 +6,7 @@ output sizes. That choice must not change the answer, so a function that
 supports one direction only runs in that one, whatever the sizes:
 
 - reverse only: a JAX ``custom_vjp``, a torch ``autograd.Function`` without
-  ``jvp``, a torch f that detaches under ``torch.no_grad()`` (torch's forward
+  ``jvp``, a torch f that computes on x under ``torch.no_grad()`` (torch's forward
   mode ignores it, reverse mode treats the block as a constant);
 - forward only: a JAX ``lax.while_loop`` whose trip count depends on x, a torch
   ``autograd.Function`` without ``backward``.

@@ -222,8 +222,9 @@ class Watch(TorchFunctionMode):
     f. ``.detach()`` is torch's stop_gradient and stays allowed.
 
     f computing on x with grad mode off (``torch.no_grad()``, ``set_grad_enabled(False)``,
-    ``inference_mode()``, entered inside f): reverse mode treats that block as a
-    constant, torch's forward mode ignores it, so the two would disagree. f then runs in
+    entered inside f; both modes drop ``inference_mode()`` alike): reverse mode treats
+    that block as a constant, torch's forward mode ignores it, so the two would disagree.
+    f then runs in
     reverse mode only (``core.direction``), and a forward-mode call stops here."""
 
     _NAMES = frozenset(("__float__", "__int__", "__complex__", "item", "tolist", "numpy"))
@@ -233,7 +234,6 @@ class Watch(TorchFunctionMode):
         super().__init__()
         self.prob, self.forward = prob, forward
         self.off = False  # f turned grad mode off itself
-        self.inference = torch.is_inference_mode_enabled()  # as f was entered
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         name = getattr(func, "__name__", "")
@@ -243,11 +243,7 @@ class Watch(TorchFunctionMode):
                 raise _checks.dropped_derivative(self.prob.op, self.prob.backend, f"Tensor.{name}")
         if func is torch._C._set_grad_enabled and args:
             self.off = not args[0]
-        elif (
-            (self.off or torch.is_inference_mode_enabled() > self.inference)
-            and not torch.is_grad_enabled()
-            and name not in self._FREE
-        ):
+        elif self.off and not torch.is_grad_enabled() and name not in self._FREE:
             self._grad_off(name, args)
         return func(*args, **(kwargs or {}))
 
@@ -259,9 +255,9 @@ class Watch(TorchFunctionMode):
             seen = is_functorch_wrapped_tensor(t) or is_dual(t)
             if seen or (t.requires_grad and not self.forward):
                 why = (
-                    f"f computes {name} on x with grad mode off (torch.no_grad(), "
-                    "set_grad_enabled(False) or inference_mode()): reverse mode treats it "
-                    "as a constant, torch's forward mode does not"
+                    f"f computes {name} on x under torch.no_grad() or "
+                    "set_grad_enabled(False): reverse mode treats it as a constant, torch's "
+                    "forward mode does not"
                 )
                 if self.forward:
                     raise NoGradInForward(why)

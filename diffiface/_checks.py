@@ -10,6 +10,7 @@ import sys
 import warnings
 from typing import Any
 
+from ._arrays import framework_of
 from ._backend_types import AbstractBackend, AutoSparse, SecondOrder
 from ._errors import (
     DiffifaceTypeError,
@@ -116,13 +117,26 @@ def not_scalar(op: str, backend: Any, shape: tuple) -> DiffifaceValueError:
     )
 
 
-def not_array(op: str, backend: Any, y: Any, kind: str) -> DiffifaceTypeError:
+def not_array(op: str, backend: Any, y: Any, kind: str, trees: bool = False) -> DiffifaceTypeError:
+    """f's output is no array of the backend's framework. ``trees``: ``op`` also takes a
+    pytree (tuple, list, dict) of arrays."""
+    used = framework_of(y)
+    if used not in (None, "numpy"):
+        clear = foreign_f(op, backend, used, f"f returned a {describe(y)}")
+        if clear is not None:
+            return clear
+    empty = isinstance(y, tuple | list | dict) and not y
+    got = f"an empty {type(y).__name__}" if empty else type(y).__name__
+    if trees:
+        want = f"{kind}, or a pytree (tuple, list, dict) of them"
+        banned = "no float(), .item(), NumPy conversion or None"
+    else:
+        want, banned = kind, "no float(), .item(), NumPy conversion, tuples or None"
     pair = type(y) is tuple and len(y) == 2
     hint = " If f returns (output, aux), pass has_aux=True." if pair else ""
     return DiffifaceTypeError(
-        f"{call_form(op, backend)}: f must return {kind}, got {type(y).__name__}. "
-        f"f must compute with the framework's array ops all the way to its result "
-        f"(no float(), .item(), NumPy conversion, tuples or None).{hint}"
+        f"{call_form(op, backend)}: f must return {want}, got {got}. f must compute with "
+        f"the framework's array ops all the way to its result ({banned}).{hint}"
     )
 
 
@@ -141,7 +155,10 @@ _BACKEND = {"jax": "AutoJax", "torch": "AutoTorch", "autograd": "AutoAutograd"}
 
 def framework_error(op: str, backend: Any, exc: BaseException) -> DiffifaceTypeError | None:
     """A clear error for a raw framework error that says f used another framework's
-    functions, or changed its input in place under autograd; None for any other."""
+    functions, or changed its input in place under autograd; None for any other (and
+    for diffiface's own errors, which already say what is wrong)."""
+    if isinstance(exc, DiffifaceTypeError):
+        return None
     msg = str(exc)
     call = call_form(op, backend)
     if "does not support item assignment" in msg and "Box" in msg:
@@ -152,18 +169,33 @@ def framework_error(op: str, backend: Any, exc: BaseException) -> DiffifaceTypeE
         )
     if "must be Tensor, not" in msg:
         used = "torch"
-    elif "Error interpreting argument" in msg or "as an abstract array" in msg:
+    elif any(s in msg for s in ("Error interpreting argument", "abstract array", "valid JAX type")):
         used = "jax"
     else:
         return None
+    return foreign_f(op, backend, used, msg.strip().splitlines()[0])
+
+
+def reraise(op: str, backend: Any, exc: TypeError) -> None:
+    """Inside ``except TypeError as exc``: raise :func:`framework_error`'s clear error
+    from ``exc`` where there is one, else ``exc`` itself."""
+    clear = framework_error(op, backend, exc)
+    if clear is None:
+        raise exc
+    raise clear from exc
+
+
+def foreign_f(op: str, backend: Any, used: str, what: str) -> DiffifaceTypeError | None:
+    """f is written with ``used``'s functions, another framework than the backend's: the
+    error that names the backend for it and the bridge (None when ``used`` is the
+    backend's own framework)."""
     own = getattr(backend, "framework", "")
-    if used == own:
+    if used == own or used not in _BACKEND:
         return None
-    first = msg.strip().splitlines()[0]
     return DiffifaceTypeError(
-        f"{call}: f calls {used} functions on the arrays of {type(backend).__name__}() "
-        f"({first}). Write f with {_OPS.get(own, 'numpy')} for this backend, pass "
-        f"{_BACKEND[used]}() to differentiate a {used} f, or wrap it as "
+        f"{call_form(op, backend)}: f calls {used} functions on the arrays of "
+        f"{type(backend).__name__}() ({what}). Write f with {_OPS.get(own, 'numpy')} for "
+        f"this backend, pass {_BACKEND[used]}() to differentiate a {used} f, or wrap it as "
         f"di.differentiate_with(f, {_BACKEND[used]}()) to call it from another framework."
     )
 

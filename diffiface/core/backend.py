@@ -385,7 +385,10 @@ class BackendImpl(DerivedSecondOrder):
         """``output_size``, memoized on the problem (a prepared one keeps it)."""
         size = prob.fns.get(OUT_SIZE)
         if size is None:
-            size = prob.fns[OUT_SIZE] = self.output_size(prob, xs, ctx)
+            try:  # often f's first call: an f of another framework fails here
+                size = prob.fns[OUT_SIZE] = self.output_size(prob, xs, ctx)
+            except TypeError as exc:
+                _checks.reraise(prob.op, prob.backend, exc)
         return size
 
     def output_size(self, prob, xs: tuple, ctx: tuple) -> int:

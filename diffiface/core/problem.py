@@ -88,7 +88,7 @@ class Problem:
             if _discrete(a):
                 raise _checks.integer_output(op, backend, a.dtype)
             if not is_output(a):
-                raise _checks.not_array(op, backend, a, impl.output_kind)
+                raise _checks.not_array(op, backend, a, impl.output_kind, trees)
 
         def finish(y: Any, xs: tuple, ctx: tuple) -> Any:
             if aux:
@@ -108,12 +108,13 @@ def _output_check(op: str, backend: Any, impl: Any, scalar: bool) -> Callable:
     """Checks f(x): an array of the framework, and a scalar when ``scalar``."""
     is_output, connected, is_complex = impl.is_output, impl.connected, impl.is_complex
     jacobian = "jacobian" in op
+    trees = op in outputs.TREE_OPS
 
     def check(y: Any, xs: tuple) -> Any:
         if _discrete(y):  # also a NumPy bool or integer scalar, which is no output
             raise _checks.integer_output(op, backend, y.dtype)
         if not is_output(y):
-            raise _checks.not_array(op, backend, y, impl.output_kind)
+            raise _checks.not_array(op, backend, y, impl.output_kind, trees)
         if scalar and tuple(getattr(y, "shape", ())) != ():
             raise _checks.not_scalar(op, backend, tuple(y.shape))
         if scalar and is_complex(y):

@@ -320,11 +320,14 @@ def _caller():
 
 
 def complex_output(op: str, backend: Any) -> DiffifaceValueError:
+    b = repr(backend) if isinstance(backend, AbstractBackend) else "backend"
     return DiffifaceValueError(
         f"{call_form(op, backend)}: f returns a complex scalar; {op} needs a real one (a "
         "gradient is defined for real f). Differentiate a real quantity, such as the real "
-        "part f(z).real or abs(f(z)) ** 2; for the derivative of a holomorphic f, pass the "
-        "real and imaginary parts of z as two real leaves to jacobian or jvp."
+        "part f(x).real or abs(f(x)) ** 2; or take f's complex derivative with jvp, which "
+        f"takes complex outputs: jvp(f, {b}, x, v) for a real x, and for a holomorphic f of "
+        "a complex z, pass the real and imaginary parts of z as two real leaves: "
+        f"jvp(lambda p: f(p[0] + 1j * p[1]), {b}, (z.real, z.imag), (v, 0 * v)) is f'(z) v."
     )
 
 

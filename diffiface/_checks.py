@@ -28,17 +28,30 @@ __all__ = [
     "RecompileWarning",
 ]
 
-_CALL = {
-    "jvp": "{op}(f, {b}, x, v)",
-    "value_and_jvp": "{op}(f, {b}, x, v)",
-    "vjp": "{op}(f, {b}, x, w)",
-    "value_and_vjp": "{op}(f, {b}, x, w)",
-}
+ERRORS = (DiffifaceTypeError, DiffifaceValueError)  # the errors whose message starts with a call
+
+_V = ("jvp", "value_and_jvp", "hvp", "gradient_and_hvp", "value_gradient_and_hvp")
+_CALL = {op: "{op}(f, {b}, x, v)" for op in (*_V, "prepare_jvp", "prepare_hvp")}
+_CALL |= {op: "{op}(f, {b}, x, w)" for op in ("vjp", "value_and_vjp", "prepare_vjp")}
 
 
 def call_form(op: str, backend: Any) -> str:
     b = repr(backend) if isinstance(backend, AbstractBackend) else "backend"
     return _CALL.get(op, "{op}(f, {b}, x)").format(op=op, b=b)
+
+
+def restate(exc: BaseException, call: str, *internal: str) -> None:
+    """Start ``exc``'s message with ``call``, the call the user wrote, where it starts
+    with one of the ``internal`` call forms (an operator diffiface called on the way:
+    value_and_batched_jacobian for batched_jacobian, a prepare_ function's operator,
+    the inner gradient of finite differences over AD, ...)."""
+    msg = exc.args[0] if exc.args and isinstance(exc.args[0], str) else None
+    if msg is None:
+        return
+    for old in internal:
+        if msg.startswith(old) and old != call:
+            exc.args = (call + msg[len(old) :], *exc.args[1:])
+            return
 
 
 def check_backend(op: str, f: Any, backend: Any, second: bool = False) -> None:

@@ -323,6 +323,10 @@ def prepare(op: Operator, f, backend, x, contexts: tuple, t=None, has_aux=False)
         )
     try:
         c = enter(op, f, backend, x, contexts, None, aux=has_aux)
+        plan = Prep(op.family, f, backend, c.impl, c.combo, c.prob, x, c.kinds, contexts, t)
+        if type(f) is FixedParams and f.strategy in ("auto", "min_memory"):
+            plan.nested = planned(c.impl, f, op.name, c.xs, c.ctx, has_aux, c.prob.single)
+        call(op, f, backend, x, t, contexts, plan, has_aux=has_aux)
     except Foreign:
         raise _checks.DiffifaceValueError(
             f"prepare_{op.family}(f, {backend!r}, ...): the arguments hold arrays of another "
@@ -330,8 +334,8 @@ def prepare(op: Operator, f, backend, x, contexts: tuple, t=None, has_aux=False)
             "framework's arrays. Prepare with the backend's arrays, or call the operator "
             "without prep= (it then crosses a bridge)."
         ) from None
-    plan = Prep(op.family, f, backend, c.impl, c.combo, c.prob, x, c.kinds, contexts, t)
-    if type(f) is FixedParams and f.strategy in ("auto", "min_memory"):
-        plan.nested = planned(c.impl, f, op.name, c.xs, c.ctx, has_aux, c.prob.single)
-    call(op, f, backend, x, t, contexts, plan, has_aux=has_aux)
+    except _checks.ERRORS as exc:  # raised for op: the user called prepare_<family>
+        called = _checks.call_form(f"prepare_{op.family}", backend)
+        _checks.restate(exc, called, _checks.call_form(op.name, backend))
+        raise
     return plan.finalize()

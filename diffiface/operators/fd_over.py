@@ -39,9 +39,15 @@ class FiniteDifferencesOver:
         f, inner, contexts = self.f, self.inner, self.contexts
         valued = isinstance(prob.f, outputs.ValueAsAux)
         aux = prob.f.aux if valued else prob.aux
+        called = _checks.call_form(prob.op, self.backend)
+        internal = _checks.call_form(op.__name__, inner)
 
         def g(x, *_):
-            out = op(f, inner, x, *contexts, has_aux=aux)
+            try:
+                out = op(f, inner, x, *contexts, has_aux=aux)
+            except _checks.ERRORS as exc:  # the inner call is diffiface's, not the user's
+                _checks.restate(exc, called, internal)
+                raise
             if aux:
                 out, a = out
             if valued:

@@ -376,7 +376,12 @@ def second_derivative(
         >>> round(di.second_derivative(np.sin, di.AutoFiniteDifferences(), 0.5), 4)
         -0.4794
     """
-    out = value_derivative_and_second_derivative(
-        f, backend, x, *contexts, prep=prep, has_aux=has_aux
-    )
+    try:
+        out = value_derivative_and_second_derivative(
+            f, backend, x, *contexts, prep=prep, has_aux=has_aux
+        )
+    except _checks.ERRORS as exc:
+        internal = _checks.call_form("value_derivative_and_second_derivative", backend)
+        _checks.restate(exc, _checks.call_form("second_derivative", backend), internal)
+        raise
     return (out[0][2], out[1]) if has_aux else out[2]

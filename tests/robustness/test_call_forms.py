@@ -1,0 +1,110 @@
+"""Every error message starts with the call the user wrote: each public operator, its
+value_ variant and its prepare_ function, and sparsity_pattern, on every backend (once
+``second_derivative`` reported ``value_derivative_and_second_derivative(``,
+``batched_jacobian`` ``value_and_batched_jacobian(``, ``sparsity_pattern``
+``jacobian(f, AutoSparse(...``, and a prepare_ function its operator's name)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from conftest import AD_BACKENDS, ALL_BACKENDS
+from helpers import native
+
+import diffiface as di
+
+X = np.array([[0.3, -0.7], [1.1, 0.5]])
+
+
+def _bad(x, *_):
+    return "loss"  # no array: each operator's output check refuses it
+
+
+# name -> (x, extra arguments after x, the call form the user wrote)
+TANGENT = {"jvp", "value_and_jvp", "hvp", "gradient_and_hvp", "value_gradient_and_hvp"}
+COTANGENT = {"vjp", "value_and_vjp"}
+SCALAR_X = {"derivative", "value_and_derivative", "second_derivative"}
+SCALAR_X |= {"value_derivative_and_second_derivative"}
+OPERATORS = [
+    "derivative",
+    "value_and_derivative",
+    "gradient",
+    "value_and_gradient",
+    "jacobian",
+    "value_and_jacobian",
+    "jvp",
+    "value_and_jvp",
+    "vjp",
+    "value_and_vjp",
+    "batched_jacobian",
+    "value_and_batched_jacobian",
+    "hvp",
+    "gradient_and_hvp",
+    "value_gradient_and_hvp",
+    "hessian",
+    "value_gradient_and_hessian",
+    "second_derivative",
+    "value_derivative_and_second_derivative",
+]
+PREPARE = {
+    "prepare_derivative": "derivative",
+    "prepare_gradient": "gradient",
+    "prepare_jacobian": "jacobian",
+    "prepare_jvp": "jvp",
+    "prepare_vjp": "vjp",
+    "prepare_batched_jacobian": "batched_jacobian",
+    "prepare_hvp": "hvp",
+    "prepare_hessian": "hessian",
+    "prepare_second_derivative": "second_derivative",
+}
+
+
+def _args(backend, name):
+    base = PREPARE.get(name, name)
+    x = native(backend, np.array(0.4)) if base in SCALAR_X else native(backend, X)
+    if base in TANGENT:
+        return x, (x,), "x, v"
+    if base in COTANGENT:
+        return x, (x,), "x, w"
+    return x, (), "x"
+
+
+@pytest.mark.parametrize("backend", ALL_BACKENDS)
+@pytest.mark.parametrize("name", OPERATORS + list(PREPARE))
+def test_an_error_starts_with_the_call_written(backend, name):
+    x, extra, tail = _args(backend, name)
+    with pytest.raises((di.DiffifaceTypeError, di.DiffifaceValueError)) as err:
+        getattr(di, name)(_bad, backend, x, *extra)
+    assert str(err.value).startswith(f"{name}(f, {backend!r}, {tail}): f must return"), str(
+        err.value
+    )
+
+
+SECOND = ["hvp", "gradient_and_hvp", "value_gradient_and_hvp", "hessian"]
+SECOND += ["value_gradient_and_hessian", "second_derivative"]
+SECOND += ["value_derivative_and_second_derivative"]
+
+
+@pytest.mark.parametrize("backend", AD_BACKENDS)
+@pytest.mark.parametrize("name", [*SECOND, "prepare_hvp", "prepare_hessian"])
+def test_an_error_under_finite_differences_over_ad_names_the_call(backend, name):
+    """second_order(AutoFiniteDifferences(), inner): the inner gradient is a public call
+    inside diffiface; its errors still start with the call the user wrote."""
+    so = di.second_order(di.AutoFiniteDifferences(), backend)
+    x, extra, tail = _args(backend, name)
+    x = np.asarray(x)  # (NumPy: finite differences take it)
+    extra = tuple(np.asarray(a) for a in extra)
+    with pytest.raises((di.DiffifaceTypeError, di.DiffifaceValueError)) as err:
+        getattr(di, name)(_bad, so, x, *extra)
+    assert str(err.value).startswith(f"{name}(f, {so!r}, {tail}): f must return"), str(err.value)
+
+
+@pytest.mark.parametrize("backend", [ALL_BACKENDS[0], ALL_BACKENDS[1], ALL_BACKENDS[3]])
+@pytest.mark.parametrize("hessian", [False, True])
+def test_sparsity_pattern_errors_name_sparsity_pattern(backend, hessian):
+    """JAX, torch (global detection) and finite differences (local)."""
+    if backend.framework == "finite_differences":
+        backend = di.AutoSparse(backend, sparsity_detector="local")
+    with pytest.raises((di.DiffifaceTypeError, di.DiffifaceValueError)) as err:
+        di.sparsity_pattern(_bad, backend, native(backend, X.ravel()), hessian=hessian)
+    assert str(err.value).startswith(f"sparsity_pattern(f, {backend!r}, x): "), str(err.value)

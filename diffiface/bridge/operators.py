@@ -102,7 +102,7 @@ def cross_second_order(op: str, f: Callable, backend: Any, args: tuple, kwargs: 
     x_kind = _bridge.kind_of(args[0], f"{op}(f, {backend!r}, x)")
 
     def move(tree):
-        return tree_map(lambda a: to_outer(a) if framework_of(a) else a, tree)
+        return _map(lambda a: to_outer(a) if framework_of(a) else a, tree)
 
     moved = [Constant(move(a.value)) if isinstance(a, Constant) else move(a) for a in args]
     x, rest = moved[0], moved[1:]
@@ -145,8 +145,17 @@ def cross_second_order(op: str, f: Callable, backend: Any, args: tuple, kwargs: 
         out = (out, carried[1])
     back = _bridge.module(x_kind).as_array
     if x_kind != "numpy":  # a 0-d result computed on NumPy may be a Python float
-        return tree_map(lambda a: back(a) if framework_of(a) or isinstance(a, float) else a, out)
-    return tree_map(lambda a: back(a) if framework_of(a) else a, out)
+        return _map(lambda a: back(a) if framework_of(a) or isinstance(a, float) else a, out)
+    return _map(lambda a: back(a) if framework_of(a) else a, out)
+
+
+def _map(fn: Callable, tree: Any) -> Any:
+    """``tree_map`` that also maps the tangents of a ``Tangents`` (in a result tuple)."""
+    if isinstance(tree, Tangents):
+        return Tangents(*(tree_map(fn, t) for t in tree))
+    if type(tree) is tuple and any(isinstance(a, Tangents) for a in tree):
+        return tuple(_map(fn, a) for a in tree)
+    return tree_map(fn, tree)
 
 
 def _grad_of(f, inner, contexts, has_aux, x):

@@ -106,6 +106,52 @@ def test_finite_differences_over_an_ad_gradient_on_its_arrays(inner):
     _close(d2, H[0, 0], 1e-5)
 
 
+def _crossing_second_orders():
+    """second_order(outer, inner) across frameworks: finite differences over each AD
+    framework, and each AD framework over another's gradient."""
+    fd = pytest.param(di.AutoFiniteDifferences(), id="FD")
+    for p in AD_BACKENDS:
+        inner = p.values[0]
+        outers = [fd] + [q for q in AD_BACKENDS if q.values[0] != inner]
+        for q in outers:
+            outer = q.values[0]
+            marks = [*p.marks, *q.marks]
+            name = f"{type(outer).__name__}-over-{type(inner).__name__}"
+            yield pytest.param(di.second_order(outer, inner), id=name, marks=marks)
+
+
+KINDS = [
+    pytest.param(di.AutoJax(), id="jax-x", marks=[] if HAVE["jax"] else [pytest.mark.skip]),
+    pytest.param(di.AutoTorch(), id="torch-x", marks=[] if HAVE["torch"] else [pytest.mark.skip]),
+    pytest.param(di.AutoFiniteDifferences(), id="numpy-x"),
+]
+
+
+@pytest.mark.parametrize("so", list(_crossing_second_orders()))
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("k", [1, 2])
+@pytest.mark.parametrize("op", ["hvp", "gradient_and_hvp", "value_gradient_and_hvp"])
+def test_tangents_through_a_second_order_across_frameworks(so, kind, k, op):
+    """di.Tangents of 1 and of k tangents through second_order(outer, inner) of two
+    frameworks, on JAX, torch and NumPy (autograd's) arrays: once an error naming the
+    internal value_and_jvp; now each tangent's H v against the closed form."""
+    f = lambda x: (x**3).sum() + x[0] * x[1]  # noqa: E731
+    H = np.diag(6 * X) + np.array([[0, 1, 0], [1, 0, 0], [0, 0, 0]])
+    vs = [np.array([1.0, 0.5, -2.0]), np.array([0.0, 1.0, 3.0])][:k]
+    x = native(kind, X)
+    out = getattr(di, op)(f, so, x, di.Tangents(*(native(kind, v) for v in vs)))
+    hvs = out if op == "hvp" else out[-1]
+    assert isinstance(hvs, di.Tangents) and len(hvs) == k
+    tol = 1e-6 if so.outer.framework == "finite_differences" else 1e-10
+    for hv, v in zip(hvs, vs, strict=True):
+        assert type(hv) is type(x)
+        _close(hv, H @ v, tol)
+    if op != "hvp":
+        _close(out[-2], 3 * X**2 + np.array([X[1], X[0], 0.0]), tol)
+    if op == "value_gradient_and_hvp":
+        _close(out[0], (X**3).sum() + X[0] * X[1], tol)
+
+
 @pytest.mark.skipif(not HAVE["jax"], reason="jax missing")
 def test_finite_differences_over_jax_under_an_outer_trace_is_a_clear_error():
     import jax

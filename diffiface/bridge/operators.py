@@ -87,10 +87,25 @@ def _fd_over_arrays(exc: Foreign, op: Callable, f: Callable, backend: Any, args,
     return cross_second_order(op.__name__, f, backend, args, kw)
 
 
+_INNER_OPS = ("gradient", "value_and_gradient", "derivative", "value_and_derivative")
+_OUTER_OPS = ("value_and_jvp", "value_and_vjp", "value_and_jacobian", "value_and_derivative")
+
+
 def cross_second_order(op: str, f: Callable, backend: Any, args: tuple, kwargs: dict) -> Any:
     """``op`` for ``second_order(outer, inner)`` across frameworks: ``outer`` differentiates
     ``x -> di.gradient(f, inner, x)``, which crosses the bridge as one operation; its
-    derivative is computed by ``inner`` (forward over reverse for a forward ``outer``)."""
+    derivative is computed by ``inner`` (forward over reverse for a forward ``outer``).
+    Errors of those inner calls start with the call the user wrote."""
+    try:
+        return _cross_second_order(op, f, backend, args, kwargs)
+    except _checks.ERRORS as exc:
+        internal = [_checks.call_form(n, backend.inner) for n in _INNER_OPS]
+        internal += [_checks.call_form(n, backend.outer) for n in _OUTER_OPS]
+        _checks.restate(exc, _checks.call_form(op, backend), *internal)
+        raise
+
+
+def _cross_second_order(op: str, f: Callable, backend: Any, args: tuple, kwargs: dict) -> Any:
     from . import node as _bridge
 
     outer, inner = backend.outer, backend.inner

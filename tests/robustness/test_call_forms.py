@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from conftest import AD_BACKENDS, ALL_BACKENDS
-from helpers import native
+from helpers import HAVE, native
 
 import diffiface as di
 
@@ -86,17 +86,28 @@ SECOND += ["value_derivative_and_second_derivative"]
 
 
 @pytest.mark.parametrize("backend", AD_BACKENDS)
+@pytest.mark.parametrize("outer", ["fd", "other AD"])
+@pytest.mark.parametrize("arrays", ["numpy", "inner's"])
 @pytest.mark.parametrize("name", [*SECOND, "prepare_hvp", "prepare_hessian"])
-def test_an_error_under_finite_differences_over_ad_names_the_call(backend, name):
-    """second_order(AutoFiniteDifferences(), inner): the inner gradient is a public call
-    inside diffiface; its errors still start with the call the user wrote."""
-    so = di.second_order(di.AutoFiniteDifferences(), backend)
+def test_an_error_under_a_second_order_of_two_frameworks_names_the_call(
+    backend, outer, arrays, name
+):
+    """second_order(outer, inner) of two frameworks (finite differences over AD, or
+    another AD framework over inner): the inner gradient is a public call inside
+    diffiface; its errors still start with the call the user wrote."""
+    other = di.AutoJax() if backend.framework != "jax" else di.AutoTorch()
+    if outer == "other AD" and not HAVE[other.framework]:
+        pytest.skip(f"{other.framework} missing")
+    so = di.second_order(di.AutoFiniteDifferences() if outer == "fd" else other, backend)
     x, extra, tail = _args(backend, name)
-    x = np.asarray(x)  # (NumPy: finite differences take it)
-    extra = tuple(np.asarray(a) for a in extra)
+    if arrays == "numpy":
+        x, extra = np.asarray(x), tuple(np.asarray(a) for a in extra)
     with pytest.raises((di.DiffifaceTypeError, di.DiffifaceValueError)) as err:
         getattr(di, name)(_bad, so, x, *extra)
-    assert str(err.value).startswith(f"{name}(f, {so!r}, {tail}): f must return"), str(err.value)
+    want = f"{name}(f, {so!r}, {tail}): f must return"
+    if name.startswith("prepare") and (not isinstance(x, np.ndarray) or outer != "fd"):
+        want = f"{name}(f, {so!r}, ...): the arguments hold arrays of another framework"
+    assert str(err.value).startswith(want), str(err.value)
 
 
 @pytest.mark.parametrize("backend", [ALL_BACKENDS[0], ALL_BACKENDS[1], ALL_BACKENDS[3]])

@@ -139,7 +139,7 @@ def not_array(op: str, backend: Any, y: Any, kind: str, trees: bool = False) -> 
         if clear is not None:
             return clear
     empty = isinstance(y, tuple | list | dict) and not y
-    got = f"an empty {type(y).__name__}" if empty else type(y).__name__
+    got = f"an empty {type(y).__name__}" if empty else describe(y)
     if trees:
         want = f"{kind}, or a pytree (tuple, list, dict) of them"
         banned = "no float(), .item(), NumPy conversion or None"

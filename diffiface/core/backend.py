@@ -34,6 +34,9 @@ class BackendImpl(DerivedSecondOrder):
     framework = ""
     native_kind = ""  # for messages: "jax arrays"
     output_kind = ""  # for messages: "a jax array"
+    # None, or y -> y as the framework's array, for what f may return that the framework
+    # traces but does not hold as one array (autograd: an object array of boxes)
+    own_output: Any = None
 
     def __init__(self, backend: Any) -> None:
         self.backend = backend

@@ -18,6 +18,7 @@ from conftest import AD_BACKENDS, ALL_BACKENDS
 from helpers import HAVE, native, to_numpy, tolerance, xp
 
 import diffiface as di
+from diffiface import testing
 
 X = np.array([0.3, -0.7, 1.1])
 
@@ -316,6 +317,53 @@ def test_autograd_in_place_says_in_place():
     with pytest.raises(di.DiffifaceTypeError, match="in place"):
         di.gradient(f, di.AutoAutograd(), x)
     np.testing.assert_array_equal(x, X)
+
+
+def _concatenated(how):
+    """f(x) = [x, 2 x] built by NumPy's concatenate / stack, or by the Array API's concat
+    of the namespace x gives (autograd.numpy.concat, which autograd does not trace)."""
+    if how == "np.concatenate":
+        return lambda x: np.concatenate([x, 2 * x])
+    if how == "np.stack":
+        return lambda x: np.stack([x, 2 * x]).reshape(-1)
+    if how == "x.__array_namespace__":
+        return lambda x: x.__array_namespace__().concat([x, 2 * x])
+    return lambda x: testing.namespace(x).concat([x, 2 * x])
+
+
+@pytest.mark.skipif(not HAVE["autograd"], reason="autograd missing")
+@pytest.mark.parametrize("mode", [None, "forward", "reverse"])
+@pytest.mark.parametrize(
+    "how", ["np.concatenate", "np.stack", "x.__array_namespace__", "testing.namespace"]
+)
+@pytest.mark.parametrize("op", ["jacobian", "value_and_jacobian", "jvp", "vjp", "hessian"])
+def test_autograd_outputs_built_by_numpy_concatenation(mode, how, op):
+    """NumPy functions on autograd boxes build an object array of traced elements (as
+    autograd.grad itself accepts): once an AttributeError from inside autograd (jacobian,
+    jvp) or "w must have the dtype of f(x): expected object" (vjp); now the derivative."""
+    b, f = di.AutoAutograd(mode=mode), _concatenated(how)
+    J = np.vstack([np.eye(3), 2 * np.eye(3)])
+    v, w = np.array([1.0, 0.5, -2.0]), np.arange(6.0)
+    if op == "jacobian":
+        _close(di.jacobian(f, b, X), J)
+    elif op == "value_and_jacobian":
+        y, got = di.value_and_jacobian(f, b, X)
+        _close(y, np.concatenate([X, 2 * X]))
+        _close(got, J)
+    elif op == "jvp":
+        _close(di.jvp(f, b, X, v), J @ v)
+    elif op == "vjp":
+        _close(di.vjp(f, b, X, w), w @ J)
+    else:  # the object array inside a scalar f, reduced by a NumPy sum
+        _close(di.hessian(lambda x: (f(x) ** 3).sum(), b, X), np.diag(6 * X + 48 * X))
+
+
+@pytest.mark.parametrize("backend", ALL_BACKENDS)
+def test_an_array_api_concat_has_one_answer_on_every_backend(backend):
+    f = _concatenated("testing.namespace")
+    J = np.vstack([np.eye(3), 2 * np.eye(3)])
+    tol = 1e-6 if backend.framework == "finite_differences" else 1e-12
+    _close(di.jacobian(f, backend, native(backend, X)), J, tol)
 
 
 @pytest.mark.parametrize("backend", ALL_BACKENDS)

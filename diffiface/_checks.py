@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import numbers
 import sys
+import threading
 import warnings
+import weakref
 from typing import Any
 
 from ._arrays import framework_of
@@ -284,7 +286,9 @@ def disconnected(op: str, backend: Any, strict: bool) -> None:
     )
 
 
-_NEW_FUNCTIONS: dict = {}  # code object -> function objects of it compiled so far
+# code object -> [how many function objects of it were compiled, the live ones]
+_NEW_FUNCTIONS: dict = {}
+_NEW_LOCK = threading.Lock()
 RECOMPILE_AFTER = 5
 _NOT_COUNTED: set = set()  # diffiface's own closures made anew by design (choose.measure)
 
@@ -297,11 +301,21 @@ def not_counted(fn: Any) -> None:
 def compiled_new_function(f: Any) -> None:
     """Count a compilation for a function object new to the cache; warn once per code
     object when the same code arrives as a new object again and again (a lambda made
-    inside a loss: every call retraces and compiles it anew)."""
+    inside a loss: every call retraces and compiles it anew). The same object compiled
+    again (after ``clear_caches``, or evicted from a full cache) is no new object."""
     code = getattr(getattr(f, "__func__", f), "__code__", None)
     if code is None or code in _NOT_COUNTED:
         return
-    n = _NEW_FUNCTIONS[code] = _NEW_FUNCTIONS.get(code, 0) + 1
+    with _NEW_LOCK:
+        entry = _NEW_FUNCTIONS.setdefault(code, [0, weakref.WeakSet()])
+        try:
+            if f in entry[1]:
+                return
+            entry[1].add(f)
+        except TypeError:  # not weakly referenceable: counted each time
+            pass
+        entry[0] += 1
+        n = entry[0]
     if n != RECOMPILE_AFTER:
         return
     frame = _caller()

@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 
+from .. import _checks
 from .._backend_types import AutoFiniteDifferences, AutoJax, AutoSparse, SecondOrder
 from .._contexts import Constant
 from .._errors import DiffifaceValueError
@@ -204,6 +205,8 @@ class Case:
         def counted(*args):
             self.calls += 1
             return s.f(*args)
+
+        _checks.not_counted(counted)  # one per case by design: no RecompileWarning
 
         self.fn = counted if s.params is None else di.FixedParams(counted, conv(s.params))
         self.backend = backend

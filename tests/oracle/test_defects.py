@@ -437,3 +437,22 @@ def test_a_lambda_made_inside_the_loss_warns_once():
         for s in range(8):
             di.gradient(g_once, di.AutoJax(), x, di.Constant(jnp.asarray(float(s))))
     _close(jax.grad(lambda t: g_once(t, 2.0))(x), 4 * X)
+
+
+def _module_level(t):
+    return (t**3).sum()
+
+
+@pytest.mark.skipif(not HAVE["jax"], reason="jax missing")
+def test_clear_caches_does_not_blame_a_module_level_f():
+    """One function object compiled again after clear_caches is no new object: once the
+    fifth clear raised a RecompileWarning saying f "is made anew on each call"."""
+    import jax.numpy as jnp
+
+    x = jnp.asarray(X)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", di.RecompileWarning)
+        for _ in range(2 * 5):
+            _close(di.gradient(_module_level, di.AutoJax(), x), 3 * X**2)
+            _close(di.jvp(_module_level, di.AutoJax(), x, x), 3 * X**2 @ X)
+            di.clear_caches()

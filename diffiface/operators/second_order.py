@@ -220,7 +220,7 @@ def value_gradient_and_hvp(
     has_aux: bool = False,
 ):
     """The value, the gradient and the Hessian-vector product ``H(x) v`` of a scalar
-    ``f``, in one pass (DifferentiationInterface.jl's name since 0.7.22;
+    ``f``, in one pass (named like :func:`value_gradient_and_hessian`;
     :func:`gradient_and_hvp` is the same without the value).
 
     Args:

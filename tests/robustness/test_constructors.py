@@ -11,6 +11,8 @@ import diffiface as di
 from diffiface import testing
 
 F = lambda x, p: (p * x**2).sum()  # noqa: E731
+F2 = lambda x, s: s * x  # noqa: E731
+FD = di.AutoFiniteDifferences()
 
 VALUE = {
     "AutoJax(mode)": (lambda: di.AutoJax(mode="fwd"), r"AutoJax\(mode='fwd'\): mode must"),
@@ -58,6 +60,26 @@ VALUE = {
     "check(inputs)": (
         lambda: testing.check([di.AutoFiniteDifferences()], inputs="torch"),
         r"check\(inputs='torch'\)",
+    ),
+    "consistency_matrix(x)": (
+        lambda: testing.consistency_matrix(lambda x, s: s * x, None, lambda s: {}),
+        r"consistency_matrix\(f, x, closed\): give x and closed",
+    ),
+    "consistency_matrix(backends)": (
+        lambda: testing.consistency_matrix(backends=[di.second_order(FD, FD)]),
+        r"consistency_matrix\(backends=\.\.\.\)",
+    ),
+    "consistency_matrix(kinds)": (
+        lambda: testing.consistency_matrix(kinds=("sparse",)),
+        r"consistency_matrix\(kinds=\.\.\.\): unknown",
+    ),
+    "consistency_matrix(closed keys)": (
+        lambda: testing.consistency_matrix(F2, np.ones(2), lambda s: {"grad": 1}),
+        r"consistency_matrix\('f'\): closed gave unknown keys",
+    ),
+    "consistency_matrix(closed jac)": (
+        lambda: testing.consistency_matrix(F2, np.ones(2), lambda s: {"y": 1}),
+        r"consistency_matrix\('f'\): closed\(s\) must give 'jac'",
     ),
 }
 

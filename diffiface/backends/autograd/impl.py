@@ -314,11 +314,9 @@ def _call(prob, thunk):
     try:
         return thunk()
     except TypeError as exc:
-        if isinstance(exc, _checks.DiffifaceTypeError):  # already says what is wrong
-            raise
-        clear = _checks.framework_error(prob.op, prob.backend, exc)
+        clear = _checks.framework_error(prob.op, prob.backend, exc)  # (None for diffiface's)
         if clear is not None:
             raise clear from exc
-        if "Box" in str(exc):
+        if "Box" in str(exc) and not isinstance(exc, _checks.DiffifaceTypeError):
             raise _checks.left_framework(prob.op, prob.backend, exc) from exc
         raise

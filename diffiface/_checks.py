@@ -10,7 +10,7 @@ import sys
 import threading
 import warnings
 import weakref
-from typing import Any
+from typing import Any, NoReturn
 
 from ._arrays import framework_of
 from ._backend_types import AbstractBackend, AutoSparse, SecondOrder
@@ -191,7 +191,7 @@ def framework_error(op: str, backend: Any, exc: BaseException) -> DiffifaceTypeE
     return foreign_f(op, backend, used, msg.strip().splitlines()[0])
 
 
-def reraise(op: str, backend: Any, exc: TypeError) -> None:
+def reraise(op: str, backend: Any, exc: TypeError) -> NoReturn:
     """Inside ``except TypeError as exc``: raise :func:`framework_error`'s clear error
     from ``exc`` where there is one, else ``exc`` itself."""
     clear = framework_error(op, backend, exc)

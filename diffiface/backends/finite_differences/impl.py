@@ -79,15 +79,6 @@ def _nest_too_fine(prob, levels: int, steps: float) -> _checks.DiffifaceValueErr
     )
 
 
-def _call(fn, xs: tuple, ctx: tuple, prob) -> Any:
-    """``fn(xs, *ctx)``; an f written for another framework (torch functions on the
-    NumPy arrays it gets) raises the error that names the backend to use instead."""
-    try:
-        return fn(xs, *ctx)
-    except TypeError as exc:
-        _checks.reraise(prob.op, prob.backend, exc)
-
-
 @register(AutoFiniteDifferences)
 class FiniteDifferencesImpl(BackendImpl):
     framework = "finite_differences"
@@ -159,7 +150,9 @@ class FiniteDifferencesImpl(BackendImpl):
         inside = _NEST.set((depth, product))
         fresh = _RUNNING.set(None)  # an operator that f calls is nested
         try:
-            return np.asarray(_call(fn, xs, ctx, prob))
+            return np.asarray(fn(xs, *ctx))
+        except TypeError as exc:  # torch functions on NumPy arrays: name AutoTorch()
+            _checks.reraise(prob.op, prob.backend, exc)
         finally:
             _RUNNING.reset(fresh)
             _NEST.reset(inside)

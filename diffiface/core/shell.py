@@ -169,7 +169,7 @@ def call(
     try:
         if chunk_size is None and op.fast is not None and not _config.checking():
             if prep is not None:
-                plan = prep if type(prep) is Prep else prepared(prep)  # (raises for a non-plan)
+                plan = prep if type(prep) is Prep else prepared(prep, op, backend)  # (raises)
                 if op.tangent:
                     out = plan.run_direct(op.name, f, backend, x, contexts, t)
                 else:
@@ -237,10 +237,11 @@ def _with_aux(op: Operator, f, backend, x, t, contexts, prep, chunk_size, has_au
         return _cross(exc, op, f, backend, x, t, contexts, prep, chunk_size, True)
 
 
-def prepared(prep: Any) -> Prep:
+def prepared(prep: Any, op: Operator, backend: Any) -> Prep:
     if not isinstance(prep, Prep):
         raise _checks.DiffifaceTypeError(
-            f"prep must come from a di.prepare_<operator>(...) call, got {type(prep).__name__}."
+            f"{_checks.call_form(op.name, backend)}: prep must come from a "
+            f"di.prepare_{op.family}(...) call, got {type(prep).__name__}."
         )
     return prep
 
@@ -250,7 +251,7 @@ def enter(op: Operator, f, backend, x, contexts: tuple, prep, t=None, aux=False)
     if _config.check_finite():
         _finite.check(op.name, backend, f, x, contexts, t)
     if prep is not None:
-        plan = prepared(prep)
+        plan = prepared(prep, op, backend)
         impl, prob, xs, kinds, ctx = plan.enter(op.name, f, backend, x, contexts, t)
         if not getattr(plan.impl, "holds_call", False):
             return Call(impl, prob, xs, kinds, ctx, plan.combo)

@@ -119,3 +119,24 @@ def test_sparsity_pattern_errors_name_sparsity_pattern(backend, hessian):
     with pytest.raises((di.DiffifaceTypeError, di.DiffifaceValueError)) as err:
         di.sparsity_pattern(_bad, backend, native(backend, X.ravel()), hessian=hessian)
     assert str(err.value).startswith(f"sparsity_pattern(f, {backend!r}, x): "), str(err.value)
+
+
+FAMILY = {"derivative": "derivative", "gradient": "gradient", "jacobian": "jacobian"}
+FAMILY |= {"jvp": "jvp", "vjp": "vjp", "batched_jacobian": "batched_jacobian", "hvp": "hvp"}
+FAMILY |= {"hessian": "hessian", "second_derivative": "second_derivative"}
+
+
+def _family(name):
+    base = name.removeprefix("value_and_").removeprefix("value_gradient_and_")
+    base = base.removeprefix("gradient_and_").removeprefix("value_derivative_and_")
+    return FAMILY[base]
+
+
+@pytest.mark.parametrize("backend", ALL_BACKENDS)
+@pytest.mark.parametrize("name", OPERATORS)
+def test_a_prep_that_is_no_preparation_names_the_call(backend, name):
+    x, extra, tail = _args(backend, name)
+    with pytest.raises(di.DiffifaceTypeError) as err:
+        getattr(di, name)(lambda t: (t**2).sum(), backend, x, *extra, prep="prep")
+    want = f"{name}(f, {backend!r}, {tail}): prep must come from a di.prepare_{_family(name)}("
+    assert str(err.value).startswith(want), str(err.value)

@@ -35,7 +35,7 @@ class AbstractBackend:
 
     def __post_init__(self) -> None:
         if type(self) is AbstractBackend:
-            raise TypeError(
+            raise DiffifaceTypeError(
                 "AbstractBackend cannot be instantiated: use AutoJax(), AutoTorch(), "
                 "AutoAutograd() or AutoFiniteDifferences()."
             )
@@ -52,7 +52,7 @@ def _instance(b: object, what: str, fix: str) -> None:
 
 def _check_mode(backend: AbstractBackend, mode: object) -> None:
     if mode not in _MODES:
-        raise ValueError(
+        raise DiffifaceValueError(
             f"{type(backend).__name__}(mode={mode!r}): mode must be None, 'forward' or "
             f"'reverse', got {mode!r}. Use mode=None to pick the cheaper direction."
         )
@@ -149,7 +149,7 @@ class AutoFiniteDifferences(AbstractBackend):
 
     def __post_init__(self) -> None:
         if self.method not in _FD_METHODS:
-            raise ValueError(
+            raise DiffifaceValueError(
                 f"AutoFiniteDifferences(method={self.method!r}): method must be 'central', "
                 f"'forward' or 'backward', got {self.method!r}."
             )
@@ -208,7 +208,7 @@ class SecondOrder(AbstractBackend):
             b = getattr(self, name)
             _instance(b, f"second_order(outer, inner): {name}", "{}()")
             if not isinstance(b, AbstractBackend) or isinstance(b, SecondOrder):
-                raise TypeError(
+                raise DiffifaceTypeError(
                     f"second_order(outer, inner): {name} must be a first-order backend such as "
                     f"AutoJax(), got {b!r}."
                 )
@@ -357,6 +357,11 @@ class AutoSparse(AbstractBackend):
             raise DiffifaceValueError(
                 f"AutoSparse(coloring={self.coloring!r}): use one of {', '.join(_ORDERS)}."
             )
+        for name in ("dense", "strict"):
+            if not isinstance(getattr(self, name), bool):
+                raise DiffifaceTypeError(
+                    f"AutoSparse({name}={getattr(self, name)!r}): {name} must be True or False."
+                )
 
 
 # the built-in backends, in the order shown to users

@@ -7,9 +7,12 @@ from __future__ import annotations
 
 import numbers
 import sys
+import threading
 import warnings
-from typing import Any
+import weakref
+from typing import Any, NoReturn
 
+from ._arrays import framework_of
 from ._backend_types import AbstractBackend, AutoSparse, SecondOrder
 from ._errors import (
     DiffifaceTypeError,
@@ -27,17 +30,30 @@ __all__ = [
     "RecompileWarning",
 ]
 
-_CALL = {
-    "jvp": "{op}(f, {b}, x, v)",
-    "value_and_jvp": "{op}(f, {b}, x, v)",
-    "vjp": "{op}(f, {b}, x, w)",
-    "value_and_vjp": "{op}(f, {b}, x, w)",
-}
+ERRORS = (DiffifaceTypeError, DiffifaceValueError)  # the errors whose message starts with a call
+
+_V = ("jvp", "value_and_jvp", "hvp", "gradient_and_hvp", "value_gradient_and_hvp")
+_CALL = {op: "{op}(f, {b}, x, v)" for op in (*_V, "prepare_jvp", "prepare_hvp")}
+_CALL |= {op: "{op}(f, {b}, x, w)" for op in ("vjp", "value_and_vjp", "prepare_vjp")}
 
 
 def call_form(op: str, backend: Any) -> str:
     b = repr(backend) if isinstance(backend, AbstractBackend) else "backend"
     return _CALL.get(op, "{op}(f, {b}, x)").format(op=op, b=b)
+
+
+def restate(exc: BaseException, call: str, *internal: str) -> None:
+    """Start ``exc``'s message with ``call``, the call the user wrote, where it starts
+    with one of the ``internal`` call forms (an operator diffiface called on the way:
+    value_and_batched_jacobian for batched_jacobian, a prepare_ function's operator,
+    the inner gradient of finite differences over AD, ...)."""
+    msg = exc.args[0] if exc.args and isinstance(exc.args[0], str) else None
+    if msg is None:
+        return
+    for old in internal:
+        if msg.startswith(old) and old != call:
+            exc.args = (call + msg[len(old) :], *exc.args[1:])
+            return
 
 
 def check_backend(op: str, f: Any, backend: Any, second: bool = False) -> None:
@@ -116,13 +132,26 @@ def not_scalar(op: str, backend: Any, shape: tuple) -> DiffifaceValueError:
     )
 
 
-def not_array(op: str, backend: Any, y: Any, kind: str) -> DiffifaceTypeError:
+def not_array(op: str, backend: Any, y: Any, kind: str, trees: bool = False) -> DiffifaceTypeError:
+    """f's output is no array of the backend's framework. ``trees``: ``op`` also takes a
+    pytree (tuple, list, dict) of arrays."""
+    used = framework_of(y)
+    if used not in (None, "numpy"):
+        clear = foreign_f(op, backend, used, f"f returned a {describe(y)}")
+        if clear is not None:
+            return clear
+    empty = isinstance(y, tuple | list | dict) and not y
+    got = f"an empty {type(y).__name__}" if empty else describe(y)
+    if trees:
+        want = f"{kind}, or a pytree (tuple, list, dict) of them"
+        banned = "no float(), .item(), NumPy conversion or None"
+    else:
+        want, banned = kind, "no float(), .item(), NumPy conversion, tuples or None"
     pair = type(y) is tuple and len(y) == 2
     hint = " If f returns (output, aux), pass has_aux=True." if pair else ""
     return DiffifaceTypeError(
-        f"{call_form(op, backend)}: f must return {kind}, got {type(y).__name__}. "
-        f"f must compute with the framework's array ops all the way to its result "
-        f"(no float(), .item(), NumPy conversion, tuples or None).{hint}"
+        f"{call_form(op, backend)}: f must return {want}, got {got}. f must compute with "
+        f"the framework's array ops all the way to its result ({banned}).{hint}"
     )
 
 
@@ -141,7 +170,10 @@ _BACKEND = {"jax": "AutoJax", "torch": "AutoTorch", "autograd": "AutoAutograd"}
 
 def framework_error(op: str, backend: Any, exc: BaseException) -> DiffifaceTypeError | None:
     """A clear error for a raw framework error that says f used another framework's
-    functions, or changed its input in place under autograd; None for any other."""
+    functions, or changed its input in place under autograd; None for any other (and
+    for diffiface's own errors, which already say what is wrong)."""
+    if isinstance(exc, DiffifaceTypeError):
+        return None
     msg = str(exc)
     call = call_form(op, backend)
     if "does not support item assignment" in msg and "Box" in msg:
@@ -152,18 +184,33 @@ def framework_error(op: str, backend: Any, exc: BaseException) -> DiffifaceTypeE
         )
     if "must be Tensor, not" in msg:
         used = "torch"
-    elif "Error interpreting argument" in msg or "as an abstract array" in msg:
+    elif any(s in msg for s in ("Error interpreting argument", "abstract array", "valid JAX type")):
         used = "jax"
     else:
         return None
+    return foreign_f(op, backend, used, msg.strip().splitlines()[0])
+
+
+def reraise(op: str, backend: Any, exc: TypeError) -> NoReturn:
+    """Inside ``except TypeError as exc``: raise :func:`framework_error`'s clear error
+    from ``exc`` where there is one, else ``exc`` itself."""
+    clear = framework_error(op, backend, exc)
+    if clear is None:
+        raise exc
+    raise clear from exc
+
+
+def foreign_f(op: str, backend: Any, used: str, what: str) -> DiffifaceTypeError | None:
+    """f is written with ``used``'s functions, another framework than the backend's: the
+    error that names the backend for it and the bridge (None when ``used`` is the
+    backend's own framework)."""
     own = getattr(backend, "framework", "")
-    if used == own:
+    if used == own or used not in _BACKEND:
         return None
-    first = msg.strip().splitlines()[0]
     return DiffifaceTypeError(
-        f"{call}: f calls {used} functions on the arrays of {type(backend).__name__}() "
-        f"({first}). Write f with {_OPS.get(own, 'numpy')} for this backend, pass "
-        f"{_BACKEND[used]}() to differentiate a {used} f, or wrap it as "
+        f"{call_form(op, backend)}: f calls {used} functions on the arrays of "
+        f"{type(backend).__name__}() ({what}). Write f with {_OPS.get(own, 'numpy')} for "
+        f"this backend, pass {_BACKEND[used]}() to differentiate a {used} f, or wrap it as "
         f"di.differentiate_with(f, {_BACKEND[used]}()) to call it from another framework."
     )
 
@@ -239,7 +286,9 @@ def disconnected(op: str, backend: Any, strict: bool) -> None:
     )
 
 
-_NEW_FUNCTIONS: dict = {}  # code object -> function objects of it compiled so far
+# code object -> [how many function objects of it were compiled, the live ones]
+_NEW_FUNCTIONS: dict = {}
+_NEW_LOCK = threading.Lock()
 RECOMPILE_AFTER = 5
 _NOT_COUNTED: set = set()  # diffiface's own closures made anew by design (choose.measure)
 
@@ -252,11 +301,21 @@ def not_counted(fn: Any) -> None:
 def compiled_new_function(f: Any) -> None:
     """Count a compilation for a function object new to the cache; warn once per code
     object when the same code arrives as a new object again and again (a lambda made
-    inside a loss: every call retraces and compiles it anew)."""
+    inside a loss: every call retraces and compiles it anew). The same object compiled
+    again (after ``clear_caches``, or evicted from a full cache) is no new object."""
     code = getattr(getattr(f, "__func__", f), "__code__", None)
     if code is None or code in _NOT_COUNTED:
         return
-    n = _NEW_FUNCTIONS[code] = _NEW_FUNCTIONS.get(code, 0) + 1
+    with _NEW_LOCK:
+        entry = _NEW_FUNCTIONS.setdefault(code, [0, weakref.WeakSet()])
+        try:
+            if f in entry[1]:
+                return
+            entry[1].add(f)
+        except TypeError:  # not weakly referenceable: counted each time
+            pass
+        entry[0] += 1
+        n = entry[0]
     if n != RECOMPILE_AFTER:
         return
     frame = _caller()
@@ -288,11 +347,14 @@ def _caller():
 
 
 def complex_output(op: str, backend: Any) -> DiffifaceValueError:
+    b = repr(backend) if isinstance(backend, AbstractBackend) else "backend"
     return DiffifaceValueError(
         f"{call_form(op, backend)}: f returns a complex scalar; {op} needs a real one (a "
         "gradient is defined for real f). Differentiate a real quantity, such as the real "
-        "part f(z).real or abs(f(z)) ** 2; for the derivative of a holomorphic f, pass the "
-        "real and imaginary parts of z as two real leaves to jacobian or jvp."
+        "part f(x).real or abs(f(x)) ** 2; or take f's complex derivative with jvp, which "
+        f"takes complex outputs: jvp(f, {b}, x, v) for a real x, and for a holomorphic f of "
+        "a complex z, pass the real and imaginary parts of z as two real leaves: "
+        f"jvp(lambda p: f(p[0] + 1j * p[1]), {b}, (z.real, z.imag), (v, 0 * v)) is f'(z) v."
     )
 
 

@@ -10,6 +10,8 @@ import os
 from collections.abc import Iterator
 from typing import Any
 
+from ._errors import DiffifaceTypeError
+
 DEFAULT_MAX_DENSE_BYTES = 2**30
 
 
@@ -81,7 +83,9 @@ def options(**settings: Any) -> Iterator[None]:
     """
     unknown = sorted(set(settings) - set(_NAMES))
     if unknown:
-        raise TypeError(f"di.options() takes {', '.join(_NAMES)}; got {', '.join(unknown)}.")
+        raise DiffifaceTypeError(
+            f"di.options() takes {', '.join(_NAMES)}; got {', '.join(unknown)}."
+        )
     token = _OPTIONS.set({**(_OPTIONS.get() or {}), **settings})
     try:
         yield

@@ -9,7 +9,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from ._arrays import framework_of
-from ._errors import DiffifaceTypeError
+from ._errors import DiffifaceTypeError, DiffifaceValueError
 from ._tree import flatten
 
 
@@ -107,8 +107,9 @@ class FixedParams:
         module: the ``torch.nn.Module``, or None.
 
     Raises:
-        TypeError: ``f`` is not callable, ``params`` is omitted and ``f`` is no
-            Module, or ``params`` of a Module is no dict.
+        DiffifaceTypeError: ``f`` is not callable, ``params`` is omitted and ``f`` is
+            no Module, or ``params`` of a Module is no dict.
+        DiffifaceValueError: ``strategy`` is none of the four.
 
     Examples:
         >>> import numpy as np
@@ -129,7 +130,7 @@ class FixedParams:
         module = f if _is_module(f) else None
         if module is not None:
             if params is not FROM_MODULE and not isinstance(params, Mapping):
-                raise TypeError(
+                raise DiffifaceTypeError(
                     f"FixedParams(model, params): with a torch.nn.Module, params must be a "
                     f"dict of parameter names to tensors, got {type(params).__name__}. "
                     "Pass dict(model.named_parameters()) (or leave params out to read them "
@@ -137,7 +138,7 @@ class FixedParams:
                 )
             f = types.MethodType(functional_call, module)
         elif params is FROM_MODULE:
-            raise TypeError(
+            raise DiffifaceTypeError(
                 f"FixedParams(f): params can be left out only when f is a torch.nn.Module, "
                 f"got {type(f).__name__}. Pass the parameters: FixedParams(f, params)."
             )
@@ -147,12 +148,12 @@ class FixedParams:
         set_(self, "module", module)
         set_(self, "_params", params)
         if not callable(f):
-            raise TypeError(
+            raise DiffifaceTypeError(
                 f"FixedParams(f, params): f must be callable, got {type(f).__name__}. "
                 "Pass the model function first and its parameters second."
             )
         if strategy not in STRATEGIES:
-            raise ValueError(
+            raise DiffifaceValueError(
                 f"FixedParams(f, params, strategy={strategy!r}): strategy must be one of "
                 f"{', '.join(map(repr, STRATEGIES))}."
             )

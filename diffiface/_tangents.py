@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from ._errors import DiffifaceValueError
+
 
 class Tangents:
     """Several tangents (or cotangents) passed together: one batched pass where the
@@ -26,7 +28,9 @@ class Tangents:
 
     def __init__(self, *values: Any) -> None:
         if not values:
-            raise ValueError("Tangents(): give at least one tangent, e.g. Tangents(v1, v2).")
+            raise DiffifaceValueError(
+                "Tangents(): give at least one tangent, e.g. Tangents(v1, v2)."
+            )
         self._values = tuple(values)
 
     def __len__(self) -> int:

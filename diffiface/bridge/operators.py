@@ -87,10 +87,25 @@ def _fd_over_arrays(exc: Foreign, op: Callable, f: Callable, backend: Any, args,
     return cross_second_order(op.__name__, f, backend, args, kw)
 
 
+_INNER_OPS = ("gradient", "value_and_gradient", "derivative", "value_and_derivative")
+_OUTER_OPS = ("value_and_jvp", "value_and_vjp", "value_and_jacobian", "value_and_derivative")
+
+
 def cross_second_order(op: str, f: Callable, backend: Any, args: tuple, kwargs: dict) -> Any:
     """``op`` for ``second_order(outer, inner)`` across frameworks: ``outer`` differentiates
     ``x -> di.gradient(f, inner, x)``, which crosses the bridge as one operation; its
-    derivative is computed by ``inner`` (forward over reverse for a forward ``outer``)."""
+    derivative is computed by ``inner`` (forward over reverse for a forward ``outer``).
+    Errors of those inner calls start with the call the user wrote."""
+    try:
+        return _cross_second_order(op, f, backend, args, kwargs)
+    except _checks.ERRORS as exc:
+        internal = [_checks.call_form(n, backend.inner) for n in _INNER_OPS]
+        internal += [_checks.call_form(n, backend.outer) for n in _OUTER_OPS]
+        _checks.restate(exc, _checks.call_form(op, backend), *internal)
+        raise
+
+
+def _cross_second_order(op: str, f: Callable, backend: Any, args: tuple, kwargs: dict) -> Any:
     from . import node as _bridge
 
     outer, inner = backend.outer, backend.inner
@@ -102,7 +117,7 @@ def cross_second_order(op: str, f: Callable, backend: Any, args: tuple, kwargs: 
     x_kind = _bridge.kind_of(args[0], f"{op}(f, {backend!r}, x)")
 
     def move(tree):
-        return tree_map(lambda a: to_outer(a) if framework_of(a) else a, tree)
+        return _map(lambda a: to_outer(a) if framework_of(a) else a, tree)
 
     moved = [Constant(move(a.value)) if isinstance(a, Constant) else move(a) for a in args]
     x, rest = moved[0], moved[1:]
@@ -145,8 +160,17 @@ def cross_second_order(op: str, f: Callable, backend: Any, args: tuple, kwargs: 
         out = (out, carried[1])
     back = _bridge.module(x_kind).as_array
     if x_kind != "numpy":  # a 0-d result computed on NumPy may be a Python float
-        return tree_map(lambda a: back(a) if framework_of(a) or isinstance(a, float) else a, out)
-    return tree_map(lambda a: back(a) if framework_of(a) else a, out)
+        return _map(lambda a: back(a) if framework_of(a) or isinstance(a, float) else a, out)
+    return _map(lambda a: back(a) if framework_of(a) else a, out)
+
+
+def _map(fn: Callable, tree: Any) -> Any:
+    """``tree_map`` that also maps the tangents of a ``Tangents`` (in a result tuple)."""
+    if isinstance(tree, Tangents):
+        return Tangents(*(tree_map(fn, t) for t in tree))
+    if type(tree) is tuple and any(isinstance(a, Tangents) for a in tree):
+        return tuple(_map(fn, a) for a in tree)
+    return tree_map(fn, tree)
 
 
 def _grad_of(f, inner, contexts, has_aux, x):

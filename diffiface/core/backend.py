@@ -31,6 +31,9 @@ class BackendImpl(DerivedSecondOrder):
     framework = ""
     native_kind = ""  # for messages: "jax arrays"
     output_kind = ""  # for messages: "a jax array"
+    # None, or y -> y as the framework's array, for what f may return that the framework
+    # traces but does not hold as one array (autograd: an object array of boxes)
+    own_output: Any = None
 
     def __init__(self, backend: Any) -> None:
         self.backend = backend
@@ -387,7 +390,10 @@ class BackendImpl(DerivedSecondOrder):
         """``output_size``, memoized on the problem (a prepared one keeps it)."""
         size = prob.fns.get(OUT_SIZE)
         if size is None:
-            size = prob.fns[OUT_SIZE] = self.output_size(prob, xs, ctx)
+            try:  # often f's first call: an f of another framework fails here
+                size = prob.fns[OUT_SIZE] = self.output_size(prob, xs, ctx)
+            except TypeError as exc:
+                _checks.reraise(prob.op, prob.backend, exc)
         return size
 
     def output_size(self, prob, xs: tuple, ctx: tuple) -> int:

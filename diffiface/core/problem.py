@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from .. import _checks, _config
-from .._tree import unflatten
+from .._tree import tree_map, unflatten
 from . import outputs
 
 
@@ -88,11 +88,15 @@ class Problem:
             if _discrete(a):
                 raise _checks.integer_output(op, backend, a.dtype)
             if not is_output(a):
-                raise _checks.not_array(op, backend, a, impl.output_kind)
+                raise _checks.not_array(op, backend, a, impl.output_kind, trees)
+
+        own = impl.own_output
 
         def finish(y: Any, xs: tuple, ctx: tuple) -> Any:
             if aux:
                 y = outputs.unpack(op, backend, y)
+            if own is not None:
+                y = own(y) if is_output(y) or not trees else tree_map(own, y)
             if trees:
                 if not is_output(y):
                     y = outputs.ravel_output(op, backend, impl, fget(), leaf_check, y, xs, ctx, aux)
@@ -108,12 +112,16 @@ def _output_check(op: str, backend: Any, impl: Any, scalar: bool) -> Callable:
     """Checks f(x): an array of the framework, and a scalar when ``scalar``."""
     is_output, connected, is_complex = impl.is_output, impl.connected, impl.is_complex
     jacobian = "jacobian" in op
+    trees = op in outputs.TREE_OPS
+    own = impl.own_output
 
     def check(y: Any, xs: tuple) -> Any:
+        if own is not None:
+            y = own(y)
         if _discrete(y):  # also a NumPy bool or integer scalar, which is no output
             raise _checks.integer_output(op, backend, y.dtype)
         if not is_output(y):
-            raise _checks.not_array(op, backend, y, impl.output_kind)
+            raise _checks.not_array(op, backend, y, impl.output_kind, trees)
         if scalar and tuple(getattr(y, "shape", ())) != ():
             raise _checks.not_scalar(op, backend, tuple(y.shape))
         if scalar and is_complex(y):

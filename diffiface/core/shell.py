@@ -169,7 +169,7 @@ def call(
     try:
         if chunk_size is None and op.fast is not None and not _config.checking():
             if prep is not None:
-                plan = prep if type(prep) is Prep else prepared(prep)  # (raises for a non-plan)
+                plan = prep if type(prep) is Prep else prepared(prep, op, backend)  # (raises)
                 if op.tangent:
                     out = plan.run_direct(op.name, f, backend, x, contexts, t)
                 else:
@@ -237,10 +237,11 @@ def _with_aux(op: Operator, f, backend, x, t, contexts, prep, chunk_size, has_au
         return _cross(exc, op, f, backend, x, t, contexts, prep, chunk_size, True)
 
 
-def prepared(prep: Any) -> Prep:
+def prepared(prep: Any, op: Operator, backend: Any) -> Prep:
     if not isinstance(prep, Prep):
         raise _checks.DiffifaceTypeError(
-            f"prep must come from a di.prepare_<operator>(...) call, got {type(prep).__name__}."
+            f"{_checks.call_form(op.name, backend)}: prep must come from a "
+            f"di.prepare_{op.family}(...) call, got {type(prep).__name__}."
         )
     return prep
 
@@ -250,7 +251,7 @@ def enter(op: Operator, f, backend, x, contexts: tuple, prep, t=None, aux=False)
     if _config.check_finite():
         _finite.check(op.name, backend, f, x, contexts, t)
     if prep is not None:
-        plan = prepared(prep)
+        plan = prepared(prep, op, backend)
         impl, prob, xs, kinds, ctx = plan.enter(op.name, f, backend, x, contexts, t)
         if not getattr(plan.impl, "holds_call", False):
             return Call(impl, prob, xs, kinds, ctx, plan.combo)
@@ -323,6 +324,10 @@ def prepare(op: Operator, f, backend, x, contexts: tuple, t=None, has_aux=False)
         )
     try:
         c = enter(op, f, backend, x, contexts, None, aux=has_aux)
+        plan = Prep(op.family, f, backend, c.impl, c.combo, c.prob, x, c.kinds, contexts, t)
+        if type(f) is FixedParams and f.strategy in ("auto", "min_memory"):
+            plan.nested = planned(c.impl, f, op.name, c.xs, c.ctx, has_aux, c.prob.single)
+        call(op, f, backend, x, t, contexts, plan, has_aux=has_aux)
     except Foreign:
         raise _checks.DiffifaceValueError(
             f"prepare_{op.family}(f, {backend!r}, ...): the arguments hold arrays of another "
@@ -330,8 +335,8 @@ def prepare(op: Operator, f, backend, x, contexts: tuple, t=None, has_aux=False)
             "framework's arrays. Prepare with the backend's arrays, or call the operator "
             "without prep= (it then crosses a bridge)."
         ) from None
-    plan = Prep(op.family, f, backend, c.impl, c.combo, c.prob, x, c.kinds, contexts, t)
-    if type(f) is FixedParams and f.strategy in ("auto", "min_memory"):
-        plan.nested = planned(c.impl, f, op.name, c.xs, c.ctx, has_aux, c.prob.single)
-    call(op, f, backend, x, t, contexts, plan, has_aux=has_aux)
+    except _checks.ERRORS as exc:  # raised for op: the user called prepare_<family>
+        called = _checks.call_form(f"prepare_{op.family}", backend)
+        _checks.restate(exc, called, _checks.call_form(op.name, backend))
+        raise
     return plan.finalize()

@@ -128,9 +128,14 @@ def batched_jacobian(
                [ 6.,  8.],
                [10., 12.]])
     """
-    out = value_and_batched_jacobian(
-        f, backend, x, *contexts, prep=prep, chunk_size=chunk_size, has_aux=has_aux
-    )
+    try:
+        out = value_and_batched_jacobian(
+            f, backend, x, *contexts, prep=prep, chunk_size=chunk_size, has_aux=has_aux
+        )
+    except _checks.ERRORS as exc:
+        internal = _checks.call_form("value_and_batched_jacobian", backend)
+        _checks.restate(exc, _checks.call_form("batched_jacobian", backend), internal)
+        raise
     return (out[0][1], out[1]) if has_aux else out[1]
 
 

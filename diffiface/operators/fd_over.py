@@ -10,6 +10,7 @@ import numpy as np
 
 from .. import _checks
 from .._backend_types import SecondOrder
+from .._tree import flatten
 from ..core import outputs
 from ..core.problem import Problem
 from .first_order import value_and_derivative, value_and_gradient
@@ -32,16 +33,23 @@ class FiniteDifferencesOver:
     def __getattr__(self, name: str) -> Any:
         return getattr(self.fd, name)
 
-    def _inner(self, prob, op: Callable, index: int) -> Problem:
+    def _inner(self, prob, op: Callable, index: int, tree: bool = False) -> Problem:
         """A NumPy problem x -> op(f, inner, x)[index] for the finite differences. Its
         first call (at x itself) puts f's aux in the open sink; for value_gradient_and_hvp
-        (``prob.f`` carries f's value as its aux) the value too, as f's own output."""
+        (``prob.f`` carries f's value as its aux) the value too, as f's own output.
+        ``tree``: x is a pytree, and the result (a gradient like x) one flat vector."""
         f, inner, contexts = self.f, self.inner, self.contexts
         valued = isinstance(prob.f, outputs.ValueAsAux)
         aux = prob.f.aux if valued else prob.aux
+        called = _checks.call_form(prob.op, self.backend)
+        internal = _checks.call_form(op.__name__, inner)
 
         def g(x, *_):
-            out = op(f, inner, x, *contexts, has_aux=aux)
+            try:
+                out = op(f, inner, x, *contexts, has_aux=aux)
+            except _checks.ERRORS as exc:  # the inner call is diffiface's, not the user's
+                _checks.restate(exc, called, internal)
+                raise
             if aux:
                 out, a = out
             if valued:
@@ -49,15 +57,19 @@ class FiniteDifferencesOver:
                 outputs.put((y, a) if aux else y)
             elif aux:
                 outputs.put(a)
+            if tree:
+                return np.concatenate([np.ravel(a) for a in flatten(out[index])[0]])
             return np.asarray(out[index])
 
-        return Problem(prob.op, self.backend, self.fd, g, prob.treedef, True, False)
+        return Problem(prob.op, self.backend, self.fd, g, prob.treedef, not tree, False)
 
     def gradient_and_hvp(self, prob, xs, vs, ctx, combo):
-        if not prob.single:
-            raise _checks.not_single_array(prob.op, self.backend, len(xs))
-        g, hv = self.fd.value_and_jvp(self._inner(prob, value_and_gradient, 1), xs, vs, ())
-        return (g,), (hv,)
+        tree = not prob.single  # a pytree x: the gradient differenced as one vector
+        grad = self._inner(prob, value_and_gradient, 1, tree)
+        g, hv = self.fd.value_and_jvp(grad, xs, vs, ())
+        if not tree:
+            return (g,), (hv,)
+        return _split(g, xs), _split(hv, xs)
 
     def hvp(self, prob, xs, vs, ctx, combo):
         return self.gradient_and_hvp(prob, xs, vs, ctx, combo)[1]
@@ -85,3 +97,12 @@ class FiniteDifferencesOver:
         dprob = self._inner(prob, value_and_derivative, 1)
         d, d2 = self.fd.value_and_jvp(dprob, xs, (np.ones_like(xs[0]),), ())
         return y, d, d2
+
+
+def _split(flat: np.ndarray, xs: tuple) -> tuple:
+    """A flat vector back into leaves shaped and typed like ``xs``."""
+    ends = np.cumsum([x.size for x in xs])[:-1]
+    parts = np.split(flat, ends)
+    return tuple(
+        p.reshape(x.shape).astype(x.dtype, copy=False) for p, x in zip(parts, xs, strict=True)
+    )

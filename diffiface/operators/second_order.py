@@ -229,7 +229,7 @@ def value_gradient_and_hvp(
     has_aux: bool = False,
 ):
     """The value, the gradient and the Hessian-vector product ``H(x) v`` of a scalar
-    ``f``, in one pass (DifferentiationInterface.jl's name since 0.7.22;
+    ``f``, in one pass (named like :func:`value_gradient_and_hessian`;
     :func:`gradient_and_hvp` is the same without the value).
 
     Args:
@@ -385,7 +385,12 @@ def second_derivative(
         >>> round(di.second_derivative(np.sin, di.AutoFiniteDifferences(), 0.5), 4)
         -0.4794
     """
-    out = value_derivative_and_second_derivative(
-        f, backend, x, *contexts, prep=prep, has_aux=has_aux
-    )
+    try:
+        out = value_derivative_and_second_derivative(
+            f, backend, x, *contexts, prep=prep, has_aux=has_aux
+        )
+    except _checks.ERRORS as exc:
+        internal = _checks.call_form("value_derivative_and_second_derivative", backend)
+        _checks.restate(exc, _checks.call_form("second_derivative", backend), internal)
+        raise
     return (out[0][2], out[1]) if has_aux else out[2]

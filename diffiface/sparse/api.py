@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from .. import _checks
 from .._backend_types import AutoSparse, SecondOrder
 from .._errors import DiffifaceTypeError
 
@@ -41,15 +42,21 @@ def sparsity_pattern(f, backend: Any, x: Any, *contexts: Any, hessian: bool = Fa
     op = "hessian" if hessian else "jacobian"
     dense = sparse.backend
     impl = registry.implementation(dense.inner if isinstance(dense, SecondOrder) else dense)
-    c = shell.enter_impl(op, f, sparse, impl, x, contexts, hessian)
-    if not c.prob.single:
-        raise DiffifaceTypeError(
-            f"sparsity_pattern(f, {backend!r}, x): x must be one array, got a tree of "
-            f"{len(c.xs)} leaves. Flatten it into one array."
-        )
-    (xv,) = c.xs
-    m = size(xv) if hessian else size(c.prob.flat()(c.xs, *c.ctx))
-    return pattern(sparse, impl, c.prob, xv, c.ctx, m)
+    called = f"sparsity_pattern(f, {backend!r}, x)"
+    try:
+        c = shell.enter_impl(op, f, sparse, impl, x, contexts, hessian)
+        if not c.prob.single:
+            raise DiffifaceTypeError(
+                f"{called}: x must be one array, got a tree of {len(c.xs)} leaves. Flatten it "
+                "into one array."
+            )
+        (xv,) = c.xs
+        m = size(c.prob.flat()(c.xs, *c.ctx))  # (and f's output checked: a scalar for hessian)
+        m = size(xv) if hessian else m
+        return pattern(sparse, impl, c.prob, xv, c.ctx, m)
+    except _checks.ERRORS as exc:  # the checks name the operator the pattern is for
+        _checks.restate(exc, called, _checks.call_form(op, sparse))
+        raise
 
 
 def coloring(pattern: Any, kind: str = "column", order: str = "largest_first"):

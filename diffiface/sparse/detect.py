@@ -64,9 +64,14 @@ def global_pattern(framework: str, prob: Any, x: Any, ctx: tuple) -> sp.csr_arra
     def fn(x):
         return f(x, *ctx)
 
-    if prob.scalar:
-        return module.hessian_pattern(fn, x)
-    return module.jacobian_pattern(fn, x)
+    try:
+        if prob.scalar:
+            return module.hessian_pattern(fn, x)
+        return module.jacobian_pattern(fn, x)
+    except DiffifaceValueError as exc:  # the detectors' own errors: the call comes first
+        if exc.args and str(exc.args[0]).startswith("sparsity detection"):
+            exc.args = (f"{_form(prob)}: {exc.args[0]}", *exc.args[1:])
+        raise
 
 
 def local(d: Any, prob: Any, x: Any, ctx: tuple, combo=None) -> sp.csr_array:

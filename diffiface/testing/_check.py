@@ -10,8 +10,10 @@ from typing import Any
 
 import numpy as np
 
+from .. import _checks
 from .._backend_types import AutoFiniteDifferences, AutoJax, AutoSparse, SecondOrder
 from .._contexts import Constant
+from .._errors import DiffifaceValueError
 from .._tree import flatten, unflatten
 from ..core.plan import FAMILY
 from ..core.registry import FRAMEWORKS, implementation
@@ -134,9 +136,9 @@ def check(
     ops = tuple(operators or OPERATORS)
     unknown = [op for op in ops if op not in OPERATORS]
     if unknown:
-        raise ValueError(f"check(operators=...): unknown {unknown}; known: {OPERATORS}.")
+        raise DiffifaceValueError(f"check(operators=...): unknown {unknown}; known: {OPERATORS}.")
     if inputs not in ("native", "numpy"):
-        raise ValueError(f"check(inputs={inputs!r}): inputs must be 'native' or 'numpy'.")
+        raise DiffifaceValueError(f"check(inputs={inputs!r}): inputs must be 'native' or 'numpy'.")
     jobs = [(b, s, op) for b in backends for s in scenarios for op in ops]
     results = []
     for i, (b, s, op) in enumerate(jobs):
@@ -203,6 +205,8 @@ class Case:
         def counted(*args):
             self.calls += 1
             return s.f(*args)
+
+        _checks.not_counted(counted)  # one per case by design: no RecompileWarning
 
         self.fn = counted if s.params is None else di.FixedParams(counted, conv(s.params))
         self.backend = backend

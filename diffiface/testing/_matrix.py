@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from .._backend_types import AutoSparse, SecondOrder
+from .._errors import DiffifaceValueError
 from ..core.plan import FAMILY
 from . import _matrix_builtins
 from ._check import SPARSE, available_backends
@@ -194,21 +195,23 @@ def consistency_matrix(
         specs = _builtins()
     else:
         if x is None or closed is None:
-            raise ValueError("consistency_matrix(f, x, closed): give x and closed with f.")
+            raise DiffifaceValueError("consistency_matrix(f, x, closed): give x and closed with f.")
         specs = [Spec.make(name, f, x, s, closed, d_closed)]
     backends = available_backends() if backends is None else list(backends)
     for b in backends:
         if isinstance(b, AutoSparse) and isinstance(b.backend, SecondOrder):
             b = b.backend  # (refused below)
         if getattr(b, "framework", None) not in ("jax", "torch", "autograd", *_NUMPY_NATIVE):
-            raise ValueError(
+            raise DiffifaceValueError(
                 f"consistency_matrix(backends=...): {b!r} is not one of AutoJax(), AutoTorch(), "
                 "AutoAutograd(), AutoFiniteDifferences() (a SecondOrder picks no array kind)."
             )
     for label, given, known in (("kinds", kinds, KINDS), ("contexts", contexts, CONTEXTS)):
         unknown = set(given or ()) - set(known)
         if unknown:
-            raise ValueError(f"consistency_matrix({label}=...): unknown {sorted(unknown)}.")
+            raise DiffifaceValueError(
+                f"consistency_matrix({label}=...): unknown {sorted(unknown)}."
+            )
     owner: dict = {}  # operator -> the first scenario it applies to
     for spec in specs:
         for op in spec.ref.operators:

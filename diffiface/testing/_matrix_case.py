@@ -15,7 +15,7 @@ import optree
 from .._backend_types import AutoSparse
 from .._checks import DisconnectedWarning
 from .._contexts import Constant, FixedParams
-from .._errors import SparsityWarning
+from .._errors import DiffifaceValueError, SparsityWarning
 from ..core.plan import FAMILY
 from ._check import relative_error, short_name, tolerance
 from ._matrix_builtins import like
@@ -60,10 +60,12 @@ class Spec:
 def _refs(name: str, label: str, given: dict, y: np.ndarray | None) -> dict:
     unknown = set(given) - {"y", "jac", "hess", "second"}
     if unknown:
-        raise ValueError(f"consistency_matrix({name!r}): {label} gave unknown keys {unknown}.")
+        raise DiffifaceValueError(
+            f"consistency_matrix({name!r}): {label} gave unknown keys {unknown}."
+        )
     if "jac" not in given or (y is None and "y" not in given):
         need = "'jac'" if y is not None else "'y' and 'jac'"
-        raise ValueError(f"consistency_matrix({name!r}): {label}(s) must give {need}.")
+        raise DiffifaceValueError(f"consistency_matrix({name!r}): {label}(s) must give {need}.")
     out = {
         k: np.asarray(given[k], dtype=np.float64) for k in ("jac", "hess", "second") if k in given
     }

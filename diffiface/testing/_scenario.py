@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from .._arrays import framework_of
+from .._errors import DiffifaceValueError
 from .._tree import flatten, unflatten
 
 FIRST = (
@@ -131,7 +132,7 @@ class Scenario:
                 continue
             got = np.shape(ref)
             if got != shape and not (name in ("y", "second") and np.size(ref) == m):
-                raise ValueError(
+                raise DiffifaceValueError(
                     f"Scenario {self.name!r}: {name} must have shape {shape} (flat references: "
                     f"f(x) has {m} entries, x has {n}), got {got}. See the Scenario docstring."
                 )

@@ -18,6 +18,7 @@ from conftest import AD_BACKENDS, ALL_BACKENDS
 from helpers import HAVE, native, to_numpy, tolerance, xp
 
 import diffiface as di
+from diffiface import testing
 
 X = np.array([0.3, -0.7, 1.1])
 
@@ -104,6 +105,75 @@ def test_finite_differences_over_an_ad_gradient_on_its_arrays(inner):
     d2 = di.second_derivative(lambda t: ns.sin(t) * t, so, x[0])
     assert type(d2) is type(x)
     _close(d2, H[0, 0], 1e-5)
+
+
+def _crossing_second_orders():
+    """second_order(outer, inner) across frameworks: finite differences over each AD
+    framework, and each AD framework over another's gradient."""
+    fd = pytest.param(di.AutoFiniteDifferences(), id="FD")
+    for p in AD_BACKENDS:
+        inner = p.values[0]
+        outers = [fd] + [q for q in AD_BACKENDS if q.values[0] != inner]
+        for q in outers:
+            outer = q.values[0]
+            marks = [*p.marks, *q.marks]
+            name = f"{type(outer).__name__}-over-{type(inner).__name__}"
+            yield pytest.param(di.second_order(outer, inner), id=name, marks=marks)
+
+
+KINDS = [
+    pytest.param(di.AutoJax(), id="jax-x", marks=[] if HAVE["jax"] else [pytest.mark.skip]),
+    pytest.param(di.AutoTorch(), id="torch-x", marks=[] if HAVE["torch"] else [pytest.mark.skip]),
+    pytest.param(di.AutoFiniteDifferences(), id="numpy-x"),
+]
+
+
+@pytest.mark.parametrize("so", list(_crossing_second_orders()))
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("k", [1, 2])
+@pytest.mark.parametrize("op", ["hvp", "gradient_and_hvp", "value_gradient_and_hvp"])
+def test_tangents_through_a_second_order_across_frameworks(so, kind, k, op):
+    """di.Tangents of 1 and of k tangents through second_order(outer, inner) of two
+    frameworks, on JAX, torch and NumPy (autograd's) arrays: once an error naming the
+    internal value_and_jvp; now each tangent's H v against the closed form."""
+    f = lambda x: (x**3).sum() + x[0] * x[1]  # noqa: E731
+    H = np.diag(6 * X) + np.array([[0, 1, 0], [1, 0, 0], [0, 0, 0]])
+    vs = [np.array([1.0, 0.5, -2.0]), np.array([0.0, 1.0, 3.0])][:k]
+    x = native(kind, X)
+    out = getattr(di, op)(f, so, x, di.Tangents(*(native(kind, v) for v in vs)))
+    hvs = out if op == "hvp" else out[-1]
+    assert isinstance(hvs, di.Tangents) and len(hvs) == k
+    tol = 1e-6 if so.outer.framework == "finite_differences" else 1e-10
+    for hv, v in zip(hvs, vs, strict=True):
+        assert type(hv) is type(x)
+        _close(hv, H @ v, tol)
+    if op != "hvp":
+        _close(out[-2], 3 * X**2 + np.array([X[1], X[0], 0.0]), tol)
+    if op == "value_gradient_and_hvp":
+        _close(out[0], (X**3).sum() + X[0] * X[1], tol)
+
+
+@pytest.mark.parametrize("inner", AD_BACKENDS)
+@pytest.mark.parametrize("arrays", ["numpy", "inner's"])
+@pytest.mark.parametrize("op", ["hvp", "gradient_and_hvp", "value_gradient_and_hvp"])
+def test_finite_differences_over_ad_hvp_of_a_pytree(inner, arrays, op):
+    """second_order(AutoFiniteDifferences(), inner) on a pytree x: on NumPy leaves it once
+    said "x must be a single array ... use jvp / vjp" (on the inner framework's arrays it
+    ran); now both give H v like x, against the closed form."""
+    so = di.second_order(di.AutoFiniteDifferences(), inner)
+    kind = inner if arrays == "inner's" else di.AutoFiniteDifferences()
+    a, b = X[:2], np.array(X[2])
+    x = {"a": native(kind, a), "b": native(kind, b)}
+    v = {"a": native(kind, np.array([1.0, 2.0])), "b": native(kind, np.array(-1.0))}
+    f = lambda p: (p["a"] ** 3).sum() * p["b"]  # noqa: E731
+    out = getattr(di, op)(f, so, x, v)
+    hv = out if op == "hvp" else out[-1]
+    _close(hv["a"], 6 * a * b * np.array([1.0, 2.0]) - 3 * a**2, 1e-6)
+    _close(hv["b"], 3 * a**2 @ np.array([1.0, 2.0]), 1e-6)
+    assert type(hv["a"]) is type(x["a"])
+    if op != "hvp":
+        _close(out[-2]["a"], 3 * a**2 * b, 1e-6)
+        _close(out[-2]["b"], (a**3).sum(), 1e-6)
 
 
 @pytest.mark.skipif(not HAVE["jax"], reason="jax missing")
@@ -272,6 +342,53 @@ def test_autograd_in_place_says_in_place():
     np.testing.assert_array_equal(x, X)
 
 
+def _concatenated(how):
+    """f(x) = [x, 2 x] built by NumPy's concatenate / stack, or by the Array API's concat
+    of the namespace x gives (autograd.numpy.concat, which autograd does not trace)."""
+    if how == "np.concatenate":
+        return lambda x: np.concatenate([x, 2 * x])
+    if how == "np.stack":
+        return lambda x: np.stack([x, 2 * x]).reshape(-1)
+    if how == "x.__array_namespace__":
+        return lambda x: x.__array_namespace__().concat([x, 2 * x])
+    return lambda x: testing.namespace(x).concat([x, 2 * x])
+
+
+@pytest.mark.skipif(not HAVE["autograd"], reason="autograd missing")
+@pytest.mark.parametrize("mode", [None, "forward", "reverse"])
+@pytest.mark.parametrize(
+    "how", ["np.concatenate", "np.stack", "x.__array_namespace__", "testing.namespace"]
+)
+@pytest.mark.parametrize("op", ["jacobian", "value_and_jacobian", "jvp", "vjp", "hessian"])
+def test_autograd_outputs_built_by_numpy_concatenation(mode, how, op):
+    """NumPy functions on autograd boxes build an object array of traced elements (as
+    autograd.grad itself accepts): once an AttributeError from inside autograd (jacobian,
+    jvp) or "w must have the dtype of f(x): expected object" (vjp); now the derivative."""
+    b, f = di.AutoAutograd(mode=mode), _concatenated(how)
+    J = np.vstack([np.eye(3), 2 * np.eye(3)])
+    v, w = np.array([1.0, 0.5, -2.0]), np.arange(6.0)
+    if op == "jacobian":
+        _close(di.jacobian(f, b, X), J)
+    elif op == "value_and_jacobian":
+        y, got = di.value_and_jacobian(f, b, X)
+        _close(y, np.concatenate([X, 2 * X]))
+        _close(got, J)
+    elif op == "jvp":
+        _close(di.jvp(f, b, X, v), J @ v)
+    elif op == "vjp":
+        _close(di.vjp(f, b, X, w), w @ J)
+    else:  # the object array inside a scalar f, reduced by a NumPy sum
+        _close(di.hessian(lambda x: (f(x) ** 3).sum(), b, X), np.diag(6 * X + 48 * X))
+
+
+@pytest.mark.parametrize("backend", ALL_BACKENDS)
+def test_an_array_api_concat_has_one_answer_on_every_backend(backend):
+    f = _concatenated("testing.namespace")
+    J = np.vstack([np.eye(3), 2 * np.eye(3)])
+    tol = 1e-6 if backend.framework == "finite_differences" else 1e-12
+    _close(di.jacobian(f, backend, native(backend, X)), J, tol)
+
+
 @pytest.mark.parametrize("backend", ALL_BACKENDS)
 def test_hints_name_their_own_fix(backend):
     with pytest.raises(di.DiffifaceTypeError, match="use hvp"):
@@ -343,3 +460,22 @@ def test_a_lambda_made_inside_the_loss_warns_once():
         for s in range(8):
             di.gradient(g_once, di.AutoJax(), x, di.Constant(jnp.asarray(float(s))))
     _close(jax.grad(lambda t: g_once(t, 2.0))(x), 4 * X)
+
+
+def _module_level(t):
+    return (t**3).sum()
+
+
+@pytest.mark.skipif(not HAVE["jax"], reason="jax missing")
+def test_clear_caches_does_not_blame_a_module_level_f():
+    """One function object compiled again after clear_caches is no new object: once the
+    fifth clear raised a RecompileWarning saying f "is made anew on each call"."""
+    import jax.numpy as jnp
+
+    x = jnp.asarray(X)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", di.RecompileWarning)
+        for _ in range(2 * 5):
+            _close(di.gradient(_module_level, di.AutoJax(), x), 3 * X**2)
+            _close(di.jvp(_module_level, di.AutoJax(), x, x), 3 * X**2 @ X)
+            di.clear_caches()

@@ -196,7 +196,7 @@ def test_grad_and_aux_error(backend, bad):
             di.DiffifaceTypeError, match=r"must return a pair \(output, aux\)"
         ) as err:
             call()
-        assert str(err.value).startswith(name.removeprefix("prepare_") + "(f, "), name
+        assert str(err.value).startswith(name + "(f, "), name  # the call written
 
 
 def _cube_aux(x):

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import csv
+import importlib.util
 import io
 import json
+import warnings
 
 import numpy as np
 import pytest
@@ -124,3 +126,16 @@ def test_check_rejects_unknown_operators_and_inputs():
         testing.check(operators=("grad",))
     with pytest.raises(ValueError, match="inputs must be"):
         testing.check(inputs="torch")
+
+
+@pytest.mark.skipif(importlib.util.find_spec("jax") is None, reason="jax missing")
+def test_check_does_not_blame_its_own_counting_closure():
+    """check() wraps each scenario's f in a call-counting closure, one per case by design:
+    once ``python -m diffiface check`` raised a RecompileWarning about that closure."""
+    scenarios = testing.default_scenarios(("float64",))  # (conftest turns jax x64 on)
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        report = testing.check([di.AutoJax()], scenarios, operators=("jvp", "vjp"))
+    report.raise_on_failure()  # each value against its reference
+    assert not [w for w in seen if issubclass(w.category, di.RecompileWarning)]
+    assert sum(r.status == "pass" for r in report.results) >= 2 * di._checks.RECOMPILE_AFTER

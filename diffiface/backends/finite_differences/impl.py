@@ -151,6 +151,8 @@ class FiniteDifferencesImpl(BackendImpl):
         fresh = _RUNNING.set(None)  # an operator that f calls is nested
         try:
             return np.asarray(fn(xs, *ctx))
+        except TypeError as exc:  # torch functions on NumPy arrays: name AutoTorch()
+            _checks.reraise(prob.op, prob.backend, exc)
         finally:
             _RUNNING.reset(fresh)
             _NEST.reset(inside)

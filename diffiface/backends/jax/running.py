@@ -83,10 +83,7 @@ def call(prob, run, *args):
                 "operator runs f under jax.vmap (as jax.jacfwd and jax.hessian with "
                 "has_aux=True do), whose outputs must be arrays. Keep only arrays in aux."
             ) from exc
-        clear = _checks.framework_error(prob.op, prob.backend, exc)
-        if clear is None:
-            raise
-        raise clear from exc
+        _checks.reraise(prob.op, prob.backend, exc)
     limit = _config.get("max_compiled_shapes")
     if limit is not None and run._cache_size() > limit:  # one compilation per shape
         run.clear_cache()

@@ -120,6 +120,8 @@ def code_of(f, depth: int = 2):
     closes over or binds; None where ``f`` has neither code nor a class of its own (a
     builtin): then it is measured per object."""
     kind = type(f)
+    if kind is types.BuiltinFunctionType:  # a builtin (torch.dot) lives as long as its module
+        return f
     if kind is types.FunctionType:
         cells = f.__closure__
         if not cells:
@@ -154,9 +156,11 @@ def _kind(cell, depth: int):
 
 def _value_kind(value, depth: int):
     """An array: its type, shape and dtype; a function: its code; else the type."""
+    if isinstance(value, types.ModuleType):  # a module lives as long as the process
+        return value
     shape = getattr(value, "shape", None)
-    if shape is not None and hasattr(value, "dtype"):
-        return (type(value), tuple(shape), str(value.dtype))
+    if isinstance(shape, tuple) and hasattr(value, "dtype"):
+        return (type(value), shape, str(value.dtype))
     if depth > 0 and callable(value) and not isinstance(value, type):
         inner = code_of(value, depth - 1)
         if inner is not None:
@@ -215,6 +219,14 @@ def _warn_unshared(f) -> None:
             _checks.RecompileWarning,
             stacklevel=2,
         )
+
+
+def forget() -> None:
+    """Drop every measurement (the next call of each code and signature measures)."""
+    with _LOCK:
+        _STORE.clear()
+        _BY_OBJECT.clear()
+        _NEW.clear()
 
 
 def unmeasured(impl, fixed) -> Choice:

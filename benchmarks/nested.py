@@ -60,7 +60,6 @@ whose warm call takes over ``SLOW_S`` is timed apart, ``ROUNDS`` calls.
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 import os
 import sys
@@ -287,8 +286,7 @@ def peak_mib(framework, fn, args=()):
     """Peak extra memory of ``fn(*args)`` in MiB, by the measure diffiface's
     ``strategy="min_memory"`` uses on that framework (the backend's ``peak_bytes``)."""
     backend = {"jax": di.AutoJax, "torch": di.AutoTorch, "autograd": di.AutoAutograd}[framework]
-    with quiet_stderr():
-        return implementation(backend()).peak_bytes(fn, args) / 2**20
+    return implementation(backend()).peak_bytes(fn, args) / 2**20
 
 
 def autograd_configs(t, p_np):
@@ -349,20 +347,6 @@ def autograd_configs(t, p_np):
     return {label: (fn, lambda fn=fn: peak_mib("autograd", fn)) for label, fn in raw.items()}
 
 
-@contextlib.contextmanager
-def quiet_stderr():
-    """Silence file descriptor 2 (the profiler's C++ start/stop lines)."""
-    sys.stderr.flush()
-    saved, devnull = os.dup(2), os.open(os.devnull, os.O_WRONLY)
-    os.dup2(devnull, 2)
-    try:
-        yield
-    finally:
-        os.dup2(saved, 2)
-        os.close(saved)
-        os.close(devnull)
-
-
 FRAMEWORKS = {
     "jax": jax_configs,
     "jax-eager": jax_eager_configs,
@@ -384,10 +368,11 @@ def measure(framework, size, quick=False):
         repeat, warmup = max(repeat // 5, ROUNDS), max(warmup // 4, 1)
     di.nested_rule_counts(reset=True)
     ref = to_numpy(configs["native RoR"][0]())
-    slow = {}
+    slow, first = {}, {}
     for label, (fn, _) in configs.items():
         di.nested_rule_counts(reset=True)
         check(f"{framework} {size} {label}", ref, to_numpy(fn()))
+        first[label] = di.nested_rule_counts()  # under jit: routed once, when traced
         if label in DI:
             expect_path(framework.split("-")[0], label)
         for _ in range(warmup):
@@ -403,7 +388,7 @@ def measure(framework, size, quick=False):
     for label, (fn, _) in configs.items():
         di.nested_rule_counts(reset=True)
         fn()
-        ran = {strategy for (_, _, strategy) in di.nested_rule_counts(reset=True)}
+        ran = {strategy for (_, _, strategy) in di.nested_rule_counts(reset=True) or first[label]}
         paths[label] = (
             "/".join(sorted(ran))
             .replace("reverse_over_reverse", "RoR")

@@ -52,9 +52,12 @@ NEW_OBJECTS = 5  # warn when a function that cannot share its measurement arrive
 # (26.6 against 32.6 MiB), more on torch (29.5 against 16.0).
 LESS_MEMORY = {"jax": FOR, "autograd": FOR, "torch": ROR}
 
-# framework -> how it measures: Marks (timed real calls) or a converter (stand-ins)
+# framework -> how it measures: Marks (timed real calls) or a converter (stand-ins);
+# EAGER: framework -> whether an outer pass runs eagerly (JAX outside jit), where its
+# rule costs a trace of f per call and "auto" keeps the framework's own nesting
 MARKS: dict = {}
 CONVERT: dict = {}
+EAGER: dict = {}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -219,6 +222,13 @@ def _warn_unshared(f) -> None:
             _checks.RecompileWarning,
             stacklevel=2,
         )
+
+
+def eager(impl, fixed, x) -> bool:
+    """Whether "auto" keeps the framework's own nesting unmeasured for this call: an
+    outer pass that runs eagerly, where the measured (compiled) passes do not apply."""
+    check = EAGER.get(impl.framework)
+    return check is not None and fixed.strategy == "auto" and check(x)
 
 
 def forget() -> None:
@@ -454,11 +464,12 @@ def stand_in(impl, fixed, x, ctx: tuple, how) -> Choice:
     import diffiface as di
 
     fn, consts = CONVERT[impl.framework](fixed.f, x, ctx[0], ctx[1:])
-    x, params, consts = impl.standin((x, ctx[0], consts))
-    rest = tuple(di.Constant(c) for c in consts)
     backend = impl.backend
+    given = (x, ctx[0], consts)
 
     def passes() -> dict:
+        x, params, consts = impl.standin(given)  # here: outside the caller's trace
+        rest = tuple(di.Constant(c) for c in consts)
         out = {}
         for strategy in (ROR, FOR):
             inner = _inner_gradient(fn, strategy, backend, rest)

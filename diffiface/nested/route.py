@@ -21,7 +21,18 @@ from typing import Any
 from .. import _checks, _config
 from .._tree import flatten
 from ..core import registry as _registry
-from .choose import MEASURED, ROR, Choice, Timed, Trial, lookup, measuring, signature, unmeasured
+from .choose import (
+    MEASURED,
+    ROR,
+    Choice,
+    Timed,
+    Trial,
+    eager,
+    lookup,
+    measuring,
+    signature,
+    unmeasured,
+)
 
 # operator -> the implementation method a rule replaces
 METHOD = {
@@ -158,6 +169,8 @@ def planned(
     the measurement under way (a Trial; ``params``: ctx[0]'s leaves)."""
     method = METHOD.get(op)
     if aux or op in _FORWARD or method is None or _registry.rule(impl.framework, method) is None:
+        return Choice(ROR, {})
+    if eager(impl, fixed, xs[0]):
         return Choice(ROR, {})
     if op in MEASURED and single:
         key = (fixed.strategy, *signature(impl, xs, ctx, params))

@@ -22,6 +22,19 @@ from .contexts import join_contexts, split_contexts
 from .running import call, dense, numpy_in_out, only_compiled
 
 CACHE = FunctionCache()
+_MET = ("met under an outer trace",)  # a CACHE key: f was called once, uncompiled
+
+
+def _first_under_trace(prob, xs: tuple) -> bool:
+    """True (once per function object) for an unprepared call under an outer trace."""
+    if prob.prepared or prob.aux or not xs or not isinstance(xs[0], jax.core.Tracer):
+        return False
+    if CACHE.entries(prob.f):
+        return False
+    CACHE.put(prob.f, _MET, True)
+    return True
+
+
 _FLOATS = frozenset(np.dtype(t) for t in ("float16", "float32", "float64"))
 
 # operators whose compiled function returns the result as is
@@ -105,22 +118,29 @@ class JaxImpl(BackendImpl):
     # ---- operators, each one jitted function per (f, op, structure) ----------
     # A single-array x is passed as the array itself and dynamic contexts as
     # trailing arguments, so a plain call dispatches like the native jit call.
-    def _compiled(self, prob, tag: tuple, ctx: tuple, make):
-        """The cached jitted ``run(x, ..., *dyn_ctx)`` and the dynamic contexts."""
+    def _compiled(self, prob, tag: tuple, ctx: tuple, make, xs: tuple = ()):
+        """The cached jitted ``run(x, ..., *dyn_ctx)`` and the dynamic contexts. Under an
+        outer trace (``xs`` hold tracers), a function object met for the first time runs
+        as it is, traced by the outer transform like the framework's own nested call: a
+        function made anew on each call (an inner function written inside the loss)
+        then costs what it costs natively, never a compilation per call; compiled from
+        its second call on."""
         dyn, static = split_contexts(prob, ctx)
         single = prob.single
 
-        def build(fget):
-            if not CACHE.entries(prob.f):
-                _checks.compiled_new_function(prob.f)
-            g = prob.flat(fget)
-
+        def with_ctx_of(g):
             def with_ctx(dyn_leaves):
                 c = join_contexts(static, dyn_leaves)
                 if single:
                     return lambda x: g((x,), *c)
                 return lambda xs: g(xs, *c)
 
+            return with_ctx
+
+        def build(fget):
+            if not CACHE.entries(prob.f):
+                _checks.compiled_new_function(prob.f)
+            with_ctx = with_ctx_of(prob.flat(fget))
             if prob.aux:
                 return WithAux(make(with_ctx))
             return jax.jit(make(with_ctx))
@@ -131,15 +151,17 @@ class JaxImpl(BackendImpl):
             tag = (*tag, fingerprint(prob.f))
         run = prob.fns.get((tag, static))  # the rest of the key is fixed for prob
         if run is None:
+            if _first_under_trace(prob, xs):
+                return make(with_ctx_of(prob.flat())), dyn
             run = prob.fns[tag, static] = CACHE.get(prob.f, prob.key(*tag, static), build)
         return run, dyn
 
     def gradient(self, prob, xs, ctx):
-        run, dyn = self._compiled(prob, ("grad",), ctx, _make_grad)
+        run, dyn = self._compiled(prob, ("grad",), ctx, _make_grad, xs)
         return _tuple(prob, call(prob, run, _arg(prob, xs), *dyn))
 
     def value_and_gradient(self, prob, xs, ctx):
-        run, dyn = self._compiled(prob, ("value_and_grad",), ctx, _make_value_and_grad)
+        run, dyn = self._compiled(prob, ("value_and_grad",), ctx, _make_value_and_grad, xs)
         y, g = call(prob, run, _arg(prob, xs), *dyn)
         return y, _tuple(prob, g)
 

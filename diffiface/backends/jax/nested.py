@@ -128,3 +128,13 @@ def _converted(f, x, params, rest: tuple):
 
 _checks.not_counted(_converted(lambda x, p: x, 0.0, 0.0, ())[0])  # one per measurement
 choose.CONVERT["jax"] = _converted
+
+
+def _eager(x) -> bool:
+    """An outer transform outside jit (jax.grad run eagerly): its tracer holds a value.
+    There the rule traces f into a jaxpr on every call (about 2.4x the native eager
+    nesting at the mid size of benchmarks/nested.py), so "auto" nests natively."""
+    return isinstance(x, jax.core.Tracer) and x.to_concrete_value() is not None
+
+
+choose.EAGER["jax"] = _eager

@@ -113,15 +113,18 @@ def test_jax_auto_measures_once_and_the_outer_pass_uses_the_choice(measured):
         return jnp.sum(jax.grad(jax_f)(x, w) ** 2)
 
     di.nested_rule_counts(reset=True)
-    got = jax.grad(loss, argnums=(0, 1))(x, w)
+    got = jax.jit(jax.grad(loss, argnums=(0, 1)))(x, w)
     want = jax.grad(native, argnums=(0, 1))(x, w)
     assert len(measured) == 1  # same f, same shapes: the stored choice
     assert di.nested_rule_counts() == {("jax", "gradient", choice.strategy): 1}
     for a, b in zip(got, want, strict=True):
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-10)
 
-    jax.grad(loss)(jnp.ones(3), jnp.ones(3))  # another signature: measured again
+    jax.jit(jax.grad(loss))(jnp.ones(3), jnp.ones(3))  # another signature: measured again
     assert len(measured) == 2
+    di.nested_rule_counts(reset=True)
+    jax.grad(loss)(x, w)  # eager: the framework's own nesting, unmeasured
+    assert di.nested_rule_counts() == {("jax", "gradient", choose.ROR): 1}
 
 
 @needs("torch")
@@ -304,8 +307,8 @@ def test_jax_a_one_off_exception_in_f_reaches_the_caller_and_decides_nothing(mea
 
     x, w = jnp.asarray(X0), jnp.asarray(W0)
     with pytest.raises(ValueError, match="a one-off failure"):
-        jax.grad(loss)(x, w)
-    got = jax.grad(loss, argnums=(0, 1))(x, w)
+        jax.jit(jax.grad(loss))(x, w)
+    got = jax.jit(jax.grad(loss, argnums=(0, 1)))(x, w)
     want = jax.grad(lambda x, w: jnp.sum(jax.grad(jax_f)(x, w) ** 2), argnums=(0, 1))(x, w)
     for a, b in zip(got, want, strict=True):
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-10)
@@ -340,6 +343,33 @@ def test_jax_a_closure_made_per_call_is_measured_once_on_one_trace_of_f(measured
     assert per_trace - 1 == 4 * (len(runs) - per_trace)
 
 
+@needs("jax")
+def test_jax_eager_outer_pass_runs_a_closure_made_per_call_as_native_nesting(measured):
+    import jax
+    import jax.numpy as jnp
+
+    runs = []
+
+    def loss(x, w):
+        def g(s, q):  # made anew on every call
+            runs.append(1)
+            return jax_f(s, q)
+
+        return jnp.sum(di.gradient(di.FixedParams(g, w), di.AutoJax(), x) ** 2)
+
+    x, w = jnp.asarray(X0), jnp.asarray(W0)
+    want = jax.grad(lambda x, w: jnp.sum(jax.grad(jax_f)(x, w) ** 2), argnums=(0, 1))(x, w)
+    di.nested_rule_counts(reset=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", di.RecompileWarning)  # nothing compiled per call
+        for _ in range(8):
+            got = jax.grad(loss, argnums=(0, 1))(x, w)  # eager: f runs once per call
+            for a, b in zip(got, want, strict=True):
+                np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-10)
+    assert len(runs) == 8 and measured == []
+    assert di.nested_rule_counts() == {("jax", "gradient", choose.ROR): 8}
+
+
 @pytest.mark.parametrize("name", ["jax", "torch"])
 def test_racing_first_uses_measure_once_and_keep_one_choice(name, measured):
     if not HAVE[name]:
@@ -359,7 +389,7 @@ def test_racing_first_uses_measure_once_and_keep_one_choice(name, measured):
                 fp = di.FixedParams(lambda s, q: jax_f(s, q), w)
                 return jnp.sum(di.gradient(fp, di.AutoJax(), x) ** 2)
 
-            return jax.grad(loss, argnums=(0, 1))(x, w)
+            return jax.jit(jax.grad(loss, argnums=(0, 1)))(x, w)  # traced anew each time
 
         want = jax.grad(lambda x, w: jnp.sum(jax.grad(jax_f)(x, w) ** 2), argnums=(0, 1))(x, w)
     else:

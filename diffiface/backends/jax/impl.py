@@ -22,17 +22,17 @@ from .contexts import join_contexts, split_contexts
 from .running import call, dense, numpy_in_out, only_compiled
 
 CACHE = FunctionCache()
-_MET = ("met under an outer trace",)  # a CACHE key: f was called once, uncompiled
 
 
-def _first_under_trace(prob, xs: tuple) -> bool:
-    """True (once per function object) for an unprepared call under an outer trace."""
-    if prob.prepared or prob.aux or not xs or not isinstance(xs[0], jax.core.Tracer):
-        return False
-    if CACHE.entries(prob.f):
-        return False
-    CACHE.put(prob.f, _MET, True)
-    return True
+def under_eager_transform(x) -> bool:
+    """x is a tracer of an outer transform that runs eagerly (``jax.grad`` outside jit:
+    its tracers hold values)."""
+    return isinstance(x, jax.core.Tracer) and x.to_concrete_value() is not None
+
+
+def _eager_outer(prob, xs: tuple) -> bool:
+    """An unprepared call under an outer transform that runs eagerly."""
+    return not (prob.prepared or prob.aux) and bool(xs) and under_eager_transform(xs[0])
 
 
 _FLOATS = frozenset(np.dtype(t) for t in ("float16", "float32", "float64"))
@@ -120,11 +120,10 @@ class JaxImpl(BackendImpl):
     # trailing arguments, so a plain call dispatches like the native jit call.
     def _compiled(self, prob, tag: tuple, ctx: tuple, make, xs: tuple = ()):
         """The cached jitted ``run(x, ..., *dyn_ctx)`` and the dynamic contexts. Under an
-        outer trace (``xs`` hold tracers), a function object met for the first time runs
-        as it is, traced by the outer transform like the framework's own nested call: a
-        function made anew on each call (an inner function written inside the loss)
-        then costs what it costs natively, never a compilation per call; compiled from
-        its second call on."""
+        outer transform that runs eagerly (``xs`` hold tracers with values), f runs as it
+        is, op by op like the framework's own nested call: a function made anew on each
+        call (an inner function written inside the loss) then costs what it costs
+        natively, not a compilation per call."""
         dyn, static = split_contexts(prob, ctx)
         single = prob.single
 
@@ -151,7 +150,7 @@ class JaxImpl(BackendImpl):
             tag = (*tag, fingerprint(prob.f))
         run = prob.fns.get((tag, static))  # the rest of the key is fixed for prob
         if run is None:
-            if _first_under_trace(prob, xs):
+            if _eager_outer(prob, xs):
                 return make(with_ctx_of(prob.flat())), dyn
             run = prob.fns[tag, static] = CACHE.get(prob.f, prob.key(*tag, static), build)
         return run, dyn

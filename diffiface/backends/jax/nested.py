@@ -18,6 +18,7 @@ from ... import _checks
 from ...core.registry import register_rule
 from ...nested import choose
 from ...nested.rules import Kit, register_gradient_rules, split_floats, vjp_potential
+from .impl import under_eager_transform
 
 
 def _grad_form(h, xs, q):
@@ -130,11 +131,7 @@ _checks.not_counted(_converted(lambda x, p: x, 0.0, 0.0, ())[0])  # one per meas
 choose.CONVERT["jax"] = _converted
 
 
-def _eager(x) -> bool:
-    """An outer transform outside jit (jax.grad run eagerly): its tracer holds a value.
-    There the rule traces f into a jaxpr on every call (about 2.4x the native eager
-    nesting at the mid size of benchmarks/nested.py), so "auto" nests natively."""
-    return isinstance(x, jax.core.Tracer) and x.to_concrete_value() is not None
-
-
-choose.EAGER["jax"] = _eager
+# Under an outer transform outside jit the rule traces f into a jaxpr on every call
+# (about 2.4x the native eager nesting at the mid size of benchmarks/nested.py), while
+# the framework's own nesting runs f op by op as jax.grad does: "auto" nests natively.
+choose.EAGER["jax"] = under_eager_transform

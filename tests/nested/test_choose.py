@@ -424,6 +424,52 @@ def test_racing_first_uses_measure_once_and_keep_one_choice(name, measured):
             )
 
 
+@needs("autograd")
+@pytest.mark.parametrize("forward_mode", [True, False])
+def test_autograd_closure_made_per_call_measures_once_on_real_calls(forward_mode, measured):
+    import autograd
+    import autograd.numpy as anp
+    from autograd.extend import defvjp, primitive
+
+    @primitive
+    def sin(a):  # without a forward-mode rule: forward over reverse fails in the outer pass
+        return np.sin(a)
+
+    defvjp(sin, lambda ans, a: lambda g: g * anp.cos(a))
+    runs = []
+
+    def loss(xw):
+        x, w = xw
+
+        def g(s, q):  # made anew on every call
+            runs.append(1)
+            return anp.sum((anp.sin(s * q) if forward_mode else sin(s * q)) ** 2)
+
+        return anp.sum(di.gradient(di.FixedParams(g, w), di.AutoAutograd(), x) ** 2)
+
+    x, w = X0.copy(), W0.copy()
+    want = autograd.grad(lambda xw: anp.sum(autograd.grad(autograd_f)(*xw) ** 2))((x, w))
+    di.nested_rule_counts(reset=True)
+    for _ in range(10):
+        got = autograd.grad(loss)((x, w))
+        for a, b in zip(got, want, strict=True):
+            np.testing.assert_allclose(a, b, rtol=1e-10)
+    counts = di.nested_rule_counts()
+    assert len(measured) == 1 and sum(counts.values()) == 10
+    choice = chosen(measured[0])
+    if forward_mode:  # both timed; forward over reverse runs f again in the outer pass
+        assert set(choice.measured) == {choose.ROR, choose.FOR}
+        ror = counts.get(("autograd", "gradient", choose.ROR), 0)
+        assert len(runs) == ror + 2 * counts.get(("autograd", "gradient", choose.FOR), 0)
+    else:  # its one try fell back to reverse over reverse, which is kept
+        assert choice == choose.Choice(choose.ROR, choice.measured)
+        assert set(choice.measured) == {choose.ROR}
+        assert counts == {
+            ("autograd", "gradient", choose.ROR): 9,
+            ("autograd", "gradient", choose.FOR): 1,
+        }
+
+
 @needs("torch")
 def test_torch_auto_keeps_native_nesting_where_forward_mode_fails(measured):
     import torch

@@ -87,6 +87,7 @@ SIZES = {
 }
 # calls timed per configuration (split in ROUNDS interleaved rounds), warm-up calls
 REPEATS = {"small": (2000, 20), "medium": (600, 5), "large": (60, 2)}
+REPEATS_EAGER = {"small": (60, 2), "medium": (30, 2), "large": (10, 1)}  # jax-eager
 ROUNDS = 5
 NATIVE = ("native RoR", "native FoR")
 DI = {  # label: (strategy, nested_ad)
@@ -100,7 +101,7 @@ DI = {  # label: (strategy, nested_ad)
 OUTER = "di outer, auto"
 INLINE = "di auto, inline"
 RTOL = 1e-3
-SLOW_S = 0.05
+SLOW_S = 1.0
 
 
 def problem(size):
@@ -363,7 +364,7 @@ def measure(framework, size, quick=False):
     (``path``: the strategy a diffiface row runs once warm)."""
     t, p = problem(size)
     configs = FRAMEWORKS[framework](t, p)
-    repeat, warmup = REPEATS[size]
+    repeat, warmup = (REPEATS_EAGER if framework == "jax-eager" else REPEATS)[size]
     if quick:
         repeat, warmup = max(repeat // 5, ROUNDS), max(warmup // 4, 1)
     di.nested_rule_counts(reset=True)

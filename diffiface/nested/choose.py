@@ -40,7 +40,8 @@ from .._cache import FunctionCache
 ROR, FOR = "reverse_over_reverse", "forward_over_reverse"
 MARGIN = 0.97  # forward over reverse must take under 97% of the time of the native nesting
 MEASURED = ("gradient", "value_and_gradient")  # one rule for both: measured as gradient
-REPEATS = 3  # timed passes per strategy
+REPEATS = 3  # timed passes per strategy (on stand-ins: rounds of ROUND_S each)
+ROUND_S = 0.01
 MOST_CALLS = 12  # real calls timed at most (a call is timed once its outer pass ran); as
 # many more run untimed, waiting for those outer passes, before the choice is made anyway
 KEPT = 4096  # measurements kept (by code and signature)
@@ -484,21 +485,37 @@ def stand_in(impl, fixed, x, ctx: tuple, how) -> Choice:
 
 
 def stand_in_time(impl, passes: dict) -> Choice:
-    """The faster pass (forward over reverse by ``MARGIN``)."""
+    """The faster pass (forward over reverse by ``MARGIN``): the best of ``REPEATS``
+    rounds, each timing every strategy in turn for about ``ROUND_S`` (the medians of
+    its calls), so that both share the machine's noise."""
     import diffiface as di
 
     backend = impl.backend
-    seconds = {}
+    runs = {}
     for strategy, (inner, args) in passes.items():
         prep = di.prepare_vjp(inner, backend, *args)
-        best = float("inf")
-        for _ in range(REPEATS):
-            start = time.perf_counter()
-            impl.block(di.vjp(inner, backend, *args, prep=prep))
-            best = min(best, time.perf_counter() - start)
-        seconds[strategy] = best
+        runs[strategy] = lambda inner=inner, args=args, prep=prep: impl.block(
+            di.vjp(inner, backend, *args, prep=prep)
+        )
+    seconds = {s: float("inf") for s in runs}
+    for _ in range(REPEATS):
+        for strategy, run in runs.items():
+            seconds[strategy] = min(seconds[strategy], _median_call(run))
     wins = len(seconds) == 2 and seconds[FOR] < MARGIN * seconds[ROR]
     return Choice(FOR if wins else ROR, seconds)
+
+
+
+def _median_call(run) -> float:
+    """The median time of ``run()`` over about ``ROUND_S`` of calls (at least 3)."""
+    times: list = []
+    spent = 0.0
+    while len(times) < 3 or (spent < ROUND_S and len(times) < 100):
+        start = time.perf_counter()
+        run()
+        times.append(time.perf_counter() - start)
+        spent += times[-1]
+    return sorted(times)[len(times) // 2]
 
 
 def stand_in_memory(impl, passes: dict) -> Choice:

@@ -123,6 +123,8 @@ def code_of(f, depth: int = 2):
     """What a measurement of ``f`` is shared by: its code and the kinds of what it
     closes over or binds; None where ``f`` has neither code nor a class of its own (a
     builtin): then it is measured per object."""
+    if depth < 0:
+        return None
     kind = type(f)
     if kind is types.BuiltinFunctionType:  # a builtin (torch.dot) lives as long as its module
         return f
@@ -143,7 +145,7 @@ def code_of(f, depth: int = 2):
         return ("partial", inner, args, kw)
     wrapped = getattr(f, "__wrapped__", None)  # jax.jit, functools.wraps
     if wrapped is not None and wrapped is not f:
-        inner = code_of(wrapped, depth)
+        inner = code_of(wrapped, depth - 1)
         return None if inner is None else (kind, inner)
     if isinstance(getattr(kind, "__call__", None), types.FunctionType):  # noqa: B004
         return kind  # a callable object (an nn.Module): its class

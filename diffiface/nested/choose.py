@@ -30,12 +30,11 @@ import dataclasses
 import functools
 import threading
 import time
-import types
 import warnings
 from collections import OrderedDict
 
 from .. import _checks
-from .._cache import FunctionCache
+from .._cache import FunctionCache, code_of
 
 ROR, FOR = "reverse_over_reverse", "forward_over_reverse"
 MARGIN = 0.97  # forward over reverse must take under 97% of the time of the native nesting
@@ -117,61 +116,6 @@ def signature(impl, xs: tuple, ctx: tuple, params: list | None = None) -> tuple:
 def _leaf(a) -> tuple:
     shape = getattr(a, "shape", None)
     return (type(a),) if shape is None else (shape, a.dtype)
-
-
-def code_of(f, depth: int = 2):
-    """What a measurement of ``f`` is shared by: its code and the kinds of what it
-    closes over or binds; None where ``f`` has neither code nor a class of its own (a
-    builtin): then it is measured per object."""
-    if depth < 0:
-        return None
-    kind = type(f)
-    if kind is types.BuiltinFunctionType:  # a builtin (torch.dot) lives as long as its module
-        return f
-    if kind is types.FunctionType:
-        cells = f.__closure__
-        if not cells:
-            return f.__code__
-        return (f.__code__, *[_kind(c, depth) for c in cells])
-    if kind is types.MethodType:
-        inner = code_of(f.__func__, depth)
-        return None if inner is None else ("method", inner, _value_kind(f.__self__, depth))
-    if kind is functools.partial:
-        inner = code_of(f.func, depth)
-        if inner is None:
-            return None
-        args = tuple(_value_kind(a, depth) for a in f.args)
-        kw = tuple((k, _value_kind(v, depth)) for k, v in sorted(f.keywords.items()))
-        return ("partial", inner, args, kw)
-    wrapped = getattr(f, "__wrapped__", None)  # jax.jit, functools.wraps
-    if wrapped is not None and wrapped is not f:
-        inner = code_of(wrapped, depth - 1)
-        return None if inner is None else (kind, inner)
-    if isinstance(getattr(kind, "__call__", None), types.FunctionType):  # noqa: B004
-        return kind  # a callable object (an nn.Module): its class
-    return None
-
-
-def _kind(cell, depth: int):
-    try:
-        value = cell.cell_contents
-    except ValueError:  # an empty cell
-        return None
-    return _value_kind(value, depth)
-
-
-def _value_kind(value, depth: int):
-    """An array: its type, shape and dtype; a function: its code; else the type."""
-    if isinstance(value, types.ModuleType):  # a module lives as long as the process
-        return value
-    shape = getattr(value, "shape", None)
-    if isinstance(shape, tuple) and hasattr(value, "dtype"):
-        return (type(value), shape, str(value.dtype))
-    if depth > 0 and callable(value) and not isinstance(value, type):
-        inner = code_of(value, depth - 1)
-        if inner is not None:
-            return inner
-    return type(value)
 
 
 # ------------------------------------------------------------------ the store
@@ -505,7 +449,6 @@ def stand_in_time(impl, passes: dict) -> Choice:
             seconds[strategy] = min(seconds[strategy], _median_call(run))
     wins = len(seconds) == 2 and seconds[FOR] < MARGIN * seconds[ROR]
     return Choice(FOR if wins else ROR, seconds)
-
 
 
 def _median_call(run) -> float:

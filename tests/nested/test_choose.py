@@ -182,6 +182,29 @@ if HAVE["torch"]:
             return torch.tanh(self.lin(x)).sum()
 
 
+@needs("torch")
+def test_torch_first_call_checks_run_once_per_code_not_per_closure(measured):
+    """The scalar-conversion check (a torch function mode over every operation of f)
+    runs on the first call of f's code: a closure made per call pays it once."""
+    from diffiface.backends.torch import graph
+
+    x, w = torch_xw()
+    entered = []
+    real = graph.NoScalars.__enter__
+    graph.NoScalars.__enter__ = lambda self: entered.append(1) or real(self)
+    try:
+        for _ in range(5):
+            for a, b in zip(
+                torch_step(lambda s, q: torch_f(s, q) + 1.0, x, w),
+                torch_native(torch_f, x, w),
+                strict=True,
+            ):
+                torch_close(a, b)
+    finally:
+        graph.NoScalars.__enter__ = real
+    assert len(entered) == 1
+
+
 class Scaled:
     def __init__(self, k):
         self.k = k

@@ -11,7 +11,7 @@ import numpy as np
 
 from ... import _checks, _config
 from ..._backend_types import AutoJax
-from ..._cache import FunctionCache
+from ..._cache import FunctionCache, code_of
 from ..._reads import fingerprint
 from ..._tree import tree_map, unflatten
 from ...core import outputs
@@ -30,9 +30,28 @@ def under_eager_transform(x) -> bool:
     return isinstance(x, jax.core.Tracer) and x.to_concrete_value() is not None
 
 
+_COMPILED_CODES: dict = {}  # code_of(f) -> True: an object of it compiled under eager
+_MET = ("run once uncompiled",)  # a CACHE key: the object was met
+
+
 def _eager_outer(prob, xs: tuple) -> bool:
-    """An unprepared call under an outer transform that runs eagerly."""
-    return not (prob.prepared or prob.aux) and bool(xs) and under_eager_transform(xs[0])
+    """A call to run uncompiled: unprepared, under an outer transform that runs eagerly,
+    the first call of a function object whose code another object already compiled (an
+    inner function made anew on every call: compiled once, then run op by op; an object
+    that comes again is compiled from its second call)."""
+    if prob.prepared or prob.aux or not xs or not under_eager_transform(xs[0]):
+        return False
+    if CACHE.entries(prob.f):
+        return False  # met before: compile it, or use its compilation
+    code = code_of(prob.f)
+    if code is None:
+        return False
+    if code in _COMPILED_CODES:
+        CACHE.put(prob.f, _MET, True)
+        return True
+    if len(_COMPILED_CODES) < 4096:
+        _COMPILED_CODES[code] = True
+    return False
 
 
 _FLOATS = frozenset(np.dtype(t) for t in ("float16", "float32", "float64"))
@@ -120,10 +139,10 @@ class JaxImpl(BackendImpl):
     # trailing arguments, so a plain call dispatches like the native jit call.
     def _compiled(self, prob, tag: tuple, ctx: tuple, make, xs: tuple = ()):
         """The cached jitted ``run(x, ..., *dyn_ctx)`` and the dynamic contexts. Under an
-        outer transform that runs eagerly (``xs`` hold tracers with values), f runs as it
-        is, op by op like the framework's own nested call: a function made anew on each
-        call (an inner function written inside the loss) then costs what it costs
-        natively, not a compilation per call."""
+        outer transform that runs eagerly (``xs`` hold tracers with values), a function
+        made anew on each call (an inner function written inside the loss) is compiled
+        for its first object only; later objects of its code run op by op, like the
+        framework's own nested call, not a compilation per call."""
         dyn, static = split_contexts(prob, ctx)
         single = prob.single
 

@@ -22,10 +22,17 @@ Configurations, per framework and size:
 * ``di auto``, ``di forward_over_reverse``: the inner gradient is
   ``di.gradient(di.FixedParams(g, p, strategy=...), backend, t)``, the outer
   gradient the framework's own as in ``native RoR``.
+* ``di auto, inline``: ``di auto`` written as the seeds (Lux's manual, the forum
+  thread) write it: the inner function made inside the loss on every call,
+  ``di.FixedParams(lambda s, q: g(s, q), p)``.
 * ``di min_memory``: ``strategy="min_memory"``.
 * ``di rules off``: ``di auto`` inside ``with di.nested_ad(False):``.
 * ``di outer, auto``: ``di auto`` with the outer gradient by diffiface too
   (``di.gradient(loss, backend, (t, p))``, prepared).
+
+Frameworks: ``jax`` (the outer gradient under ``jax.jit``), ``jax-eager`` (the same
+without ``jit``; no ``di outer`` row), ``torch``, ``autograd``. The ``path`` column
+gives the strategy a diffiface row ran once warm (``nested_rule_counts``).
 
 Every configuration is checked against ``native RoR`` (each leaf within 1e-3
 of its largest magnitude) and the diffiface ones against
@@ -45,14 +52,14 @@ Peak extra memory of one call, in MiB, by the backends' own ``peak_bytes`` (what
 * autograd: the ``tracemalloc`` peak during one call, over what was traced
   before it (NumPy reports its array buffers to tracemalloc).
 
-Run: ``taskset -c 1 python benchmarks/nested.py [--quick] [--md PATH] [--only torch,jax]``
-(``--quick``: fewer repeats; ``--md``: also write the table as markdown;
-``--only``: these frameworks).
+Run: ``taskset -c 1 python benchmarks/nested.py [--quick] [--md PATH] [--only torch,jax]
+[--sizes small,medium]`` (``--quick``: fewer repeats; ``--md``: also write the table as
+markdown; ``--only``: these frameworks; ``--sizes``: these sizes). A configuration
+whose warm call takes over ``SLOW_S`` is timed apart, ``ROUNDS`` calls.
 """
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 import os
 import sys
@@ -60,7 +67,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from timing import interleaved, one_thread  # first: one thread, before numpy loads
+from timing import interleaved, median_us, one_thread  # first: one thread, before numpy loads
 
 # isort: split
 import numpy as np
@@ -80,17 +87,21 @@ SIZES = {
 }
 # calls timed per configuration (split in ROUNDS interleaved rounds), warm-up calls
 REPEATS = {"small": (2000, 20), "medium": (600, 5), "large": (60, 2)}
+REPEATS_EAGER = {"small": (60, 2), "medium": (30, 2), "large": (10, 1)}  # jax-eager
 ROUNDS = 5
 NATIVE = ("native RoR", "native FoR")
 DI = {  # label: (strategy, nested_ad)
     "di auto": ("auto", True),
+    "di auto, inline": ("auto", True),  # the inner function made anew on every call
     "di forward_over_reverse": ("forward_over_reverse", True),
     "di min_memory": ("min_memory", True),
     "di rules off": ("auto", False),
     "di outer, auto": ("auto", True),  # the outer gradient by diffiface too
 }
 OUTER = "di outer, auto"
+INLINE = "di auto, inline"
 RTOL = 1e-3
+SLOW_S = 1.0
 
 
 def problem(size):
@@ -158,7 +169,11 @@ def expect_path(framework, label):
 # ---------------------------------------------------------------- frameworks
 
 
-def jax_configs(t_np, p_np):
+def jax_eager_configs(t_np, p_np):
+    return jax_configs(t_np, p_np, jit=False)
+
+
+def jax_configs(t_np, p_np, jit=True):
     import jax
     import jax.numpy as jnp
 
@@ -174,23 +189,27 @@ def jax_configs(t_np, p_np):
         _, (ht, hp) = jax.jvp(lambda t: jax.grad(g, argnums=(0, 1))(t, p), (t,), (w,))
         return ht + w * jnp.sin(t), hp
 
-    def loss_di(strategy):
+    def loss_di(strategy, inline=False):
         def loss(t, p):
-            y = di.gradient(di.FixedParams(g, p, strategy=strategy), di.AutoJax(), t)
+            f = (lambda s, q: g(s, q)) if inline else g
+            y = di.gradient(di.FixedParams(f, p, strategy=strategy), di.AutoJax(), t)
             return ((y - jnp.cos(t)) ** 2).sum()
 
         return jax.grad(loss, argnums=(0, 1))
 
     raw = {"native RoR": jax.grad(loss_native, argnums=(0, 1)), "native FoR": for_native}
-    raw.update({label: loss_di(strategy) for label, (strategy, _) in DI.items()})
+    raw.update({label: loss_di(s, label == INLINE) for label, (s, _) in DI.items()})
+    if not jit:
+        del raw[OUTER]
 
     def loss_tp(tp):
         t, p = tp
         y = di.gradient(di.FixedParams(g, p), di.AutoJax(), t)
         return ((y - jnp.cos(t)) ** 2).sum()
 
-    outer = di.prepare_gradient(loss_tp, di.AutoJax(), (t, p))
-    raw[OUTER] = lambda t, p: di.gradient(loss_tp, di.AutoJax(), (t, p), prep=outer)
+    if jit:
+        outer = di.prepare_gradient(loss_tp, di.AutoJax(), (t, p))
+        raw[OUTER] = lambda t, p: di.gradient(loss_tp, di.AutoJax(), (t, p), prep=outer)
     configs = {}
     for label, fn in raw.items():
         if label == OUTER:  # compiled by its preparation; memory of the same function
@@ -199,7 +218,7 @@ def jax_configs(t_np, p_np):
                 lambda: configs["di auto"][1](),
             )
             continue
-        jitted = jax.jit(fn)
+        jitted = jax.jit(fn) if jit else fn
         on = DI.get(label, (None, True))[1]
 
         def call(jitted=jitted, on=on):
@@ -239,11 +258,12 @@ def torch_configs(t_np, p_np):
         _, (ht, hp) = torch.func.jvp(lambda t: full(t, p), (t,), (w,))
         return (ht + w * torch.sin(t), *leaves(hp))
 
-    def di_call(strategy, on):
+    def di_call(strategy, on, inline=False):
         def call():
             with di.nested_ad(on):
                 tt, ps = inputs()
-                fp = di.FixedParams(g, ps, strategy=strategy)
+                f = (lambda s, q: g(s, q)) if inline else g
+                fp = di.FixedParams(f, ps, strategy=strategy)
                 y = di.gradient(fp, di.AutoTorch(), tt)
                 loss = ((y - torch.cos(tt)) ** 2).sum()
                 return torch.autograd.grad(loss, [tt, *leaves(ps)])
@@ -251,7 +271,7 @@ def torch_configs(t_np, p_np):
         return call
 
     raw = {"native RoR": ror_native, "native FoR": for_native}
-    raw.update({label: di_call(*spec) for label, spec in DI.items()})
+    raw.update({label: di_call(*spec, label == INLINE) for label, spec in DI.items()})
 
     def loss_tp(tp):
         tt, ps = tp
@@ -267,8 +287,7 @@ def peak_mib(framework, fn, args=()):
     """Peak extra memory of ``fn(*args)`` in MiB, by the measure diffiface's
     ``strategy="min_memory"`` uses on that framework (the backend's ``peak_bytes``)."""
     backend = {"jax": di.AutoJax, "torch": di.AutoTorch, "autograd": di.AutoAutograd}[framework]
-    with quiet_stderr():
-        return implementation(backend()).peak_bytes(fn, args) / 2**20
+    return implementation(backend()).peak_bytes(fn, args) / 2**20
 
 
 def autograd_configs(t, p_np):
@@ -300,10 +319,11 @@ def autograd_configs(t, p_np):
             start += n
         return out
 
-    def loss_di(strategy, on):
+    def loss_di(strategy, on, inline=False):
         def loss(tp):
             t, p = tp
-            y = di.gradient(di.FixedParams(g, p, strategy=strategy), di.AutoAutograd(), t)
+            f = (lambda s, q: g(s, q)) if inline else g
+            y = di.gradient(di.FixedParams(f, p, strategy=strategy), di.AutoAutograd(), t)
             return anp.sum((y - anp.cos(t)) ** 2)
 
         grad = autograd.grad(loss)
@@ -316,7 +336,7 @@ def autograd_configs(t, p_np):
 
     ror = autograd.grad(loss_native)
     raw = {"native RoR": lambda: ror((t, p)), "native FoR": for_native}
-    raw.update({label: loss_di(*spec) for label, spec in DI.items()})
+    raw.update({label: loss_di(*spec, label == INLINE) for label, spec in DI.items()})
 
     def loss_tp(tp):
         t, p = tp
@@ -328,49 +348,58 @@ def autograd_configs(t, p_np):
     return {label: (fn, lambda fn=fn: peak_mib("autograd", fn)) for label, fn in raw.items()}
 
 
-@contextlib.contextmanager
-def quiet_stderr():
-    """Silence file descriptor 2 (the profiler's C++ start/stop lines)."""
-    sys.stderr.flush()
-    saved, devnull = os.dup(2), os.open(os.devnull, os.O_WRONLY)
-    os.dup2(devnull, 2)
-    try:
-        yield
-    finally:
-        os.dup2(saved, 2)
-        os.close(saved)
-        os.close(devnull)
-
-
-FRAMEWORKS = {"jax": jax_configs, "torch": torch_configs, "autograd": autograd_configs}
+FRAMEWORKS = {
+    "jax": jax_configs,
+    "jax-eager": jax_eager_configs,
+    "torch": torch_configs,
+    "autograd": autograd_configs,
+}
 
 
 # ------------------------------------------------------------------ running
 
 
 def measure(framework, size, quick=False):
-    """``{label: (median µs, peak MiB)}`` for every configuration at one size."""
+    """``{label: (median µs, peak MiB, path)}`` for every configuration at one size
+    (``path``: the strategy a diffiface row runs once warm)."""
     t, p = problem(size)
     configs = FRAMEWORKS[framework](t, p)
-    repeat, warmup = REPEATS[size]
+    repeat, warmup = (REPEATS_EAGER if framework == "jax-eager" else REPEATS)[size]
     if quick:
         repeat, warmup = max(repeat // 5, ROUNDS), max(warmup // 4, 1)
     di.nested_rule_counts(reset=True)
     ref = to_numpy(configs["native RoR"][0]())
+    slow, first = {}, {}
     for label, (fn, _) in configs.items():
         di.nested_rule_counts(reset=True)
         check(f"{framework} {size} {label}", ref, to_numpy(fn()))
+        first[label] = di.nested_rule_counts()  # under jit: routed once, when traced
         if label in DI:
-            expect_path(framework, label)
+            expect_path(framework.split("-")[0], label)
         for _ in range(warmup):
+            start = time.perf_counter()
             fn()
-    calls = {label: fn for label, (fn, _) in configs.items()}
+            if time.perf_counter() - start > SLOW_S:
+                slow[label] = fn
+                break
+    calls = {label: fn for label, (fn, _) in configs.items() if label not in slow}
     times = interleaved(calls, repeat, ROUNDS, round_warmup=1)
-    return {label: (times[label], memory()) for label, (_, memory) in configs.items()}
+    times.update({label: median_us(fn, ROUNDS) for label, fn in slow.items()})
+    paths = {}
+    for label, (fn, _) in configs.items():
+        di.nested_rule_counts(reset=True)
+        fn()
+        ran = {strategy for (_, _, strategy) in di.nested_rule_counts(reset=True) or first[label]}
+        paths[label] = (
+            "/".join(sorted(ran))
+            .replace("reverse_over_reverse", "RoR")
+            .replace("forward_over_reverse", "FoR")
+        )
+    return {label: (times[label], memory(), paths[label]) for label, (_, memory) in configs.items()}
 
 
-HEADER = ("framework", "size", "config", "µs", "ratio", "peak MiB")
-WIDTHS = (9, 7, 24, 10, 6, 9)
+HEADER = ("framework", "size", "config", "µs", "ratio", "peak MiB", "path")
+WIDTHS = (9, 7, 24, 10, 6, 9, 5)
 
 
 def show(cells):
@@ -383,7 +412,7 @@ def show(cells):
     )
 
 
-def main(quick=False, md=None, only=None):
+def main(quick=False, md=None, only=None, sizes=None):
     """Print the table; return the diffiface rows for results.json."""
 
     one_thread()
@@ -391,12 +420,13 @@ def main(quick=False, md=None, only=None):
     show(HEADER)
     table, rows = [], []
     for framework in only or FRAMEWORKS:
-        for size in SIZES:
+        for size in sizes or SIZES:
             res = measure(framework, size, quick)
             best = min(NATIVE, key=lambda label: res[label][0])
             t_best = res[best][0]
-            for label, (us, mib) in res.items():
-                cells = (framework, size, label, f"{us:.1f}", f"{us / t_best:.2f}", f"{mib:.2f}")
+            for label, (us, mib, path) in res.items():
+                ratio = f"{us / t_best:.2f}"
+                cells = (framework, size, label, f"{us:.1f}", ratio, f"{mib:.2f}", path)
                 table.append(cells)
                 show(cells)
                 if label in DI:
@@ -414,6 +444,7 @@ def main(quick=False, md=None, only=None):
                             "strategy": DI[label][0],
                             "nested_ad": DI[label][1],
                             "memory_mib": mib,
+                            "path": path,
                             "memory_by_strategy_mib": {
                                 choose.ROR: res["native RoR"][1],
                                 choose.FOR: res["di forward_over_reverse"][1],
@@ -430,7 +461,7 @@ def main(quick=False, md=None, only=None):
 def write_markdown(path, table, wall, quick):
     lines = [
         "| " + " | ".join(HEADER) + " |",
-        "| --- | --- | --- | ---: | ---: | ---: |",
+        "| --- | --- | --- | ---: | ---: | ---: | --- |",
         *("| " + " | ".join(line) + " |" for line in table),
     ]
     note = (
@@ -448,4 +479,5 @@ if __name__ == "__main__":
     args = sys.argv[1:]
     md_path = args[args.index("--md") + 1] if "--md" in args else None
     only = args[args.index("--only") + 1].split(",") if "--only" in args else None
-    main(quick="--quick" in args, md=md_path, only=only)
+    sizes = args[args.index("--sizes") + 1].split(",") if "--sizes" in args else None
+    main(quick="--quick" in args, md=md_path, only=only, sizes=sizes)

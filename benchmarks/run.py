@@ -72,9 +72,10 @@ def targets(rows: list, nested_rows: list, bridged: dict) -> list[dict]:
     out = [check(r["case"], r["ratio"], r["target"]) for r in rows if r.get("target")]
     for r in nested_rows:
         where = f"nested loss, {r['framework']} {r['size']}"
-        if r["config"] in ("di auto", nested.OUTER):
+        if r["config"] in ("di auto", nested.INLINE, nested.OUTER):
             outer = "diffiface" if r["config"] == nested.OUTER else "native"
-            out.append(check(f"{where}, {outer} outer, auto", r["ratio"], NESTED_LIMIT))
+            inline = " (inner made per call)" if r["config"] == nested.INLINE else ""
+            out.append(check(f"{where}, {outer} outer, auto{inline}", r["ratio"], NESTED_LIMIT))
         if r["config"] == "di auto" and r["native_config"] == "native FoR":
             ratio = r["diffiface_us"] / r["native_ror_us"]  # strictly faster than the default
             out.append(check(f"{where}, auto against native RoR", ratio, 1.0, strict=True))

@@ -9,6 +9,7 @@ that cannot be weakly referenced are not cached.
 
 from __future__ import annotations
 
+import functools
 import threading
 import types
 import weakref
@@ -144,3 +145,86 @@ def _weak_getter(f: Callable) -> Callable[[], Callable]:
         func, ref = f.__func__, weakref.ref(f.__self__)
         return lambda: types.MethodType(func, ref())
     return weakref.ref(f)
+
+
+class CodeFacts:
+    """Facts about f that hold for every function object of its code (``code_of``): a
+    check made on f's first call, the one direction f supports. Kept per code (bounded,
+    so a closure made per call pays the first-call work once), or weakly per object
+    where f has no code of its own. Not cleared by ``clear_caches``."""
+
+    def __init__(self, codes: int = 4096):
+        self._codes = codes
+        self._by_code: dict = {}
+        self._by_object = FunctionCache(per_function=4, clear=False)
+
+    def get(self, f: Callable, key: Hashable = True) -> Any:
+        code = code_of(f)
+        if code is None:
+            return self._by_object.peek(f, key)
+        return self._by_code.get((code, key))
+
+    def put(self, f: Callable, value: Any, key: Hashable = True) -> None:
+        code = code_of(f)
+        if code is None:
+            self._by_object.put(f, key, value)
+        elif len(self._by_code) < self._codes:
+            self._by_code[code, key] = value
+
+
+def code_of(f, depth: int = 2):
+    """What ``f`` is one of, for facts about f that hold for every function object of
+    the same code (a nested strategy's measurement, a check made on f's first call):
+    its code and the kinds of what it closes over or binds (for an array: type, shape
+    and dtype; for a function: its own code_of). A closure made anew on every call has
+    the same one each time. None where ``f`` has no Python code of its own nor a class
+    that gives it one (a callable of C type): keep such facts per object."""
+    if depth < 0:
+        return None
+    kind = type(f)
+    if kind is types.BuiltinFunctionType:  # a builtin (torch.dot) lives as long as its module
+        return f
+    if kind is types.FunctionType:
+        cells = f.__closure__
+        if not cells:
+            return f.__code__
+        return (f.__code__, *[_kind(c, depth) for c in cells])
+    if kind is types.MethodType:
+        inner = code_of(f.__func__, depth)
+        return None if inner is None else ("method", inner, _value_kind(f.__self__, depth))
+    if kind is functools.partial:
+        inner = code_of(f.func, depth)
+        if inner is None:
+            return None
+        args = tuple(_value_kind(a, depth) for a in f.args)
+        kw = tuple((k, _value_kind(v, depth)) for k, v in sorted(f.keywords.items()))
+        return ("partial", inner, args, kw)
+    wrapped = getattr(f, "__wrapped__", None)  # jax.jit, functools.wraps
+    if wrapped is not None and wrapped is not f:
+        inner = code_of(wrapped, depth - 1)
+        return None if inner is None else (kind, inner)
+    if isinstance(getattr(kind, "__call__", None), types.FunctionType):  # noqa: B004
+        return kind  # a callable object (an nn.Module): its class
+    return None
+
+
+def _kind(cell, depth: int):
+    try:
+        value = cell.cell_contents
+    except ValueError:  # an empty cell
+        return None
+    return _value_kind(value, depth)
+
+
+def _value_kind(value, depth: int):
+    """An array: its type, shape and dtype; a function: its code; else the type."""
+    if isinstance(value, types.ModuleType):  # a module lives as long as the process
+        return value
+    shape = getattr(value, "shape", None)
+    if isinstance(shape, tuple) and hasattr(value, "dtype"):
+        return (type(value), shape, str(value.dtype))
+    if depth > 0 and callable(value) and not isinstance(value, type):
+        inner = code_of(value, depth - 1)
+        if inner is not None:
+            return inner
+    return type(value)

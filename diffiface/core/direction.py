@@ -23,24 +23,24 @@ from collections.abc import Callable, Collection
 from typing import Any
 
 from .. import _checks
-from .._cache import FunctionCache
+from .._cache import CodeFacts
 
 FORWARD, REVERSE = "forward", "reverse"
 _OTHER = {FORWARD: REVERSE, REVERSE: FORWARD}
-# f -> (the one direction it supports, why not the other): a fact about f, kept
-# when compiled functions are cleared
-_ONLY = FunctionCache(per_function=1, clear=False)
+# f's code -> (the one direction it supports, why not the other): a fact about f's
+# code, kept when compiled functions are cleared (a closure made per call learns once)
+_ONLY = CodeFacts()
 
 
 def only(f: Any) -> str | None:
     """The one direction ``f`` is known to support, or None."""
-    got = _ONLY.peek(f, True)
+    got = _ONLY.get(f)
     return None if got is None else got[0]
 
 
 def learn(f: Any, direction: str, why: str) -> None:
     """Remember that ``f`` runs in ``direction`` only (``why``: the reason, for errors)."""
-    _ONLY.put(f, True, (direction, why))
+    _ONLY.put(f, (direction, why))
 
 
 def fixed_error(prob: Any, lacking: str, why: str) -> Exception:
@@ -65,7 +65,7 @@ def run(
     framework's error stands). ``fixed``: the directions the user fixed, where a
     missing one is a clear error. A function known to support one direction goes
     straight to that formulation."""
-    known = _ONLY.peek(prob.f, True)
+    known = _ONLY.get(prob.f)
     if known is not None:
         direction, why = known
         if _OTHER[direction] in fixed:

@@ -21,7 +21,18 @@ from typing import Any
 from .. import _checks, _config
 from .._tree import flatten
 from ..core import registry as _registry
-from .choose import MEASURED, ROR, Choice, measured, measuring, signature, stored, unmeasured
+from .choose import (
+    MEASURED,
+    ROR,
+    Choice,
+    Timed,
+    Trial,
+    eager,
+    lookup,
+    measuring,
+    signature,
+    unmeasured,
+)
 
 # operator -> the implementation method a rule replaces
 METHOD = {
@@ -99,11 +110,15 @@ def route(
     if not impl.outer_sees([*xs, *params]):
         return impl  # no outer differentiation sees this call
     strategy = fixed.strategy
-    rule = None
+    rule = sample = None
     if op in _FORWARD:  # already forward mode inside: the outer pass is reverse over forward
         strategy = "native"
     elif strategy in ("auto", "min_memory"):
-        strategy = planned(impl, fixed, op, xs, ctx, aux, single, params).strategy
+        got = planned(impl, fixed, op, xs, ctx, aux, single, params)
+        if type(got) is Trial:  # measuring: this call runs the strategy whose turn it is
+            strategy, sample = got.take()
+        else:
+            strategy = got.strategy
         if strategy != ROR:
             rule = _registry.rule(impl.framework, METHOD[op])
     elif strategy == "forward_over_reverse":
@@ -136,34 +151,37 @@ def route(
         with _LOCK:
             _COUNTS[(impl.framework, op, strategy)] += 1
     if strategy != "forward_over_reverse":
-        return impl
+        return impl if sample is None else Timed(impl, impl, got, sample)
     methods = {METHOD[op]: rule}
     several = _SEVERAL.get(METHOD[op])
     if several is not None and (one := _registry.rule(impl.framework, several[1])) is not None:
         methods[several[0]] = functools.partial(_each, one)
-    return _RuleView(impl, methods)
+    view = _RuleView(impl, methods)
+    return view if sample is None else Timed(view, impl, got, sample)
 
 
 def planned(
     impl, fixed, op: str, xs: tuple, ctx: tuple, aux: bool, single: bool, params=None
-) -> Choice:
+) -> Choice | Trial:
     """The strategy "auto" or "min_memory" stands for in this call: the framework's own
     nesting where no rule can run (aux, no forward mode, inside torch.func, no rule
-    for ``op``), else the measured one of ``choose`` (``params``: ctx[0]'s leaves)."""
+    for ``op``), else the one ``choose`` measured for f's code and this signature, or
+    the measurement under way (a Trial; ``params``: ctx[0]'s leaves)."""
     method = METHOD.get(op)
     if aux or op in _FORWARD or method is None or _registry.rule(impl.framework, method) is None:
         return Choice(ROR, {})
-    key = got = None
+    if eager(impl, fixed, xs[0]):
+        return Choice(ROR, {})
     if op in MEASURED and single:
         key = (fixed.strategy, *signature(impl, xs, ctx, params))
-        got = stored(fixed, key)
+        got = lookup(impl, fixed, key, xs[0], ctx)
     else:
         got = unmeasured(impl, fixed)
-    if got is not None and got.strategy == ROR:  # the framework's own nesting: no checks
+    if got.strategy == ROR:  # the framework's own nesting: no checks
         return got
     if impl.no_forward(xs, ctx) is not None or not impl.can_run_rule(xs, ctx):
         return Choice(ROR, {})
-    return got if got is not None else measured(impl, fixed, key, xs[0], ctx)
+    return got
 
 
 # a method and the one its Tangents variant calls, run once per direction by the rule

@@ -99,6 +99,20 @@ def test_torch_grad_mode_block_same_answer_on_every_operator(op, block):
 
 
 @pytest.mark.skipif(not HAVE["torch"], reason="needs torch")
+@pytest.mark.parametrize("op", ["jvp", "derivative", "jacobian"])
+def test_torch_grad_mode_block_in_a_closure_made_per_call(op):
+    """The first call of f's code is watched; later closures of the same code (not
+    watched again) still run in reverse mode."""
+    import torch
+
+    run, want = _ops(torch)[op]
+    for k in (1.0, 2.0, 3.0):
+        y = _blocked("no_grad")
+        got = run(lambda x, k=k: y(x) * k)  # noqa: B023
+        np.testing.assert_allclose(np.asarray(got), k * np.asarray(want), rtol=1e-12)
+
+
+@pytest.mark.skipif(not HAVE["torch"], reason="needs torch")
 @pytest.mark.parametrize("first", [None, "gradient"])
 def test_torch_no_grad_with_forward_fixed_is_a_clear_error(first):
     import torch

@@ -11,7 +11,7 @@ import numpy as np
 
 from ... import _checks, _config
 from ..._backend_types import AutoJax
-from ..._cache import FunctionCache
+from ..._cache import FunctionCache, code_of
 from ..._reads import fingerprint
 from ..._tree import tree_map, unflatten
 from ...core import direction, outputs
@@ -22,6 +22,38 @@ from .contexts import join_contexts, split_contexts
 from .running import call, dense, numpy_in_out, only_compiled
 
 CACHE = FunctionCache()
+
+
+def under_eager_transform(x) -> bool:
+    """x is a tracer of an outer transform that runs eagerly (``jax.grad`` outside jit:
+    its tracers hold values)."""
+    return isinstance(x, jax.core.Tracer) and x.to_concrete_value() is not None
+
+
+_COMPILED_CODES: dict = {}  # code_of(f) -> True: an object of it compiled under eager
+_MET = ("run once uncompiled",)  # a CACHE key: the object was met
+
+
+def _eager_outer(prob, xs: tuple) -> bool:
+    """A call to run uncompiled: unprepared, under an outer transform that runs eagerly,
+    the first call of a function object whose code another object already compiled (an
+    inner function made anew on every call: compiled once, then run op by op; an object
+    that comes again is compiled from its second call)."""
+    if prob.prepared or prob.aux or not xs or not under_eager_transform(xs[0]):
+        return False
+    if CACHE.entries(prob.f):
+        return False  # met before: compile it, or use its compilation
+    code = code_of(prob.f)
+    if code is None:
+        return False
+    if code in _COMPILED_CODES:
+        CACHE.put(prob.f, _MET, True)
+        return True
+    if len(_COMPILED_CODES) < 4096:
+        _COMPILED_CODES[code] = True
+    return False
+
+
 _FLOATS = frozenset(np.dtype(t) for t in ("float16", "float32", "float64"))
 
 # operators whose compiled function returns the result as is
@@ -110,22 +142,28 @@ class JaxImpl(BackendImpl):
     # ---- operators, each one jitted function per (f, op, structure) ----------
     # A single-array x is passed as the array itself and dynamic contexts as
     # trailing arguments, so a plain call dispatches like the native jit call.
-    def _compiled(self, prob, tag: tuple, ctx: tuple, make):
-        """The cached jitted ``run(x, ..., *dyn_ctx)`` and the dynamic contexts."""
+    def _compiled(self, prob, tag: tuple, ctx: tuple, make, xs: tuple = ()):
+        """The cached jitted ``run(x, ..., *dyn_ctx)`` and the dynamic contexts. Under an
+        outer transform that runs eagerly (``xs`` hold tracers with values), a function
+        made anew on each call (an inner function written inside the loss) is compiled
+        for its first object only; later objects of its code run op by op, like the
+        framework's own nested call, not a compilation per call."""
         dyn, static = split_contexts(prob, ctx)
         single = prob.single
 
-        def build(fget):
-            if not CACHE.entries(prob.f):
-                _checks.compiled_new_function(prob.f)
-            g = prob.flat(fget)
-
+        def with_ctx_of(g):
             def with_ctx(dyn_leaves):
                 c = join_contexts(static, dyn_leaves)
                 if single:
                     return lambda x: g((x,), *c)
                 return lambda xs: g(xs, *c)
 
+            return with_ctx
+
+        def build(fget):
+            if not CACHE.entries(prob.f):
+                _checks.compiled_new_function(prob.f)
+            with_ctx = with_ctx_of(prob.flat(fget))
             if prob.aux:
                 return WithAux(make(with_ctx))
             return jax.jit(make(with_ctx))
@@ -136,15 +174,17 @@ class JaxImpl(BackendImpl):
             tag = (*tag, fingerprint(prob.f))
         run = prob.fns.get((tag, static))  # the rest of the key is fixed for prob
         if run is None:
+            if _eager_outer(prob, xs):
+                return make(with_ctx_of(prob.flat())), dyn
             run = prob.fns[tag, static] = CACHE.get(prob.f, prob.key(*tag, static), build)
         return run, dyn
 
     def gradient(self, prob, xs, ctx):
-        run, dyn = self._compiled(prob, ("grad",), ctx, _make_grad)
+        run, dyn = self._compiled(prob, ("grad",), ctx, _make_grad, xs)
         return _tuple(prob, call(prob, run, _arg(prob, xs), *dyn))
 
     def value_and_gradient(self, prob, xs, ctx):
-        run, dyn = self._compiled(prob, ("value_and_grad",), ctx, _make_value_and_grad)
+        run, dyn = self._compiled(prob, ("value_and_grad",), ctx, _make_value_and_grad, xs)
         y, g = call(prob, run, _arg(prob, xs), *dyn)
         return y, _tuple(prob, g)
 

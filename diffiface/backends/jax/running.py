@@ -85,6 +85,7 @@ def call(prob, run, *args):
             ) from exc
         _checks.reraise(prob.op, prob.backend, exc)
     limit = _config.get("max_compiled_shapes")
-    if limit is not None and run._cache_size() > limit:  # one compilation per shape
+    size = getattr(run, "_cache_size", None)  # None: run uncompiled (under an outer trace)
+    if limit is not None and size is not None and size() > limit:  # one compilation per shape
         run.clear_cache()
     return out

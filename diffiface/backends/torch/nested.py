@@ -14,18 +14,21 @@ from __future__ import annotations
 import torch
 
 from ... import _checks
+from ...nested import choose
 from ...nested.rules import Kit, register_gradient_rules
 from .forward import jvp
 from .graph import leaf, reaches_outside
 
 
 class _Spec:
-    """What the Function differentiates: h, and how many leading leaves are x."""
+    """What the Function differentiates: h, and how many leading leaves are x;
+    ``sample``: the timed call of "auto" it runs for, if any."""
 
-    __slots__ = ("h", "nx")
+    __slots__ = ("h", "nx", "sample")
 
     def __init__(self, h, nx: int) -> None:
         self.h, self.nx = h, nx
+        self.sample = choose.timed_sample()
 
 
 class _GradForm(torch.autograd.Function):
@@ -52,11 +55,53 @@ class _GradForm(torch.autograd.Function):
         leaves = ctx.saved_tensors
         xs, q = leaves[: spec.nx], leaves[spec.nx :]
         full = torch.func.grad(spec.h, argnums=(0, 1))
-        # one jvp of the full gradient along (w, 0): q is closed over, so it has no tangent
-        (gx, gq), (hx, hq) = jvp(lambda xs: full(xs, q), (tuple(xs),), (tuple(ws),))
+        try:  # one jvp of the full gradient along (w, 0): q is closed over, no tangent
+            (gx, gq), (hx, hq) = jvp(lambda xs: full(xs, q), (tuple(xs),), (tuple(ws),))
+        except Exception:
+            if spec.sample is None:
+                raise
+            spec.sample.failed = True  # "auto" tried it on a real call: fall back, and tell
+            return (None, *_reverse_over_reverse(spec.h, xs, q, dval, ws))
         cx = [h + dval * g for h, g in zip(hx, gx, strict=True)]
         cq = [h + dval * g for h, g in zip(hq, gq, strict=True)]
         return (None, *cx, *cq)
+
+
+def _reverse_over_reverse(h, xs: tuple, q: tuple, dval, ws: tuple) -> tuple:
+    """The pullback of ``(dval, ws)`` through ``(h, ∇ₓ h)`` by the framework's own
+    nesting (differentiable again under create_graph)."""
+    create = torch.is_grad_enabled()
+    with torch.enable_grad():
+        xs = tuple(a if create and a.requires_grad else a.detach().requires_grad_() for a in xs)
+        q = tuple(a if create and a.requires_grad else a.detach().requires_grad_() for a in q)
+        val = h(xs, q)
+        gx = torch.autograd.grad(val, xs, create_graph=True, allow_unused=True)
+        total = dval * val
+        for g, w in zip(gx, ws, strict=True):
+            if g is not None:
+                total = total + (g * w).sum()
+        out = torch.autograd.grad(total, (*xs, *q), create_graph=create, allow_unused=True)
+    pairs = zip(out, (*xs, *q), strict=True)
+    return tuple(torch.zeros_like(a) if g is None else g for g, a in pairs)
+
+
+def _mark(outs: tuple, sample) -> tuple:
+    """The inner results, timed in the outer pass: from the first gradient that reaches
+    them to the end of the backward call that runs it."""
+    engine = torch.autograd.Variable._execution_engine
+
+    def reached(grad):
+        if sample.first is None:
+            sample.begin()
+            engine.queue_callback(sample.end)
+
+    for a in outs:
+        if isinstance(a, torch.Tensor) and a.requires_grad:
+            a.register_hook(reached)
+    return outs
+
+
+choose.MARKS["torch"] = choose.Marks(outputs=_mark)
 
 
 def _grad_form(h, xs: tuple, q: tuple):

@@ -217,8 +217,10 @@ def _kind(cell, depth: int):
 
 
 def _value_kind(value, depth: int):
-    """An array: its type, shape and dtype; a function: its code; else the type."""
-    if isinstance(value, types.ModuleType):  # a module lives as long as the process
+    """An array: its type, shape and dtype; a function: its code; a class or a module:
+    itself (``Cube.apply`` is bound to the class: its behaviour is the class's); else
+    the type."""
+    if isinstance(value, types.ModuleType | type):
         return value
     shape = getattr(value, "shape", None)
     if isinstance(shape, tuple) and hasattr(value, "dtype"):

@@ -166,3 +166,31 @@ def test_jax_cache_is_thread_safe():
     assert not errors
     assert len(results) == 160
     assert all(np.array_equal(r, want) for r in results)
+
+
+def test_code_of_tells_apart_what_behaves_apart():
+    """Facts kept per code (the nested choice, the first-call checks, the one direction
+    f supports) are shared by closures of one code and kinds, and by nothing else."""
+    import functools
+    import math
+
+    from diffiface._cache import code_of
+
+    def make(c):
+        return lambda x: x * c
+
+    class A:
+        @classmethod
+        def apply(cls, x):
+            return x
+
+    class B(A):
+        pass
+
+    assert code_of(make(1.0)) == code_of(make(2.0))  # same code, same kinds
+    assert code_of(make(1.0)) != code_of(make(np.ones(2)))  # another kind
+    assert code_of(make(np.ones(2))) != code_of(make(np.ones(3)))  # another shape
+    assert code_of(A.apply) != code_of(B.apply)  # one method bound to two classes
+    assert code_of(functools.partial(make(1.0), 2)) == code_of(functools.partial(make(3.0), 4))
+    assert code_of(math.sin) is math.sin  # a builtin: itself
+    assert code_of(np.sin) is None  # a callable of C type: kept per object

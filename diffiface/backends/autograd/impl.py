@@ -7,9 +7,9 @@ from typing import Any
 import autograd.numpy as anp
 import numpy as np
 from autograd.builtins import tuple as ag_tuple
-from autograd.core import JVPNode, make_jvp, make_vjp
+from autograd.core import JVPNode
 from autograd.numpy.numpy_boxes import ArrayBox
-from autograd.tracer import Box, trace_stack
+from autograd.tracer import Box
 
 from ... import _checks
 from ..._backend_types import AutoAutograd
@@ -18,6 +18,7 @@ from ..._tree import flatten, tree_map
 from ...core.backend import SLOW, BackendImpl
 from ...core.convert import is_masked
 from ...core.registry import register
+from .traces import make_jvp, make_vjp, open_traces
 
 
 @register(AutoAutograd)
@@ -30,10 +31,10 @@ class AutogradImpl(BackendImpl):
         return anp.concatenate(arrays, axis=axis) if len(arrays) > 1 else arrays[0]
 
     def settle(self, tree: Any, result: Any) -> Any:
-        top = trace_stack.top  # the traces of this call are closed: deeper boxes are its own
+        open_ = open_traces()  # the traces of this call are closed: their boxes are its own
 
         def lower(a: Any) -> Any:
-            while isinstance(a, Box) and a._trace > top:
+            while isinstance(a, Box) and a._trace not in open_:
                 a = a._value
             return a
 

@@ -13,13 +13,13 @@ from __future__ import annotations
 
 import autograd.numpy as anp
 import numpy as np
-from autograd.core import make_jvp, make_vjp
 from autograd.extend import defvjp_argnums, primitive
 from autograd.tracer import Box
 
 from ... import _checks
 from ...nested.rules import Kit, register_gradient_rules
 from .impl import open_boxes
+from .traces import make_jvp, make_vjp
 
 
 class _Spec:

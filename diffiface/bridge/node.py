@@ -84,10 +84,11 @@ class Node:
         """``(*args, *cotangents) -> argument cotangents``, linear in the cotangents."""
         return self._get("vjp", lambda: Node(self.kit, self.kit.vjp(self.fn, n), n, "vjp", self))
 
-    def vjp_forward(self) -> Callable | None:
-        """``(*args) -> (outputs, residuals)`` for a reverse pass that will not be
-        differentiated again: the residuals go to ``kit.pullback`` instead of the vjp
-        node recomputing the forward pass. None where the kit has no such pair."""
+    def vjp_forward(self) -> tuple[Callable, Callable] | None:
+        """``((*args) -> (outputs, residuals), (residuals, cotangents) -> argument
+        cotangents)`` for a reverse pass that will not be differentiated again: the
+        residuals are pulled back instead of the vjp node recomputing the forward pass.
+        None where the kit has no such pair."""
         make = getattr(self.kit, "vjp_forward", None)
         if make is None:
             return None

@@ -346,13 +346,12 @@ class AutoSparse(AbstractBackend):
                 f"AutoSparse(sparsity_detector={d!r}): use 'global', 'local', or the pattern "
                 "itself (a scipy.sparse matrix or a 2-D boolean array)."
             )
-        if not isinstance(d, str) and getattr(d, "ndim", None) != 2:
-            raise DiffifaceTypeError(
-                f"AutoSparse(sparsity_detector=...): a given pattern must be a scipy.sparse "
-                f"matrix or a 2-D boolean array, got {type(d).__name__}."
-            )
-        if not isinstance(d, str):  # equal patterns make equal backends (as keys, in preps)
-            object.__setattr__(self, "_digest", _pattern_digest(d))
+        if not isinstance(d, str):  # a given pattern, kept in its canonical form
+            from .sparse.patterns import given_pattern
+
+            d = given_pattern(d)
+            object.__setattr__(self, "sparsity_detector", d)
+            object.__setattr__(self, "_digest", _pattern_digest(d))  # equal patterns: equal keys
         if self.coloring not in _ORDERS:
             raise DiffifaceValueError(
                 f"AutoSparse(coloring={self.coloring!r}): use one of {', '.join(_ORDERS)}."

@@ -23,7 +23,7 @@ from typing import Any
 
 from .. import _checks
 from .._arrays import framework_of
-from .._tree import flatten, unflatten
+from .._tree import TooDeep, flatten, unflatten
 
 _LOCK = threading.RLock()
 
@@ -175,7 +175,10 @@ class Bridged:
             outer, node, out_tree = hit
             flat = outer.call(node, list(args))
             return flat[0] if out_tree is None else unflatten(out_tree, flat)
-        leaves, tree = flatten(args)
+        try:
+            leaves, tree = flatten(args)
+        except TooDeep:
+            raise _checks.DiffifaceValueError(f"{self!r}(...): {TooDeep('an argument')}") from None
         try:  # arrays only, seen before: (outer module, node, output structure)
             hit = self._plain.get((tree, *map(type, leaves)))
         except TypeError:

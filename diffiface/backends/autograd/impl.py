@@ -14,7 +14,7 @@ from autograd.tracer import Box
 from ... import _checks
 from ..._backend_types import AutoAutograd
 from ..._cache import weak_callable
-from ..._tree import flatten, tree_map
+from ..._tree import TooDeep, flatten, tree_map
 from ...core.backend import SLOW, BackendImpl
 from ...core.convert import is_masked
 from ...core.registry import register
@@ -56,7 +56,13 @@ class AutogradImpl(BackendImpl):
         )
 
     def open(self, tree: Any) -> Any:
-        return open_boxes(tree)
+        leaves = flatten(tree)[0]  # no Python recursion: a deep tree of arrays is opened as is
+        if not any(isinstance(a, Box) and isinstance(a._value, _CONTAINERS) for a in leaves):
+            return tree
+        try:
+            return open_boxes(tree)
+        except RecursionError:
+            raise TooDeep() from None
 
     def stack(self, arrays: list, axis: int) -> Any:
         return anp.stack(arrays, axis=axis)  # boxes inside an outer pass
@@ -262,6 +268,9 @@ def _link(y: Any, x: Any) -> Any:
     if not isinstance(x, Box) or (isinstance(y, Box) and y._trace == x._trace):
         return y
     return y + (0 * anp.sum(x)).astype(np.result_type(y))
+
+
+_CONTAINERS = (dict, list, tuple)
 
 
 def open_boxes(v: Any) -> Any:

@@ -118,6 +118,35 @@ class Node:
         return self._get(("batch", dims), build)
 
 
+class Held(Node):
+    """``node`` with an object its function needs alive (a crossing operator's f, which
+    the operator cache holds only weakly): the outer framework keeps it with its graph
+    for as long as the graph may call the node. Its derived nodes are held alike; the
+    shared ones stay free of it."""
+
+    __slots__ = ("keep", "shared")
+
+    def __init__(self, node: Node, keep: Any) -> None:
+        super().__init__(node.kit, node.fn, node.lin, node.kind, node.base, node.key)
+        self.out, self._derived = node.out, node._derived
+        self.shared, self.keep = node, keep
+
+    def jvp(self, n: int) -> Node:
+        return Held(self.shared.jvp(n), self.keep)
+
+    def vjp(self, n: int) -> Node:
+        return Held(self.shared.vjp(n), self.keep)
+
+    def vjp_forward(self) -> tuple[Callable, Callable] | None:
+        return self.shared.vjp_forward()
+
+    def transpose(self, n: int, lin_shapes: tuple) -> Node:
+        return Held(self.shared.transpose(n, lin_shapes), self.keep)
+
+    def batch(self, dims: tuple) -> Node:
+        return Held(self.shared.batch(dims), self.keep)
+
+
 def _container_box(leaf: Any) -> bool:
     return framework_of(leaf) == "autograd" and isinstance(leaf._value, dict | list | tuple)
 
@@ -165,15 +194,23 @@ class Bridged:
         self._nodes: dict = {}
         self._plain: dict = {}
         self._arrays: dict = {}  # argument types (each an array leaf) -> as _plain's
+        self.keep: Any = None  # see call_keeping
 
     def __repr__(self) -> str:
         return f"differentiate_with({self.name}, {self.backend!r})"
 
+    def call_keeping(self, keep: Any, *args: Any) -> Any:
+        """The call, its graph holding ``keep`` (what f reaches only weakly) alive."""
+        return self._run(args, keep)
+
     def __call__(self, *args: Any) -> Any:
+        return self._run(args, None)
+
+    def _run(self, args: tuple, keep: Any) -> Any:
         hit = self._arrays.get(tuple(map(type, args)))
         if hit is not None:  # array arguments, seen before: no pytree to flatten
             outer, node, out_tree = hit
-            flat = outer.call(node, list(args))
+            flat = outer.call(node if keep is None else Held(node, keep), list(args))
             return flat[0] if out_tree is None else unflatten(out_tree, flat)
         try:
             leaves, tree = flatten(args)
@@ -185,10 +222,12 @@ class Bridged:
             hit = None
         if hit is not None:
             outer, node, out_tree = hit
-            return unflatten(out_tree, outer.call(node, leaves))
-        return self._call(args, leaves, tree)
+            return unflatten(
+                out_tree, outer.call(node if keep is None else Held(node, keep), leaves)
+            )
+        return self._call(args, leaves, tree, keep)
 
-    def _call(self, args: tuple, leaves: list, tree: Any) -> Any:
+    def _call(self, args: tuple, leaves: list, tree: Any, keep: Any) -> Any:
         if any(_container_box(leaf) for leaf in leaves):  # a dict or tuple autograd boxed
             from ..backends.autograd.impl import open_boxes
 
@@ -203,7 +242,7 @@ class Bridged:
         where = tuple(i for i, leaf in enumerate(leaves) if framework_of(leaf) is not None)
         node = self._node(tree, tuple(static), where)
         outer_module = module(outer)
-        flat = outer_module.call(node, arrays)  # records the output structure
+        flat = outer_module.call(node if keep is None else Held(node, keep), arrays)
         out_tree = node_tree(node)
         if not static:
             with _LOCK:

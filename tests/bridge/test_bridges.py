@@ -287,16 +287,22 @@ def test_operators_on_another_frameworks_arrays_return_that_framework():
 
 
 def test_operators_crossing_for_many_functions_keep_a_bounded_cache():
-    """Each crossing operator holds its f (its derivatives run after the call returns,
-    when a lambda made inside a loss is gone); the number of functions is bounded."""
+    """A crossing operator's graph holds its f (its derivatives run after the call
+    returns, when a lambda made inside a loss is gone); the cache holds it weakly (its
+    entries die with the functions) and is bounded while they live."""
     from diffiface.bridge import operators as _bridge_ops
 
+    fs = []
     for k in range(_bridge_ops._CACHE._functions + 8):
+        fs.append(lambda t, k=k: k * (t**2).sum())
         x = torch.tensor(XS, requires_grad=True)
-        g = di.gradient(lambda t, k=k: k * (t**2).sum(), di.AutoJax(), x)
+        g = di.gradient(fs[-1], di.AutoJax(), x)
         (h,) = torch.autograd.grad(g.sum(), x)
         np.testing.assert_allclose(h.numpy(), 2.0 * k, rtol=1e-12)
     assert len(_bridge_ops._CACHE) == _bridge_ops._CACHE._functions
+    del fs, g  # g's graph holds the last f
+    gc.collect()
+    assert len(_bridge_ops._CACHE) == 0
 
 
 def test_prepare_with_another_frameworks_arrays_is_an_error():
@@ -473,9 +479,9 @@ def test_bridges_take_python_floats():
 
 
 @pytest.mark.skipif(not (HAVE["jax"] and HAVE["torch"]), reason="jax and torch needed")
-def test_clear_caches_releases_a_bridged_closure():
-    """An operator on another framework's arrays holds its f strongly (its derivative
-    runs after the call returns): di.clear_caches() lets it go."""
+def test_a_bridged_closure_dies_with_its_graph():
+    """An operator on another framework's arrays: its graph holds f (a derivative runs
+    after the call returns), and once the graph is gone nothing does."""
 
     import jax.numpy as jnp
     import torch
@@ -488,8 +494,20 @@ def test_clear_caches_releases_a_bridged_closure():
 
     alive = call()
     gc.collect()
-    assert alive() is not None  # held by the bridge table
-    di.clear_caches()
+    assert alive() is None
+
+    def attached(x):  # a torch graph whose backward runs the lambda's JAX derivative
+        big = torch.ones(1000, dtype=torch.float64)
+        g = di.gradient(lambda t: (jnp.sin(t) * big.numpy()[:3]).sum(), di.AutoJax(), x)
+        return g, weakref.ref(big)
+
+    x = torch.tensor(X, requires_grad=True)
+    g, alive = attached(x)
+    gc.collect()
+    assert alive() is not None  # the graph of g needs f
+    (h,) = torch.autograd.grad(g.sum(), x)
+    np.testing.assert_allclose(h.numpy(), -np.sin(X), rtol=1e-12)
+    del g, h
     gc.collect()
     assert alive() is None
 
@@ -661,9 +679,10 @@ def test_a_bridged_function_and_its_compilations_die_with_it(inner, outer):
     assert _live_executables() == before
 
 
-def test_clear_caches_releases_crossing_operators_and_their_compilations():
-    """An operator on another framework's arrays keeps its last functions (bounded); after
-    di.clear_caches() neither they nor their compilations remain."""
+def test_crossing_operators_and_their_compilations_die_with_f():
+    """An operator on another framework's arrays kept its last 32 functions (their
+    closures and compilations) until di.clear_caches(); now its cache holds them weakly
+    and only each call's graph holds its f."""
 
     def one(k):
         f = _sq_sin(jnp, k)
@@ -673,10 +692,8 @@ def test_clear_caches_releases_crossing_operators_and_their_compilations():
         return weakref.ref(f)
 
     one(0.5)
-    di.clear_caches()
     gc.collect()
     before = _live_executables()
     refs = [one(1.0 + 0.1 * k) for k in range(12)]
-    di.clear_caches()
     assert _alive(refs) == []
     assert _live_executables() == before

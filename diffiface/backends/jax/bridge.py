@@ -200,7 +200,7 @@ try:  # JAX's caches keyed on a primitive's params hold a node weakly, as they h
 except ImportError:  # another JAX: its caches may keep nodes until they are evicted
     pass
 else:
-    weakref_cache_key_types.add(_bridge.Node)
+    weakref_cache_key_types.update((_bridge.Node, _bridge.Held))
 
 bridge_p.def_impl(_impl)
 bridge_p.def_abstract_eval(_abstract)

@@ -277,8 +277,9 @@ class AutoSparse(AbstractBackend):
         sparsity_detector: "global" (a pattern valid for every x, read from the traced
             program: JAX's jaxpr or torch's aten graph), "local" (the nonzeros of dense
             Jacobians at x and two nearby random points: valid near x only, with a
-            ``SparsityWarning``), or the pattern itself (a ``scipy.sparse`` matrix or a
-            2-D boolean array of shape ``(f(x).size, x.size)``).
+            ``SparsityWarning``), or the pattern itself, of shape ``(f(x).size, x.size)``:
+            a ``scipy.sparse`` matrix, a torch sparse tensor, a JAX BCOO or BCSR, or a
+            2-D boolean array (kept as a boolean ``scipy.sparse.csr_array``).
         coloring: the vertex order of the greedy coloring: "largest_first" (fewest
             colors, usually), "natural" or "smallest_last".
         dense: return a dense array shaped like the dense operator's result instead.

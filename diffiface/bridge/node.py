@@ -147,6 +147,10 @@ class Held(Node):
         return Held(self.shared.batch(dims), self.keep)
 
 
+def _held(node: Node, keep: Any) -> Node:
+    return node if keep is None else Held(node, keep)
+
+
 def _container_box(leaf: Any) -> bool:
     return framework_of(leaf) == "autograd" and isinstance(leaf._value, dict | list | tuple)
 
@@ -194,7 +198,6 @@ class Bridged:
         self._nodes: dict = {}
         self._plain: dict = {}
         self._arrays: dict = {}  # argument types (each an array leaf) -> as _plain's
-        self.keep: Any = None  # see call_keeping
 
     def __repr__(self) -> str:
         return f"differentiate_with({self.name}, {self.backend!r})"
@@ -210,7 +213,7 @@ class Bridged:
         hit = self._arrays.get(tuple(map(type, args)))
         if hit is not None:  # array arguments, seen before: no pytree to flatten
             outer, node, out_tree = hit
-            flat = outer.call(node if keep is None else Held(node, keep), list(args))
+            flat = outer.call(_held(node, keep), list(args))
             return flat[0] if out_tree is None else unflatten(out_tree, flat)
         try:
             leaves, tree = flatten(args)
@@ -222,9 +225,7 @@ class Bridged:
             hit = None
         if hit is not None:
             outer, node, out_tree = hit
-            return unflatten(
-                out_tree, outer.call(node if keep is None else Held(node, keep), leaves)
-            )
+            return unflatten(out_tree, outer.call(_held(node, keep), leaves))
         return self._call(args, leaves, tree, keep)
 
     def _call(self, args: tuple, leaves: list, tree: Any, keep: Any) -> Any:
@@ -242,7 +243,7 @@ class Bridged:
         where = tuple(i for i, leaf in enumerate(leaves) if framework_of(leaf) is not None)
         node = self._node(tree, tuple(static), where)
         outer_module = module(outer)
-        flat = outer_module.call(node if keep is None else Held(node, keep), arrays)
+        flat = outer_module.call(_held(node, keep), arrays)  # records the output structure
         out_tree = node_tree(node)
         if not static:
             with _LOCK:

@@ -277,8 +277,9 @@ class AutoSparse(AbstractBackend):
         sparsity_detector: "global" (a pattern valid for every x, read from the traced
             program: JAX's jaxpr or torch's aten graph), "local" (the nonzeros of dense
             Jacobians at x and two nearby random points: valid near x only, with a
-            ``SparsityWarning``), or the pattern itself (a ``scipy.sparse`` matrix or a
-            2-D boolean array of shape ``(f(x).size, x.size)``).
+            ``SparsityWarning``), or the pattern itself, of shape ``(f(x).size, x.size)``:
+            a ``scipy.sparse`` matrix, a torch sparse tensor, a JAX BCOO or BCSR, or a
+            2-D boolean array (kept as a boolean ``scipy.sparse.csr_array``).
         coloring: the vertex order of the greedy coloring: "largest_first" (fewest
             colors, usually), "natural" or "smallest_last".
         dense: return a dense array shaped like the dense operator's result instead.
@@ -346,13 +347,12 @@ class AutoSparse(AbstractBackend):
                 f"AutoSparse(sparsity_detector={d!r}): use 'global', 'local', or the pattern "
                 "itself (a scipy.sparse matrix or a 2-D boolean array)."
             )
-        if not isinstance(d, str) and getattr(d, "ndim", None) != 2:
-            raise DiffifaceTypeError(
-                f"AutoSparse(sparsity_detector=...): a given pattern must be a scipy.sparse "
-                f"matrix or a 2-D boolean array, got {type(d).__name__}."
-            )
-        if not isinstance(d, str):  # equal patterns make equal backends (as keys, in preps)
-            object.__setattr__(self, "_digest", _pattern_digest(d))
+        if not isinstance(d, str):  # a given pattern, kept in its canonical form
+            from .sparse.patterns import given_pattern
+
+            d = given_pattern(d)
+            object.__setattr__(self, "sparsity_detector", d)
+            object.__setattr__(self, "_digest", _pattern_digest(d))  # equal patterns: equal keys
         if self.coloring not in _ORDERS:
             raise DiffifaceValueError(
                 f"AutoSparse(coloring={self.coloring!r}): use one of {', '.join(_ORDERS)}."

@@ -23,9 +23,8 @@ _ALL: weakref.WeakSet = weakref.WeakSet()  # every FunctionCache, for clear_cach
 
 
 def clear_caches() -> None:
-    """Drop every function diffiface has compiled, prepared implicitly or bridged (the
-    bridges hold their last 32 functions strongly, closures included, because their
-    derivatives run after the call returns). Prepared ``Prep`` objects are unaffected.
+    """Drop every function diffiface has compiled, prepared implicitly or bridged (each
+    also goes when its ``f`` dies). Prepared ``Prep`` objects are unaffected.
 
     Examples:
         >>> import diffiface as di

@@ -109,7 +109,9 @@ class FixedParams:
     Raises:
         DiffifaceTypeError: ``f`` is not callable, ``params`` is omitted and ``f`` is
             no Module, or ``params`` of a Module is no dict.
-        DiffifaceValueError: ``strategy`` is none of the four.
+        DiffifaceValueError: ``strategy`` is none of the four, or a key of a Module's
+            ``params`` names none of its parameters and buffers, or its tensor has
+            another shape.
 
     Examples:
         >>> import numpy as np
@@ -136,6 +138,8 @@ class FixedParams:
                     "Pass dict(model.named_parameters()) (or leave params out to read them "
                     "from the module at each call)."
                 )
+            if params is not FROM_MODULE:
+                check_module_params(module, params)
             f = types.MethodType(functional_call, module)
         elif params is FROM_MODULE:
             raise DiffifaceTypeError(
@@ -176,6 +180,42 @@ class FixedParams:
 def _is_module(f: Any) -> bool:
     torch = sys.modules.get("torch")  # a Module exists only once torch is imported
     return torch is not None and isinstance(f, torch.nn.Module)
+
+
+def check_module_params(module: Any, params: Mapping) -> None:
+    """Each entry of ``params`` names a parameter or a buffer of ``module`` and has its
+    shape (``torch.func.functional_call`` ignores an unknown name and leaves the
+    module's own tensor in use)."""
+    import torch
+
+    own = dict(module.named_parameters(remove_duplicate=False))
+    buffers = dict(module.named_buffers(remove_duplicate=False))
+    what = f"the {type(module).__name__} module"
+    for name, value in params.items():
+        kind = "parameter" if name in own else "buffer"
+        tensor = own.get(name, buffers.get(name))
+        if tensor is None:
+            known = f"its parameters: {_names(own)}; its buffers: {_names(buffers)}"
+            raise DiffifaceValueError(
+                f"FixedParams(model, params): params has the key {name!r}, which is neither "
+                f"a parameter nor a buffer of {what} ({known}). Use the module's names, as "
+                "dict(model.named_parameters()) gives them."
+            )
+        lazy = isinstance(tensor, torch.nn.parameter.UninitializedTensorMixin)
+        shape = getattr(value, "shape", None)
+        if not lazy and shape is not None and tuple(shape) != tuple(tensor.shape):
+            raise DiffifaceValueError(
+                f"FixedParams(model, params): params[{name!r}] has shape {tuple(shape)}, and "
+                f"the {kind} {name!r} of {what} has shape {tuple(tensor.shape)}. Pass a "
+                f"tensor of shape {tuple(tensor.shape)}."
+            )
+
+
+def _names(tensors: dict, most: int = 12) -> str:
+    names = list(tensors)
+    if len(names) > most:
+        return f"{', '.join(map(repr, names[:most]))}, ... ({len(names)} in all)"
+    return ", ".join(map(repr, names)) or "none"
 
 
 def functional_call(module: Any, x: Any, params: Any, *contexts: Any) -> Any:

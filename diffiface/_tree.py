@@ -27,19 +27,50 @@ from typing import Any
 import numpy as np
 import optree
 
+from ._errors import DiffifaceValueError
+
 NAMESPACE = "diffiface"
+MAX_DEPTH = getattr(optree, "MAX_RECURSION_DEPTH", 1000)  # optree flattens no deeper
 
 # leaf types known not to be JAX pytree nodes (filled once jax is imported)
 _PLAIN: set = {float, int, bool, complex, str, bytes, np.ndarray, np.float64, np.float32}
 _LOCK = threading.Lock()
 
 
+class TooDeep(DiffifaceValueError):
+    """A pytree nested deeper than optree flattens (the operator shell names the call)."""
+
+    def __init__(self, what: str = "a pytree") -> None:
+        super().__init__(
+            f"{what} is nested more than {MAX_DEPTH} levels deep (containers inside "
+            "containers), deeper than diffiface flattens pytrees (optree's limit). Pass a "
+            "flatter pytree: a list or dict of the arrays, or one stacked array."
+        )
+
+
 def flatten(tree: Any) -> tuple[list[Any], Any]:
     """Leaves and treedef; None is an empty subtree (as in JAX): it stays None in results."""
-    leaves, treedef = optree.tree_flatten(tree, none_is_leaf=False, namespace=NAMESPACE)
+    try:
+        leaves, treedef = optree.tree_flatten(tree, none_is_leaf=False, namespace=NAMESPACE)
+    except RecursionError:
+        raise TooDeep() from None
     if not _PLAIN.issuperset(map(type, leaves)) and _bridge(leaves):
         return flatten(tree)  # a nested node type is met the next round
     return leaves, treedef
+
+
+def too_deep(tree: Any) -> bool:
+    """``tree`` nests lists, tuples or dicts more than MAX_DEPTH levels deep (no recursion)."""
+    stack = [(tree, 0)]
+    while stack:
+        node, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            return True
+        if isinstance(node, dict):
+            stack.extend((v, depth + 1) for v in node.values())
+        elif isinstance(node, list | tuple):
+            stack.extend((v, depth + 1) for v in node)
+    return False
 
 
 def unflatten(treedef: Any, leaves: Any) -> Any:

@@ -23,7 +23,7 @@ from typing import Any
 
 from .. import _checks
 from .._arrays import framework_of
-from .._tree import flatten, unflatten
+from .._tree import TooDeep, flatten, unflatten
 
 _LOCK = threading.RLock()
 
@@ -84,10 +84,11 @@ class Node:
         """``(*args, *cotangents) -> argument cotangents``, linear in the cotangents."""
         return self._get("vjp", lambda: Node(self.kit, self.kit.vjp(self.fn, n), n, "vjp", self))
 
-    def vjp_forward(self) -> Callable | None:
-        """``(*args) -> (outputs, residuals)`` for a reverse pass that will not be
-        differentiated again: the residuals go to ``kit.pullback`` instead of the vjp
-        node recomputing the forward pass. None where the kit has no such pair."""
+    def vjp_forward(self) -> tuple[Callable, Callable] | None:
+        """``((*args) -> (outputs, residuals), (residuals, cotangents) -> argument
+        cotangents)`` for a reverse pass that will not be differentiated again: the
+        residuals are pulled back instead of the vjp node recomputing the forward pass.
+        None where the kit has no such pair."""
         make = getattr(self.kit, "vjp_forward", None)
         if make is None:
             return None
@@ -115,6 +116,39 @@ class Node:
             return Node(self.kit, self.kit.vmap(self.fn, dims), lin, "batch", self, dims)
 
         return self._get(("batch", dims), build)
+
+
+class Held(Node):
+    """``node`` with an object its function needs alive (a crossing operator's f, which
+    the operator cache holds only weakly): the outer framework keeps it with its graph
+    for as long as the graph may call the node. Its derived nodes are held alike; the
+    shared ones stay free of it."""
+
+    __slots__ = ("keep", "shared")
+
+    def __init__(self, node: Node, keep: Any) -> None:
+        super().__init__(node.kit, node.fn, node.lin, node.kind, node.base, node.key)
+        self.out, self._derived = node.out, node._derived
+        self.shared, self.keep = node, keep
+
+    def jvp(self, n: int) -> Node:
+        return Held(self.shared.jvp(n), self.keep)
+
+    def vjp(self, n: int) -> Node:
+        return Held(self.shared.vjp(n), self.keep)
+
+    def vjp_forward(self) -> tuple[Callable, Callable] | None:
+        return self.shared.vjp_forward()
+
+    def transpose(self, n: int, lin_shapes: tuple) -> Node:
+        return Held(self.shared.transpose(n, lin_shapes), self.keep)
+
+    def batch(self, dims: tuple) -> Node:
+        return Held(self.shared.batch(dims), self.keep)
+
+
+def _held(node: Node, keep: Any) -> Node:
+    return node if keep is None else Held(node, keep)
 
 
 def _container_box(leaf: Any) -> bool:
@@ -168,23 +202,33 @@ class Bridged:
     def __repr__(self) -> str:
         return f"differentiate_with({self.name}, {self.backend!r})"
 
+    def call_keeping(self, keep: Any, *args: Any) -> Any:
+        """The call, its graph holding ``keep`` (what f reaches only weakly) alive."""
+        return self._run(args, keep)
+
     def __call__(self, *args: Any) -> Any:
+        return self._run(args, None)
+
+    def _run(self, args: tuple, keep: Any) -> Any:
         hit = self._arrays.get(tuple(map(type, args)))
         if hit is not None:  # array arguments, seen before: no pytree to flatten
             outer, node, out_tree = hit
-            flat = outer.call(node, list(args))
+            flat = outer.call(_held(node, keep), list(args))
             return flat[0] if out_tree is None else unflatten(out_tree, flat)
-        leaves, tree = flatten(args)
+        try:
+            leaves, tree = flatten(args)
+        except TooDeep:
+            raise _checks.DiffifaceValueError(f"{self!r}(...): {TooDeep('an argument')}") from None
         try:  # arrays only, seen before: (outer module, node, output structure)
             hit = self._plain.get((tree, *map(type, leaves)))
         except TypeError:
             hit = None
         if hit is not None:
             outer, node, out_tree = hit
-            return unflatten(out_tree, outer.call(node, leaves))
-        return self._call(args, leaves, tree)
+            return unflatten(out_tree, outer.call(_held(node, keep), leaves))
+        return self._call(args, leaves, tree, keep)
 
-    def _call(self, args: tuple, leaves: list, tree: Any) -> Any:
+    def _call(self, args: tuple, leaves: list, tree: Any, keep: Any) -> Any:
         if any(_container_box(leaf) for leaf in leaves):  # a dict or tuple autograd boxed
             from ..backends.autograd.impl import open_boxes
 
@@ -199,7 +243,7 @@ class Bridged:
         where = tuple(i for i, leaf in enumerate(leaves) if framework_of(leaf) is not None)
         node = self._node(tree, tuple(static), where)
         outer_module = module(outer)
-        flat = outer_module.call(node, arrays)  # records the output structure
+        flat = outer_module.call(_held(node, keep), arrays)  # records the output structure
         out_tree = node_tree(node)
         if not static:
             with _LOCK:

@@ -32,10 +32,10 @@ from ..operators.first_order import (
 from ..operators.jacobian import value_and_jacobian
 from .node import Bridged, framework_key
 
-# f -> the Bridged operators on it. An entry holds f strongly: the derivatives of a
-# bridged call run after the call returns (torch's backward, JAX's transposition),
-# when the caller may have dropped f (a lambda made inside the loss). So the entry
-# cannot die with f, and the small bound on functions is what limits the memory.
+# f -> the Bridged operators on it, holding f weakly: the entry dies with f. The
+# derivatives of a bridged call run after the call returns (torch's backward, JAX's
+# transposition), when the caller may have dropped f (a lambda made inside the loss):
+# each call's graph holds f (``Bridged.call_keeping``).
 _CACHE = FunctionCache(per_function=16, functions=32)
 
 
@@ -220,13 +220,14 @@ def call(op: Callable, f: Callable, backend: Any, args: tuple, kwargs: dict) -> 
     strategy = fixed.strategy if fixed is not None else None  # None: f is no FixedParams
     key = (name, backend, tuple(shape), strategy, tuple(sorted(kwargs.items())))
 
-    def build(_fget):  # holds g (see _CACHE), and nothing of this call's arrays
+    def build(fget):  # holds g weakly (see _CACHE), and nothing of this call's arrays
         def inner(params, values):
-            h = g if strategy is None else FixedParams(g, params, strategy=strategy)
+            fn = fget()  # alive: held by the graph that calls this
+            h = fn if strategy is None else FixedParams(fn, params, strategy=strategy)
             rebuilt = [Constant(v) if s == "C" else v for s, v in zip(shape, values, strict=True)]
             return op(h, backend, *rebuilt, **kwargs)
 
         return Bridged(inner, backend, name=f"{name} of {getattr(g, '__name__', 'f')}")
 
     bridged = _CACHE.get(g, key, build)
-    return bridged(fixed.params if fixed is not None else None, tuple(values))
+    return bridged.call_keeping(g, fixed.params if fixed is not None else None, tuple(values))

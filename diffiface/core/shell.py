@@ -26,7 +26,7 @@ from .. import _checks, _config, _finite
 from .._backend_types import AutoSparse
 from .._contexts import Constant, FixedParams, unfix
 from .._errors import Foreign
-from .._tree import flatten, tree_map, unflatten
+from .._tree import TooDeep, flatten, too_deep, tree_map, unflatten
 from ..nested.route import planned, route
 from . import convert, outputs, registry, unprepared
 from .backend import SLOW
@@ -192,6 +192,23 @@ def call(
         return out
     except Foreign as exc:  # arrays of another framework: the call crosses a bridge
         return _cross(exc, op, f, backend, x, t, contexts, prep, chunk_size, False)
+    except TooDeep:
+        raise _too_deep(op, backend, x, t, contexts) from None
+
+
+def _too_deep(
+    op: Operator, backend, x, t, contexts: tuple, name: str | None = None
+) -> _checks.DiffifaceValueError:
+    """The error for a pytree deeper than diffiface flattens, naming the call and which
+    argument it is (optree raised RecursionError)."""
+    values = [c.value if isinstance(c, Constant) else c for c in contexts]
+    what = "x, a tangent, a context or f's output"
+    for arg, tree in (("x", x), ("the tangent", t), ("a context", values)):
+        if too_deep(tree):
+            what = arg
+            break
+    form = _checks.call_form(name or op.name, backend)
+    return _checks.DiffifaceValueError(f"{form}: {TooDeep(what)}")
 
 
 def _cross(exc, op: Operator, f, backend, x, t, contexts, prep, chunk_size, has_aux) -> Any:
@@ -235,6 +252,8 @@ def _with_aux(op: Operator, f, backend, x, t, contexts, prep, chunk_size, has_au
         return out, c.impl.settle(sink.aux, out)
     except Foreign as exc:
         return _cross(exc, op, f, backend, x, t, contexts, prep, chunk_size, True)
+    except TooDeep:
+        raise _too_deep(op, backend, x, t, contexts) from None
 
 
 def prepared(prep: Any, op: Operator, backend: Any) -> Prep:
@@ -328,6 +347,8 @@ def prepare(op: Operator, f, backend, x, contexts: tuple, t=None, has_aux=False)
         if type(f) is FixedParams and f.strategy in ("auto", "min_memory"):
             plan.nested = planned(c.impl, f, op.name, c.xs, c.ctx, has_aux, c.prob.single)
         call(op, f, backend, x, t, contexts, plan, has_aux=has_aux)
+    except TooDeep:
+        raise _too_deep(op, backend, x, t, contexts, f"prepare_{op.family}") from None
     except Foreign:
         raise _checks.DiffifaceValueError(
             f"prepare_{op.family}(f, {backend!r}, ...): the arguments hold arrays of another "

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 import numpy as np
 import scipy.sparse as sp
 
@@ -12,9 +14,10 @@ def as_pattern(p) -> sp.csr_array:
     """The canonical boolean CSR pattern of ``p``.
 
     Args:
-        p: a scipy.sparse matrix or array of any format, or a 2-D array (NumPy, or
-            anything ``np.asarray`` takes) of bools or of 0/1 numbers. Stored zeros are
-            not part of the pattern.
+        p: a scipy.sparse matrix or array of any format, a torch sparse tensor (any
+            layout), a ``jax.experimental.sparse`` array (BCOO, BCSR), or a 2-D array
+            (NumPy, torch, JAX, or anything ``np.asarray`` takes) of bools or of 0/1
+            numbers. Stored zeros are not part of the pattern.
 
     Returns:
         A ``scipy.sparse.csr_array`` of bools, sorted indices, no duplicates, no zeros.
@@ -23,6 +26,7 @@ def as_pattern(p) -> sp.csr_array:
         DiffifaceValueError: ``p`` is not 2-D or holds values other than 0/1 (NaN included).
         DiffifaceTypeError: ``p`` is not an array, or its dtype is not bool/int/float.
     """
+    p = _as_scipy_or_numpy(p)
     if sp.issparse(p):
         if p.ndim != 2:
             raise DiffifaceValueError(
@@ -53,6 +57,40 @@ def as_pattern(p) -> sp.csr_array:
             "it to (f.size, x.size)."
         )
     return sp.csr_array(_pattern_values(a, "array"))
+
+
+def given_pattern(p) -> sp.csr_array:
+    """``as_pattern(p)`` for ``AutoSparse(backend, sparsity_detector=p)``: its errors
+    name that call."""
+    try:
+        return as_pattern(p)
+    except (DiffifaceTypeError, DiffifaceValueError) as exc:
+        raise type(exc)(f"AutoSparse(backend, sparsity_detector=p): {exc}") from None
+
+
+def _as_scipy_or_numpy(p):
+    """A torch tensor (sparse or on a device) or a JAX sparse array as a scipy.sparse
+    COO array or a NumPy array; anything else as it is."""
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(p, torch.Tensor):
+        t = p.detach().cpu()
+        if t.layout == torch.strided:
+            return t.numpy()
+        t = t.to_sparse_coo().coalesce()
+        if t.sparse_dim() != 2 or t.dense_dim() != 0:  # batched or hybrid: its dense form
+            return t.to_dense().numpy()
+        row, col = t.indices().numpy()
+        return sp.coo_array((t.values().numpy(), (row, col)), shape=tuple(t.shape))
+    jsparse = sys.modules.get("jax.experimental.sparse")
+    if jsparse is not None and isinstance(p, jsparse.JAXSparse):
+        bcoo = p if isinstance(p, jsparse.BCOO) else getattr(p, "to_bcoo", lambda: None)()
+        if bcoo is None or bcoo.ndim != 2 or bcoo.n_batch or bcoo.n_dense:
+            return np.asarray(p.todense())
+        row, col = np.asarray(bcoo.indices).T
+        data = np.asarray(bcoo.data)
+        real = (row < bcoo.shape[0]) & (col < bcoo.shape[1])  # JAX pads with out-of-range
+        return sp.coo_array((data[real], (row[real], col[real])), shape=bcoo.shape)
+    return p
 
 
 def _pattern_values(a: np.ndarray, what: str) -> np.ndarray:

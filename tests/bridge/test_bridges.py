@@ -287,16 +287,22 @@ def test_operators_on_another_frameworks_arrays_return_that_framework():
 
 
 def test_operators_crossing_for_many_functions_keep_a_bounded_cache():
-    """Each crossing operator holds its f (its derivatives run after the call returns,
-    when a lambda made inside a loss is gone); the number of functions is bounded."""
+    """A crossing operator's graph holds its f (its derivatives run after the call
+    returns, when a lambda made inside a loss is gone); the cache holds it weakly (its
+    entries die with the functions) and is bounded while they live."""
     from diffiface.bridge import operators as _bridge_ops
 
+    fs = []
     for k in range(_bridge_ops._CACHE._functions + 8):
+        fs.append(lambda t, k=k: k * (t**2).sum())
         x = torch.tensor(XS, requires_grad=True)
-        g = di.gradient(lambda t, k=k: k * (t**2).sum(), di.AutoJax(), x)
+        g = di.gradient(fs[-1], di.AutoJax(), x)
         (h,) = torch.autograd.grad(g.sum(), x)
         np.testing.assert_allclose(h.numpy(), 2.0 * k, rtol=1e-12)
     assert len(_bridge_ops._CACHE) == _bridge_ops._CACHE._functions
+    del fs, g  # g's graph holds the last f
+    gc.collect()
+    assert len(_bridge_ops._CACHE) == 0
 
 
 def test_prepare_with_another_frameworks_arrays_is_an_error():
@@ -473,9 +479,9 @@ def test_bridges_take_python_floats():
 
 
 @pytest.mark.skipif(not (HAVE["jax"] and HAVE["torch"]), reason="jax and torch needed")
-def test_clear_caches_releases_a_bridged_closure():
-    """An operator on another framework's arrays holds its f strongly (its derivative
-    runs after the call returns): di.clear_caches() lets it go."""
+def test_a_bridged_closure_dies_with_its_graph():
+    """An operator on another framework's arrays: its graph holds f (a derivative runs
+    after the call returns), and once the graph is gone nothing does."""
 
     import jax.numpy as jnp
     import torch
@@ -488,8 +494,20 @@ def test_clear_caches_releases_a_bridged_closure():
 
     alive = call()
     gc.collect()
-    assert alive() is not None  # held by the bridge table
-    di.clear_caches()
+    assert alive() is None
+
+    def attached(x):  # a torch graph whose backward runs the lambda's JAX derivative
+        big = torch.ones(1000, dtype=torch.float64)
+        g = di.gradient(lambda t: (jnp.sin(t) * big.numpy()[:3]).sum(), di.AutoJax(), x)
+        return g, weakref.ref(big)
+
+    x = torch.tensor(X, requires_grad=True)
+    g, alive = attached(x)
+    gc.collect()
+    assert alive() is not None  # the graph of g needs f
+    (h,) = torch.autograd.grad(g.sum(), x)
+    np.testing.assert_allclose(h.numpy(), -np.sin(X), rtol=1e-12)
+    del g, h
     gc.collect()
     assert alive() is None
 
@@ -590,3 +608,92 @@ def test_a_torch_backward_over_jax_reuses_the_forward_residuals_unless_different
     (h,) = torch.autograd.grad(g.sum(), x)
     torch.testing.assert_close(h, torch.autograd.grad(want[0].sum(), x)[0], rtol=1e-12, atol=0)
     assert "vjp" in node._derived
+
+
+def _sq_sin(xp, k):
+    """sum(sin(k x)^2), whose gradient is k sin(2 k x)."""
+    return lambda x: (xp.sin(k * x) ** 2).sum()
+
+
+def _torch_double_backward(b):
+    x = torch.tensor(X0, requires_grad=True)
+    (g,) = torch.autograd.grad(b(x), x, create_graph=True)
+    g.sum().backward()  # differentiated again: the vjp node
+    return g.detach().numpy()
+
+
+def _torch_backward(b):
+    x = torch.tensor(X0, requires_grad=True)
+    (b(x) * 2).backward()  # the saved residuals' pullback
+    return x.grad.numpy() / 2
+
+
+RELEASE = {  # (inner, outer) -> how the outer differentiates a bridged f
+    ("jax", "torch backward"): _torch_backward,
+    ("jax", "torch double backward"): _torch_double_backward,
+    ("jax", "autograd.grad"): lambda b: autograd.grad(b)(X0),
+    ("torch", "jax.grad"): lambda b: np.asarray(jax.grad(b)(jnp.asarray(X0))),
+    ("torch", "jax.jit(jax.grad)"): lambda b: np.asarray(jax.jit(jax.grad(b))(jnp.asarray(X0))),
+    ("autograd", "jax.grad"): lambda b: np.asarray(jax.grad(b)(jnp.asarray(X0))),
+}
+
+
+def _live_executables():
+    from jax.extend.backend import get_backend
+
+    return len(get_backend().live_executables())
+
+
+def _alive(refs):
+    """The referents still alive after gc; XLA's runtime drops a host callback's last
+    references on its own thread, so that is waited for (2 s at most)."""
+    import time
+
+    for _ in range(40):
+        gc.collect()
+        if all(r() is None for r in refs):
+            break
+        time.sleep(0.05)
+    return [r for r in refs if r() is not None]
+
+
+@pytest.mark.parametrize(("inner", "outer"), list(RELEASE), ids=[f"{i} in {o}" for i, o in RELEASE])
+def test_a_bridged_function_and_its_compilations_die_with_it(inner, outer):
+    """Bridged functions made anew (a lambda per loss) were kept: by one global jit of
+    the pullback (a compiled executable each, about 1.5 MiB), by autograd's global table
+    of primitives (one per node) and by JAX's cache of abstract evaluations (keyed on
+    the node). Now nothing holds a dead function or its compilations."""
+    run = RELEASE[(inner, outer)]
+
+    def one(k):
+        f = _sq_sin(OPS[inner], k)
+        g = run(di.differentiate_with(f, BACKENDS[inner]))
+        np.testing.assert_allclose(g, k * np.sin(2 * k * X0), rtol=1e-10)
+        return weakref.ref(f)
+
+    one(0.5)  # the first call compiles JAX's own helpers
+    gc.collect()
+    before = _live_executables()
+    refs = [one(1.0 + 0.1 * k) for k in range(12)]
+    assert _alive(refs) == []
+    assert _live_executables() == before
+
+
+def test_crossing_operators_and_their_compilations_die_with_f():
+    """An operator on another framework's arrays kept its last 32 functions (their
+    closures and compilations) until di.clear_caches(); now its cache holds them weakly
+    and only each call's graph holds its f."""
+
+    def one(k):
+        f = _sq_sin(jnp, k)
+        x = torch.tensor(X0, requires_grad=True)
+        (di.gradient(f, di.AutoJax(), x).sum() * 2).backward()
+        np.testing.assert_allclose(x.grad.numpy() / 2, 2 * k**2 * np.cos(2 * k * X0), rtol=1e-10)
+        return weakref.ref(f)
+
+    one(0.5)
+    gc.collect()
+    before = _live_executables()
+    refs = [one(1.0 + 0.1 * k) for k in range(12)]
+    assert _alive(refs) == []
+    assert _live_executables() == before

@@ -253,6 +253,27 @@ def test_errors_name_the_fix():
             di.gradient(di.FixedParams(build(Energy)), backend, x)
 
 
+def test_unknown_or_misshaped_params_are_errors():
+    """torch.func.functional_call ignores an unknown name (the module's own tensor was
+    used, silently) and a wrong shape raised torch's raw size mismatch. A buffer given
+    by its name is used."""
+    m = build(Energy, norm=True)
+    w = m.mlp.inp.weight
+    msg = r"key 'mlp.inp.Weight', .* parameters: 'mlp.inp.weight', .* buffers: 'mlp.norm.running"
+    with pytest.raises(di.DiffifaceValueError, match=msg):
+        di.FixedParams(m, {"mlp.inp.Weight": w.detach() * 2})
+    with pytest.raises(di.DiffifaceValueError, match=r"key 'running_mean'.*neither"):
+        di.FixedParams(m, {"running_mean": torch.zeros(8, dtype=F64)})
+    shape = r"params\['mlp.inp.weight'\] has shape \(2, 8\), and the parameter .* \(8, 2\)"
+    with pytest.raises(di.DiffifaceValueError, match=shape):
+        di.FixedParams(m, {"mlp.inp.weight": w.detach().T})
+    with pytest.raises(di.DiffifaceValueError, match=r"buffer 'mlp.norm.running_var'.*\(8,\)"):
+        di.FixedParams(m, {"mlp.norm.running_var": torch.ones(4, dtype=F64)})
+    mean = {"mlp.norm.running_mean": torch.full((8,), 0.25, dtype=F64)}
+    want = torch.func.grad(lambda x: torch.func.functional_call(m, mean, (x,)))(X0)
+    torch.testing.assert_close(di.gradient(di.FixedParams(m, mean), B, X0), want, **TOL)
+
+
 # ---- a PINN and a WGAN-GP gradient penalty, trained by loss.backward() -------------------------
 class U(nn.Module):
     """u(x) for a batch of points x (N,): a scalar per point."""

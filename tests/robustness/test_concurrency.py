@@ -164,3 +164,106 @@ def test_bridged_torch_forward_mode_from_many_threads():
 
     assert _threads(work) == []
     assert wrong == []
+
+
+def _nested_autograd_cases():
+    """case -> (diffiface nested in autograd or in itself, autograd's own nesting of the
+    same), both functions of a float."""
+    import autograd
+    import autograd.numpy as anp
+    from autograd.core import make_jvp
+
+    ag, A = autograd.grad, di.AutoAutograd()
+    xs = np.linspace(0.1, 1.0, 3)
+
+    def model(x, p):
+        return anp.sum(anp.sin(x * p) ** 2)
+
+    def fixed(strategy):
+        grad = lambda p: di.gradient(di.FixedParams(model, p, strategy=strategy), A, xs)  # noqa: E731
+        return ag(lambda p: anp.sum(grad(p) ** 2))
+
+    def with_aux(p0):
+        def outer(p):
+            (_, g), aux = di.value_and_gradient(
+                lambda x: (anp.sum(x * p) ** 2, x * p), A, xs, has_aux=True
+            )
+            return anp.sum(g) + anp.sum(aux**2)
+
+        return ag(outer)(p0)
+
+    def own_aux(p0):
+        g = lambda p: ag(lambda x: anp.sum(x * p) ** 2)(xs)  # noqa: E731
+        return ag(lambda p: anp.sum(g(p)) + anp.sum((xs * p) ** 2))(p0)
+
+    sin = lambda x, p: anp.sin(x * p)  # noqa: E731
+    grad_sum = lambda p: anp.sum(di.gradient(lambda x: anp.sum(sin(x, p)), A, xs))  # noqa: E731
+    own_grad_sum = ag(lambda p: anp.sum(ag(lambda x: anp.sum(sin(x, p)))(xs)))
+    return {
+        "derivative": (
+            ag(lambda x: x * di.derivative(lambda y: x * y, A, 1.0)),
+            ag(lambda x: x * ag(lambda y: x * y)(1.0)),
+        ),
+        "FixedParams reverse_over_reverse": (
+            fixed("reverse_over_reverse"),
+            ag(lambda p: anp.sum(ag(lambda x: model(x, p))(xs) ** 2)),
+        ),
+        "has_aux": (with_aux, own_aux),
+        "hessian": (
+            ag(lambda p: anp.sum(di.hessian(lambda x: anp.sum(sin(x, p)), A, xs))),
+            ag(lambda p: anp.sum(autograd.hessian(lambda x: anp.sum(sin(x, p)))(xs))),
+        ),
+        "jvp": (
+            ag(lambda p: anp.sum(di.jvp(lambda x: sin(x, p), A, xs, xs))),
+            ag(lambda p: anp.sum(make_jvp(lambda x: sin(x, p), xs)(xs)[1])),
+        ),
+        "jacobian": (
+            ag(lambda p: anp.sum(di.jacobian(lambda x: sin(x, p), A, xs))),
+            ag(lambda p: anp.sum(autograd.jacobian(lambda x: sin(x, p))(xs))),
+        ),
+        "diffiface over diffiface": (lambda p: di.derivative(grad_sum, A, p), own_grad_sum),
+        "inside autograd's make_jvp": (lambda p: make_jvp(grad_sum, p)(1.0)[1], own_grad_sum),
+    }
+
+
+@pytest.mark.skipif(not HAVE["autograd"], reason="autograd missing")
+@pytest.mark.parametrize(
+    "case",
+    [
+        "derivative",
+        "FixedParams reverse_over_reverse",
+        "has_aux",
+        "hessian",
+        "jvp",
+        "jacobian",
+        "diffiface over diffiface",
+        "inside autograd's make_jvp",
+    ],
+)
+def test_autograd_nesting_in_threads(case):
+    """diffiface's traces took autograd's process-wide trace count, which other threads
+    move: an inner trace numbered at or below the outer one (wrong results,
+    AttributeErrors, a false DisconnectedWarning). A short switch interval makes the
+    threads interleave inside every call. Reference: autograd's own nesting, computed on
+    this thread before the others start."""
+    import sys
+
+    ours, own = _nested_autograd_cases()[case]
+    points = [0.5 + 0.1 * i for i in range(8)]
+    want = [own(p) for p in points]
+    wrong = []
+
+    def work():
+        for _ in range(25):
+            for p, w in zip(points, want, strict=True):
+                if not np.allclose(ours(p), w, rtol=1e-12, atol=1e-12):
+                    wrong.append(p)
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        errors = _threads(work)  # warnings are errors under pytest: they count too
+    finally:
+        sys.setswitchinterval(interval)
+    assert errors == []
+    assert wrong == []

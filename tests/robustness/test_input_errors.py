@@ -369,3 +369,40 @@ def test_a_bad_chunk_size_across_frameworks_names_the_users_call():
     b = di.second_order(di.AutoFiniteDifferences(), di.AutoTorch())
     with pytest.raises(di.DiffifaceValueError, match=r"^hessian\(f, SecondOrder"):
         di.hessian(lambda x: (x**2).sum(), b, x, chunk_size=0)
+
+
+def _nested(a, depth):
+    for _ in range(depth):
+        a = [a]
+    return a
+
+
+def _innermost(t):
+    while isinstance(t, list):
+        t = t[0]
+    return t
+
+
+@pytest.mark.parametrize("where", ["x", "the tangent", "a context"])
+def test_a_pytree_nested_too_deep_names_the_limit(backend, where):
+    """optree flattens 1000 levels at most: a deeper x, tangent or context raised a bare
+    RecursionError."""
+    x = native(backend, X)
+    deep = _nested(x, 3000)
+    form = {
+        "x": lambda: di.gradient(lambda t: (_innermost(t) ** 2).sum(), backend, deep),
+        "the tangent": lambda: di.jvp(lambda t: t**2, backend, x, deep),
+        "a context": lambda: di.gradient(lambda t, c: (t**2).sum(), backend, x, di.Constant(deep)),
+    }[where]
+    msg = rf"{where} is nested more than 1000 levels deep.*flatter pytree"
+    with pytest.raises(di.DiffifaceValueError, match=msg):
+        form()
+
+
+@pytest.mark.skipif(not HAVE["autograd"], reason="autograd missing")
+def test_autograd_takes_what_optree_flattens():
+    """AutoAutograd opened x's containers recursively: RecursionError at 900 levels,
+    which the other backends take."""
+    deep = _nested(X, 900)
+    g = di.gradient(lambda t: (_innermost(t) ** 3).sum(), di.AutoAutograd(), deep)
+    np.testing.assert_allclose(_innermost(g), 3 * X**2, rtol=1e-12)

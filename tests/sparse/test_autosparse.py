@@ -333,3 +333,44 @@ def test_equal_given_patterns_make_equal_backends():
     prep = di.prepare_jacobian(banded, a, x)
     got = di.jacobian(banded, b, x, prep=prep)
     np.testing.assert_allclose(got.toarray(), _banded_jac(x), atol=1e-5)
+
+
+def _framework_patterns(band):
+    """The banded pattern as the sparse and dense arrays of each framework present."""
+    out = {}
+    if HAVE["torch"]:
+        import torch
+
+        t = torch.tensor(band.astype(np.float64))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)  # torch: CSR support is beta
+            out["torch sparse_coo"] = t.to_sparse()
+            out["torch sparse_csr"] = t.to_sparse_csr()
+            out["torch sparse_bsr"] = t.to_sparse_bsr((2, 2))
+        out["torch dense, requires_grad"] = t.clone().requires_grad_()
+    if HAVE["jax"]:
+        import jax.numpy as jnp
+        from jax.experimental import sparse as jsparse
+
+        out["jax BCOO"] = jsparse.BCOO.fromdense(jnp.asarray(band), nse=40)  # padded
+        out["jax BCSR"] = jsparse.BCSR.fromdense(jnp.asarray(band))
+    return out
+
+
+def test_framework_sparse_arrays_are_given_patterns():
+    """A torch sparse tensor raised torch's "can't convert Sparse layout tensor to
+    numpy", a JAX BCOO JAX's NotImplementedError: each is now the pattern it holds
+    (equal to the NumPy one), and the Jacobian matches the closed form."""
+    x = np.linspace(0.5, 1.5, 8)
+    band = sum(np.eye(6, 8, k=k, dtype=bool) for k in range(3))
+    want = di.AutoSparse(di.AutoFiniteDifferences(), sparsity_detector=band)
+    patterns = _framework_patterns(band)
+    assert patterns
+    for name, p in patterns.items():
+        b = di.AutoSparse(di.AutoFiniteDifferences(), sparsity_detector=p)
+        assert b == want, name
+        np.testing.assert_allclose(
+            di.jacobian(banded, b, x).toarray(), _banded_jac(x), atol=1e-5, err_msg=name
+        )
+        colors = di.coloring(p)
+        assert len(set(colors.tolist())) == 3, name

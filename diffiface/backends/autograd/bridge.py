@@ -136,35 +136,46 @@ def call(node: _bridge.Node, arrays: list) -> list:
     if not any(_bridge.framework_of(a) == "autograd" for a in arrays):  # no box: NumPy
         kit = node.kit
         return [to_numpy(o) for o in node.fn(*(kit.to_inner(to_numpy(a)) for a in arrays))]
-    out = _primitive(node)(*arrays)
+    out = _primitive()(node, *arrays)
     return [out[i] for i in range(len(out))]
 
 
-def _primitive(node: _bridge.Node):
-    return node._get("autograd", lambda: _make_primitive(node))
+_PRIMITIVE: list = []  # one autograd primitive for every node: autograd's tables of vjps
+# and jvps are global and hold their primitives forever (one per node kept every node)
 
 
-def _make_primitive(node: _bridge.Node):
+def _primitive():
+    if not _PRIMITIVE:
+        with _bridge._LOCK:
+            if not _PRIMITIVE:
+                _PRIMITIVE.append(_make_primitive())
+    return _PRIMITIVE[0]
+
+
+def _make_primitive():
     from autograd.builtins import tuple as atuple
     from autograd.extend import defjvp_argnums, defvjp_argnums, primitive
 
     @primitive
-    def run(*arrays):
+    def run(node, *arrays):
         kit = node.kit
         return atuple(to_numpy(o) for o in node.fn(*(kit.to_inner(a) for a in arrays)))
 
     def vjp_maker(argnums, ans, args, kwargs):
+        node, arrays = args[0], args[1:]
+
         def pull(g):
-            cts = call(node.vjp(len(args)), [*args, *g])
-            return tuple(cts[i] for i in argnums)
+            cts = call(node.vjp(len(arrays)), [*arrays, *g])
+            return tuple(cts[i - 1] for i in argnums)
 
         return pull
 
     def jvp_maker(argnums, gs, ans, args, kwargs):
-        ts = [np.zeros_like(_value(a)) for a in args]
+        node, arrays = args[0], args[1:]
+        ts = [np.zeros_like(_value(a)) for a in arrays]
         for i, g in zip(argnums, gs, strict=True):
-            ts[i] = g
-        return atuple(call(node.jvp(len(args)), [*args, *ts]))
+            ts[i - 1] = g
+        return atuple(call(node.jvp(len(arrays)), [*arrays, *ts]))
 
     defvjp_argnums(run, vjp_maker)
     defjvp_argnums(run, jvp_maker)

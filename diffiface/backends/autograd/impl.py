@@ -8,17 +8,18 @@ from typing import Any
 import autograd.numpy as anp
 import numpy as np
 from autograd.builtins import tuple as ag_tuple
-from autograd.core import JVPNode, make_jvp, make_vjp
+from autograd.core import JVPNode
 from autograd.numpy.numpy_boxes import ArrayBox
-from autograd.tracer import Box, trace_stack
+from autograd.tracer import Box
 
 from ... import _checks
 from ..._backend_types import AutoAutograd
 from ..._cache import weak_callable
-from ..._tree import flatten, tree_map
+from ..._tree import TooDeep, flatten, tree_map
 from ...core.backend import SLOW, BackendImpl
 from ...core.convert import is_masked
 from ...core.registry import register
+from .traces import make_jvp, make_vjp, open_traces
 
 
 @register(AutoAutograd)
@@ -31,10 +32,10 @@ class AutogradImpl(BackendImpl):
         return anp.concatenate(arrays, axis=axis) if len(arrays) > 1 else arrays[0]
 
     def settle(self, tree: Any, result: Any) -> Any:
-        top = trace_stack.top  # the traces of this call are closed: deeper boxes are its own
+        open_ = open_traces()  # the traces of this call are closed: their boxes are its own
 
         def lower(a: Any) -> Any:
-            while isinstance(a, Box) and a._trace > top:
+            while isinstance(a, Box) and a._trace not in open_:
                 a = a._value
             return a
 
@@ -70,7 +71,13 @@ class AutogradImpl(BackendImpl):
         )
 
     def open(self, tree: Any) -> Any:
-        return open_boxes(tree)
+        leaves = flatten(tree)[0]  # no Python recursion: a deep tree of arrays is opened as is
+        if not any(isinstance(a, Box) and isinstance(a._value, _CONTAINERS) for a in leaves):
+            return tree
+        try:
+            return open_boxes(tree)
+        except RecursionError:
+            raise TooDeep() from None
 
     def stack(self, arrays: list, axis: int) -> Any:
         return anp.stack(arrays, axis=axis)  # boxes inside an outer pass
@@ -279,6 +286,9 @@ def _link(y: Any, x: Any) -> Any:
     if not isinstance(x, Box) or (isinstance(y, Box) and y._trace == x._trace):
         return y
     return y + (0 * anp.sum(x)).astype(np.result_type(y))
+
+
+_CONTAINERS = (dict, list, tuple)
 
 
 def open_boxes(v: Any) -> Any:

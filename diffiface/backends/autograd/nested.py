@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import autograd.numpy as anp
 import numpy as np
-from autograd.core import make_jvp, make_vjp
 from autograd.extend import defvjp, defvjp_argnums, primitive
 from autograd.tracer import Box
 
@@ -21,6 +20,7 @@ from ... import _checks
 from ...nested import choose
 from ...nested.rules import Kit, register_gradient_rules
 from .impl import open_boxes
+from .traces import make_jvp, make_vjp
 
 
 class _Spec:

@@ -83,11 +83,10 @@ class Kit:
 
     @staticmethod
     def vjp_forward(fn):
-        return jax.jit(lambda *a: jax.vjp(fn, *a))  # the pullback is a pytree: jit returns it
-
-    @staticmethod
-    def pullback(pull, cts: list) -> tuple:
-        return _PULL(pull, tuple(cts))
+        """(outputs and pullback, the pullback applied): the pullback is a pytree, which
+        jit returns; its structure (and so the second's one compilation) is fn's, and
+        both die with fn's node."""
+        return jax.jit(lambda *a: jax.vjp(fn, *a)), jax.jit(lambda pull, cts: pull(tuple(cts)))
 
     @staticmethod
     def transpose(fn, n: int, lin_avals: tuple):
@@ -106,9 +105,6 @@ class Kit:
     def out_avals(fn, avals: tuple) -> list:
         outs = jax.eval_shape(fn, *(jax.ShapeDtypeStruct(s, d) for s, d in avals))
         return [(tuple(o.shape), np.dtype(o.dtype)) for o in outs]
-
-
-_PULL = jax.jit(lambda pull, cts: pull(cts))  # one compilation per pullback structure
 
 
 def kit(backend: Any) -> Kit:
@@ -198,6 +194,13 @@ def _batch(args, dims, *, node, avals):
     outs = call(node.batch(dims0), args)
     return outs, [0] * len(outs)
 
+
+try:  # JAX's caches keyed on a primitive's params hold a node weakly, as they hold a jaxpr
+    from jax._src.util import weakref_cache_key_types
+except ImportError:  # another JAX: its caches may keep nodes until they are evicted
+    pass
+else:
+    weakref_cache_key_types.update((_bridge.Node, _bridge.Held))
 
 bridge_p.def_impl(_impl)
 bridge_p.def_abstract_eval(_abstract)

@@ -195,11 +195,12 @@ class _Bridge(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, node, *args):
-        fwd = node.vjp_forward() if any(ctx.needs_input_grad[1:]) else None
-        if fwd is None:
+        pair = node.vjp_forward() if any(ctx.needs_input_grad[1:]) else None
+        if pair is None:
             output, ctx.pull = _outputs(_forward(node, args)), None
         else:  # keep the inner framework's residuals for the backward pass
-            outs, ctx.pull = _forward(node, args, fwd)
+            outs, pull = _forward(node, args, pair[0])
+            ctx.pull = (pair[1], pull)
             output = _outputs(outs)
         _save(ctx, node, args, output)
         return output
@@ -212,8 +213,8 @@ class _Bridge(torch.autograd.Function):
             for c, (s, d, dev) in zip(cts, ctx.meta, strict=True)
         ]
         if ctx.pull is not None and not torch.is_grad_enabled():  # not differentiated again:
-            to_inner, node = ctx.node.kit.to_inner, ctx.node  # the saved residuals' pullback
-            gs = node.kit.pullback(ctx.pull, [to_inner(c) for c in cts])
+            pullback, pull = ctx.pull  # the saved residuals' pullback
+            gs = pullback(pull, [ctx.node.kit.to_inner(c) for c in cts])
             return (None, *_outputs(gs))
         return (None, *call(ctx.node.vjp(len(args)), [*args, *cts]))
 

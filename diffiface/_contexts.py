@@ -60,14 +60,16 @@ class FixedParams:
     ``x`` or ``p``, a nested-AD rule differentiates the inner call with respect
     to both in one pass; ``strategy`` picks how (see the nested-AD guide):
 
-    * ``"auto"``: the faster of the two below for this function and these
-      shapes, measured the first time the inner gradient meets an outer
-      differentiation (or at ``prepare_gradient``) and kept; forward over
-      reverse must win by 3%. ``repr`` of a preparation shows the choice.
-      Other inner operators use reverse over reverse.
-    * ``"min_memory"``: the one whose pass allocates less, measured the same
-      way by the backend's measure of peak memory (XLA's memory analysis,
-      torch's allocator or profiler, tracemalloc).
+    * ``"auto"``: the faster of the two below, measured once per code of ``f``
+      (a closure made on every call shares one measurement) and shapes, and
+      kept; forward over reverse must win by 3%. torch and autograd time the
+      first real calls, the strategies taking turns (f runs no more often than
+      on a plain call); JAX times both compiled passes of one trace of ``f``.
+      ``repr`` of a preparation shows the choice. Other inner operators use
+      reverse over reverse.
+    * ``"min_memory"``: the one whose pass allocates less: measured by XLA's
+      memory analysis on JAX, from the framework's measured table on torch
+      (reverse over reverse) and autograd (forward over reverse).
     * ``"reverse_over_reverse"``: the outer framework differentiates the
       inner call's own graph.
     * ``"forward_over_reverse"``: the outer cotangent ``w`` of ``y = ∇ₓ g(x, p)``

@@ -15,6 +15,10 @@ F2 = lambda x, s: s * x  # noqa: E731
 FD = di.AutoFiniteDifferences()
 
 VALUE = {
+    "AutoSparse(pattern shape)": (
+        lambda: di.AutoSparse(di.AutoJax(), sparsity_detector=np.ones(3)),
+        r"AutoSparse\(backend, sparsity_detector=p\): a sparsity pattern is 2-D",
+    ),
     "AutoJax(mode)": (lambda: di.AutoJax(mode="fwd"), r"AutoJax\(mode='fwd'\): mode must"),
     "AutoTorch(mode)": (lambda: di.AutoTorch(mode="rev"), r"AutoTorch\(mode='rev'\): mode"),
     "AutoAutograd(mode)": (lambda: di.AutoAutograd(mode=1), r"AutoAutograd\(mode=1\): mode"),
@@ -100,8 +104,8 @@ TYPE = {
     "AutoSparse(backend)": (lambda: di.AutoSparse("jax"), r"AutoSparse\(backend\): backend"),
     "AutoSparse(class)": (lambda: di.AutoSparse(di.AutoJax), r"Did you mean AutoSparse\("),
     "AutoSparse(pattern)": (
-        lambda: di.AutoSparse(di.AutoJax(), sparsity_detector=np.ones(3)),
-        r"AutoSparse\(sparsity_detector=\.\.\.\): a given pattern",
+        lambda: di.AutoSparse(di.AutoJax(), sparsity_detector={"a": 1}),
+        r"AutoSparse\(backend, sparsity_detector=p\): a sparsity pattern is a scipy.sparse",
     ),
     "AutoSparse(dense)": (
         lambda: di.AutoSparse(di.AutoJax(), dense="yes"),

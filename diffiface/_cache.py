@@ -150,7 +150,7 @@ class CodeFacts:
     """Facts about f that hold for every function object of its code (``code_of``): a
     check made on f's first call, the one direction f supports. Kept per code (bounded,
     so a closure made per call pays the first-call work once), or weakly per object
-    where f has no code of its own. Not cleared by ``clear_caches``."""
+    where f has no code of its own or the table is full. Not cleared by ``clear_caches``."""
 
     def __init__(self, codes: int = 4096):
         self._codes = codes
@@ -159,16 +159,17 @@ class CodeFacts:
 
     def get(self, f: Callable, key: Hashable = True) -> Any:
         code = code_of(f)
-        if code is None:
-            return self._by_object.peek(f, key)
-        return self._by_code.get((code, key))
+        got = None if code is None else self._by_code.get((code, key))
+        if got is None and (code is None or len(self._by_code) >= self._codes):
+            return self._by_object.peek(f, key)  # (kept per object: see put)
+        return got
 
     def put(self, f: Callable, value: Any, key: Hashable = True) -> None:
         code = code_of(f)
-        if code is None:
-            self._by_object.put(f, key, value)
-        elif len(self._by_code) < self._codes:
+        if code is not None and len(self._by_code) < self._codes:
             self._by_code[code, key] = value
+        else:  # no code, or the table is full: this object keeps it
+            self._by_object.put(f, key, value)
 
 
 def code_of(f, depth: int = 2):

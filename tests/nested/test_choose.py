@@ -31,8 +31,7 @@ def needs(name):
 @pytest.fixture
 def measured(monkeypatch):
     """The measurements started (the real ``measure``, counted), none stored before."""
-    forget = getattr(choose, "forget", lambda: None)
-    forget()
+    choose.forget()
     calls = []
     real = choose.measure
 
@@ -43,12 +42,12 @@ def measured(monkeypatch):
 
     monkeypatch.setattr(choose, "measure", spy)
     yield calls
-    forget()
+    choose.forget()
 
 
 def chosen(got):
     """The Choice of a measurement (a Trial once it has decided)."""
-    return got.choice if isinstance(got, getattr(choose, "Trial", ())) else got
+    return got.choice if isinstance(got, choose.Trial) else got
 
 
 def jax_f(x, w):
@@ -398,7 +397,7 @@ def test_racing_first_uses_measure_once_and_keep_one_choice(name, measured):
     if not HAVE[name]:
         pytest.skip(f"{name} missing")
     threads, rounds = 8, 2 * choose.REPEATS + 2
-    barrier = threading.Barrier(threads)
+    barrier = threading.Barrier(threads, timeout=120)
     errors, got = [], []
 
     if name == "jax":
@@ -434,7 +433,8 @@ def test_racing_first_uses_measure_once_and_keep_one_choice(name, measured):
     for t in pool:
         t.start()
     for t in pool:
-        t.join()
+        t.join(timeout=120)
+    assert not any(t.is_alive() for t in pool)
     assert not errors
     assert len(measured) == 1
     assert chosen(measured[0]) is not None

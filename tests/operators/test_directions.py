@@ -13,6 +13,21 @@ import diffiface as di
 X = np.array([0.7, 1.3])
 
 
+@pytest.fixture(autouse=True)
+def _fresh_facts(monkeypatch):
+    """Each test learns what f supports itself: the facts kept per code outlive
+    clear_caches, so a neighbour would otherwise have learned them already."""
+    from diffiface._cache import CodeFacts
+    from diffiface.core import direction
+
+    monkeypatch.setattr(direction, "_ONLY", CodeFacts())
+    if HAVE["torch"]:
+        from diffiface.backends.torch import graph
+
+        monkeypatch.setattr(graph, "CHECKED", CodeFacts())
+        monkeypatch.setattr(graph, "_TWICE", CodeFacts())
+
+
 # ---- torch: no_grad inside f (reverse mode: a constant; forward mode ignores it) ----
 def _blocked(block):
     """y = x**3 - sg(x**2) * x, sg by a grad-mode block inside f: J = diag(2 x**2), the

@@ -194,3 +194,23 @@ def test_code_of_tells_apart_what_behaves_apart():
     assert code_of(functools.partial(make(1.0), 2)) == code_of(functools.partial(make(3.0), 4))
     assert code_of(math.sin) is math.sin  # a builtin: itself
     assert code_of(np.sin) is None  # a callable of C type: kept per object
+
+
+def test_code_facts_kept_per_object_once_the_code_table_is_full():
+    """A fact learned after the table of codes filled up is not lost (a direction f
+    lacks, learned once, must hold on its later calls)."""
+    from diffiface._cache import CodeFacts
+
+    facts = CodeFacts(codes=1)
+
+    def make(c):
+        return lambda x: x * c
+
+    def other(x):
+        return x
+
+    facts.put(make(1.0), "first")
+    late = other
+    facts.put(late, "reverse")
+    assert facts.get(make(2.0)) == "first"  # shared by its code
+    assert facts.get(late) == "reverse"  # kept by the object itself

@@ -152,81 +152,102 @@ class CodeFacts:
     so a closure made per call pays the first-call work once), or weakly per object
     where f has no code of its own or the table is full. Not cleared by ``clear_caches``."""
 
-    def __init__(self, codes: int = 4096):
-        self._codes = codes
+    def __init__(self, codes: int = 4096, strict: bool = True):
+        self._codes, self._strict = codes, strict
         self._by_code: dict = {}
         self._by_object = FunctionCache(per_function=4, clear=False)
 
     def get(self, f: Callable, key: Hashable = True) -> Any:
-        code = code_of(f)
+        code = code_of(f, strict=self._strict)
         got = None if code is None else self._by_code.get((code, key))
         if got is None and (code is None or len(self._by_code) >= self._codes):
             return self._by_object.peek(f, key)  # (kept per object: see put)
         return got
 
     def put(self, f: Callable, value: Any, key: Hashable = True) -> None:
-        code = code_of(f)
+        code = code_of(f, strict=self._strict)
         if code is not None and len(self._by_code) < self._codes:
             self._by_code[code, key] = value
         else:  # no code, or the table is full: this object keeps it
             self._by_object.put(f, key, value)
 
 
-def code_of(f, depth: int = 2):
+def code_of(f, depth: int = 2, strict: bool = False):
     """What ``f`` is one of, for facts about f that hold for every function object of
-    the same code (a nested strategy's measurement, a check made on f's first call):
-    its code and the kinds of what it closes over or binds (for an array: type, shape
-    and dtype; for a function: its own code_of). A closure made anew on every call has
-    the same one each time. None where ``f`` has no Python code of its own nor a class
-    that gives it one (a callable of C type): keep such facts per object."""
+    the same code: its code and the kinds of what it closes over or binds (for an
+    array: type, shape and dtype; for a function: its own code_of). A closure made anew
+    on every call has the same one each time. None where ``f`` has no Python code of its
+    own nor a class that gives it one (a callable of C type): keep such facts per object.
+
+    ``strict``: for checks whose miss would drop a derivative silently (torch's
+    first-call watch, ``@once_differentiable``, the one direction f supports): flags
+    (bool, str, None, int) count by value, and a callable object (an ``nn.Module``,
+    whose layers differ by instance) anywhere in f makes it None. Without it (the
+    nested strategy, a speed choice) a callable object counts by its class."""
     if depth < 0:
         return None
     kind = type(f)
     if kind is types.BuiltinFunctionType:  # a builtin (torch.dot) lives as long as its module
-        return f
+        bound = f.__self__  # a method of an array (a.sum): by type, not keeping a alive
+        if bound is None or isinstance(bound, types.ModuleType):
+            return f
+        return ("builtin", type(bound), f.__name__)
     if kind is types.FunctionType:
         cells = f.__closure__
         if not cells:
             return f.__code__
-        return (f.__code__, *[_kind(c, depth) for c in cells])
+        return _known((f.__code__, *[_kind(c, depth, strict) for c in cells]))
     if kind is types.MethodType:
-        inner = code_of(f.__func__, depth)
-        return None if inner is None else ("method", inner, _value_kind(f.__self__, depth))
+        inner = code_of(f.__func__, depth, strict)
+        bound = _value_kind(f.__self__, depth, strict)
+        return None if inner is None else _known(("method", inner, bound))
     if kind is functools.partial:
-        inner = code_of(f.func, depth)
+        inner = code_of(f.func, depth, strict)
         if inner is None:
             return None
-        args = tuple(_value_kind(a, depth) for a in f.args)
-        kw = tuple((k, _value_kind(v, depth)) for k, v in sorted(f.keywords.items()))
-        return ("partial", inner, args, kw)
+        args = tuple(_value_kind(a, depth, strict) for a in f.args)
+        kw = [x for k, v in sorted(f.keywords.items()) for x in (k, _value_kind(v, depth, strict))]
+        return _known(("partial", inner, *args, *kw))
     wrapped = getattr(f, "__wrapped__", None)  # jax.jit, functools.wraps
     if wrapped is not None and wrapped is not f:
-        inner = code_of(wrapped, depth - 1)
+        inner = code_of(wrapped, depth - 1, strict)
         return None if inner is None else (kind, inner)
-    if isinstance(getattr(kind, "__call__", None), types.FunctionType):  # noqa: B004
+    if not strict and isinstance(getattr(kind, "__call__", None), types.FunctionType):  # noqa: B004
         return kind  # a callable object (an nn.Module): its class
     return None
 
 
-def _kind(cell, depth: int):
+_UNKNOWN = object()  # (strict) a value whose behaviour its kind does not tell
+_FLAGS = (bool, str, int, type(None))
+
+
+def _known(key: tuple):
+    return None if any(part is _UNKNOWN for part in key) else key
+
+
+def _kind(cell, depth: int, strict: bool):
     try:
         value = cell.cell_contents
     except ValueError:  # an empty cell
         return None
-    return _value_kind(value, depth)
+    return _value_kind(value, depth, strict)
 
 
-def _value_kind(value, depth: int):
+def _value_kind(value, depth: int, strict: bool = False):
     """An array: its type, shape and dtype; a function: its code; a class or a module:
     itself (``Cube.apply`` is bound to the class: its behaviour is the class's); else
-    the type."""
+    the type (``strict``: a flag by value, a callable object unknown)."""
     if isinstance(value, types.ModuleType | type):
         return value
+    if strict and type(value) in _FLAGS:
+        return (type(value), value)
     shape = getattr(value, "shape", None)
     if isinstance(shape, tuple) and hasattr(value, "dtype"):
-        return (type(value), shape, str(value.dtype))
-    if depth > 0 and callable(value) and not isinstance(value, type):
-        inner = code_of(value, depth - 1)
+        return (type(value), shape, value.dtype)
+    if depth > 0 and callable(value):
+        inner = code_of(value, depth - 1, strict)
         if inner is not None:
             return inner
+        if strict:
+            return _UNKNOWN
     return type(value)

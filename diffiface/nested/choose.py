@@ -6,7 +6,10 @@ also the kinds of the values it closes over; for ``functools.partial`` and bound
 methods those of the function and what is bound) and *signature* (shapes and dtypes
 of x, the parameters and the contexts), so a loss that makes its inner function anew
 on every call measures once. It is made once per process, shared between threads,
-and runs f no more often than the chosen strategy does:
+and runs f as often as the strategy of each call does, except: JAX traces f once more
+(one trace per code and signature), and a call whose forward-over-reverse rule fails
+(an operation of f without a forward-mode rule) runs f again by the framework's own
+nesting:
 
 * torch and autograd time the first real calls, the strategies taking turns
   (reverse over reverse first), from the inner call to the end of its part of the
@@ -250,6 +253,9 @@ class Trial:
 
     def take(self) -> tuple[str, Sample | None]:
         """The strategy of the next call, and its Sample while measuring."""
+        choice = self.choice  # decided: no lock (a Trial kept per object stays in use)
+        if choice is not None:
+            return choice.strategy, None
         with self._lock:
             if self.choice is None:
                 self._decide()
@@ -340,7 +346,7 @@ class Timed:
             xs = tuple(marks.inputs(a, sample) for a in xs)
             leaves, tree = flatten(ctx)
             ctx = unflatten(tree, [marks.inputs(a, sample) for a in leaves])
-        _THREAD.sample = sample
+        outer, _THREAD.sample = _THREAD.sample, sample
         try:
             out = getattr(self._view, name)(watched, xs, ctx)
         except Exception:
@@ -350,7 +356,7 @@ class Timed:
             self._trial.drop(sample, failed=True)  # the rule cannot run this f
             return getattr(self._impl, name)(prob, *given)
         finally:
-            _THREAD.sample = None
+            _THREAD.sample = outer  # (a nested inner call inside f has its own)
         if name == "gradient":
             out = marks.outputs(out, sample)
         else:

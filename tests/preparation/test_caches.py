@@ -193,6 +193,7 @@ def test_code_of_tells_apart_what_behaves_apart():
     assert code_of(A.apply) != code_of(B.apply)  # one method bound to two classes
     assert code_of(functools.partial(make(1.0), 2)) == code_of(functools.partial(make(3.0), 4))
     assert code_of(math.sin) is math.sin  # a builtin: itself
+    assert code_of(np.ones(2).sum) == ("builtin", np.ndarray, "sum")  # holds no array
     assert code_of(np.sin) is None  # a callable of C type: kept per object
 
 
@@ -214,3 +215,48 @@ def test_code_facts_kept_per_object_once_the_code_table_is_full():
     facts.put(late, "reverse")
     assert facts.get(make(2.0)) == "first"  # shared by its code
     assert facts.get(late) == "reverse"  # kept by the object itself
+
+
+def test_strict_code_of_tells_apart_flags_and_callable_objects():
+    """The checks whose miss would drop a derivative key f strictly: a flag counts by
+    value, and a callable object (whose layers differ by instance) keeps facts per
+    object; the nested strategy (a speed choice) shares them by kind and class."""
+    from diffiface._cache import code_of
+
+    def make(flag):
+        return lambda x: x * 2 if flag else x
+
+    class Layer:
+        def __call__(self, x):
+            return x
+
+    def over(layer):
+        return lambda x: layer(x)
+
+    assert code_of(make(True)) == code_of(make(False))
+    assert code_of(make(True), strict=True) != code_of(make(False), strict=True)
+    assert code_of(make(True), strict=True) == code_of(make(True), strict=True)
+    assert code_of(Layer()) is Layer and code_of(Layer(), strict=True) is None
+    assert code_of(over(Layer())) == code_of(over(Layer()))
+    assert code_of(over(Layer()), strict=True) is None
+
+
+@pytest.mark.skipif(not HAVE["torch"], reason="torch missing")
+def test_a_closure_that_drops_the_derivative_is_caught_after_one_that_does_not():
+    """torch's first-call watch runs per strict code: a closure of the same code whose
+    flag takes the .item() branch is watched too, not trusted from its neighbour."""
+    import torch
+
+    def make(scalar):
+        def f(x):
+            if scalar:
+                return x * x.sum().item()
+            return x * x.sum()
+
+        return f
+
+    x = torch.tensor([1.0, 2.0], dtype=torch.float64)
+    got = di.jacobian(make(False), di.AutoTorch(), x)
+    np.testing.assert_allclose(got.numpy(), np.diag([3.0, 3.0]) + np.outer([1.0, 2.0], [1, 1]))
+    with pytest.raises(di.DiffifaceTypeError, match="drops the derivative"):
+        di.jacobian(make(True), di.AutoTorch(), x)

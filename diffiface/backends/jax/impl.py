@@ -11,7 +11,7 @@ import numpy as np
 
 from ... import _checks, _config
 from ..._backend_types import AutoJax
-from ..._cache import FunctionCache, code_of
+from ..._cache import CodeFacts, FunctionCache
 from ..._reads import fingerprint
 from ..._tree import tree_map, unflatten
 from ...core import direction, outputs
@@ -30,7 +30,7 @@ def under_eager_transform(x) -> bool:
     return isinstance(x, jax.core.Tracer) and x.to_concrete_value() is not None
 
 
-_COMPILED_CODES: dict = {}  # code_of(f) -> True: an object of it compiled under eager
+_COMPILED = CodeFacts(strict=False)  # f's code -> an object of it compiled under eager
 _MET = ("run once uncompiled",)  # a CACHE key: the object was met
 
 
@@ -43,14 +43,10 @@ def _eager_outer(prob, xs: tuple) -> bool:
         return False
     if CACHE.entries(prob.f):
         return False  # met before: compile it, or use its compilation
-    code = code_of(prob.f)
-    if code is None:
-        return False
-    if code in _COMPILED_CODES:
+    if _COMPILED.get(prob.f):
         CACHE.put(prob.f, _MET, True)
         return True
-    if len(_COMPILED_CODES) < 4096:
-        _COMPILED_CODES[code] = True
+    _COMPILED.put(prob.f, True)
     return False
 
 

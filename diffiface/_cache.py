@@ -66,7 +66,10 @@ class FunctionCache:
 
     def peek(self, f: Callable, key: Hashable) -> Any:
         """The entry for ``(f, key)``, or None (nothing is built or counted)."""
-        owner, key = _owner_key(f, key)
+        if type(f) is types.MethodType:  # (as _owner_key: inline, it runs per call)
+            owner, key = f.__self__, (f.__func__, key)
+        else:
+            owner = f
         item = self._data.get(id(owner))
         if item is not None and item[0]() is owner:
             return item[1].get(key)

@@ -139,9 +139,7 @@ class Prep:
         for p in self._probs.values():
             p.prepared = True
         # one native or NumPy array: the per-call check is a type, shape and dtype comparison
-        self._fast = (
-            (type(x), tuple(x.shape), x.dtype) if prob.single and kinds[0] in (0, 1) else None
-        )
+        self._fast = fast_sig(x) if prob.single and kinds[0] in (0, 1) else None
         # native leaves (of x, of the Constant contexts): compared as one list, no conversion
         self._x_native = native_sig(impl, x) if all(k == 0 for k in kinds) else None
         self._ctx_native = (
@@ -160,7 +158,7 @@ class Prep:
         numpy = self._kinds[0] == _convert.NUMPY
         if self._fast is not None and not self._ctx_sig and not _is_many(self._t_sig):
             for op, prob in self._probs.items():
-                run = self.impl.runner(prob, "numpy" if numpy else "array", self.combo)
+                run = self.impl.runner(prob, "numpy" if numpy else ARRAY, self.combo)
                 if run is not None:
                     self._direct[op] = run
         elif (
@@ -171,34 +169,34 @@ class Prep:
             and type(self.f) is not FixedParams
         ):  # native pytree leaves and Constant contexts: runners on the flat leaves
             for op, prob in self._probs.items():
-                run = self.impl.runner(prob, "leaves")
+                run = self.impl.runner(prob, LEAVES)
                 if run is not None:
                     self._leaves[op] = run
         return self
 
+    def problem(self, op: str) -> Problem:
+        """The plan's problem for ``op`` (its compiled functions, once it ran)."""
+        return self._probs[op]
+
     def run_direct(self, op: str, f: Callable, backend: Any, x: Any, contexts: tuple, *t):
-        """The result of a call that matches exactly, by the direct runner, else SLOW
+        """The result of a call that matches exactly, by the plan's runner, else SLOW
         (the general path runs: it converts, routes, or raises the mismatch)."""
         run = self._direct.get(op)
         if run is None:
             run = self._leaves.get(op)
             if run is None:
                 return SLOW
-            return self._run_leaves(run, f, backend, x, contexts)
-        if contexts or (f is not self.f and not _same_f(f, self.f)):
-            return SLOW
-        fast = self._fast
-        if type(x) is not fast[0] or x.shape != fast[1] or x.dtype != fast[2]:
+            form, x_sig, c_sig = LEAVES, self._x_native, self._ctx_native
+        else:  # one array: run_form's check, inline (it runs on every call)
+            fast = self._fast
+            if contexts or type(x) is not fast[0] or x.shape != fast[1] or x.dtype != fast[2]:
+                return SLOW
+            form, x_sig, c_sig = None, None, None
+        if f is not self.f and not _same_f(f, self.f):
             return SLOW
         if backend is not self.backend and backend != self.backend:
             return SLOW
-        return run(x, *t)
-
-    def _run_leaves(self, run, f, backend, x, contexts):
-        if not _same_f(f, self.f) or (backend is not self.backend and backend != self.backend):
-            return SLOW
-        got = leaves_of(x, contexts, self._x_native, self._ctx_native)
-        return SLOW if got is None else run(*got)
+        return run(x, *t) if form is None else run_form(form, run, x_sig, c_sig, x, contexts, t)
 
     def __repr__(self) -> str:
         nested = "" if self.nested is None else f"; nested: {self.nested}"
@@ -279,6 +277,26 @@ class Prep:
             "preparation:\n" + "\n".join(rows) + f"\nPrepare again with "
             f"prepare_{FAMILY.get(op, op)}(...) for these arguments, or call {op} without prep."
         )
+
+
+ARRAY, LEAVES = "array", "leaves"  # the forms of a runner (see BackendImpl.runner)
+
+
+def fast_sig(x: Any) -> tuple:
+    """(type, shape, dtype) of one array: compared on every call, no strings built."""
+    return (type(x), tuple(x.shape), x.dtype)
+
+
+def run_form(form: str, run: Callable, x_sig, c_sig, x: Any, contexts: tuple, t: tuple):
+    """``run`` on this call when x and the contexts match the runner's signature, else
+    SLOW: one array ("array" and "numpy": ``x_sig`` from :func:`fast_sig`, no contexts)
+    or native leaves ("leaves": ``x_sig``, ``c_sig`` from :func:`native_sig`)."""
+    if form == LEAVES:
+        got = leaves_of(x, contexts, x_sig, c_sig)
+        return SLOW if got is None else run(*got)
+    if contexts or type(x) is not x_sig[0] or x.shape != x_sig[1] or x.dtype != x_sig[2]:
+        return SLOW
+    return run(x, *t)
 
 
 def native_sig(impl: Any, tree: Any):

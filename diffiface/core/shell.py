@@ -1,18 +1,17 @@
 """The one operator shell: check -> plan -> run -> convert back.
 
 Every public operator is an :class:`Operator` declaration (its name, its family,
-whether f must be scalar, whether it takes a ``second_order`` backend, which fast
-path it has, and a ``run`` function on a :class:`Call`) and a thin public function
+whether f must be scalar, whether it takes a tangent or a ``second_order``
+backend, and a ``run`` function on a :class:`Call`) and a thin public function
 that hands its arguments to :func:`call`. The shell does the rest, the same way for
 every operator:
 
-1. the fast path: a prepared call that matches its plan exactly, or an unprepared
-   call that matches the cached plan of the last call like it, runs the backend's
-   runner and nothing else (a backend that keeps no unprepared plans, as torch,
-   pays no lookup);
+1. the plan: a prepared call runs the plan the user holds, an unprepared one the
+   plan kept weakly on f by the last call like it (``core.unprepared``); both run
+   the backend's runner and nothing else when the call matches;
 2. enter: the boundary checks, the backend's implementation, x and the contexts
    converted, the Problem, a FixedParams routed to its nested-AD rule;
-3. run, then remember the plan of an unprepared call for the next one like it;
+3. run, then keep the plan of an unprepared call for the next one like it;
 4. arrays of another framework raise ``Foreign`` while converting: the shell hands
    the call to the bridge, the one hook through which the layer above is reached.
 """
@@ -30,7 +29,7 @@ from .._tree import TooDeep, flatten, too_deep, tree_map, unflatten
 from ..nested.route import planned, route
 from . import convert, outputs, registry, unprepared
 from .backend import SLOW
-from .plan import Prep, native_sig
+from .plan import Prep
 from .problem import Problem
 
 
@@ -38,40 +37,18 @@ class Operator:
     """One public operator, declared.
 
     ``run(call, t, chunk_size)`` computes the result from an entered :class:`Call`
-    (``t``: the tangent or cotangent, None for operators without one). ``fast``:
-    "any" (prepared and unprepared plans), "prepared", or None. ``remember``: the
-    unprepared plans it stores, "array" (one array) or "leaves" (also native pytrees
-    with Constant contexts), or None. ``resolve(f, backend, contexts)`` gives
-    ``(impl, combo)`` for a second-order backend.
+    (``t``: the tangent or cotangent, None for operators without one).
+    ``resolve(f, backend, contexts)`` gives ``(impl, combo)`` for a second-order
+    backend. Every operator keeps its plans (prepared, and unprepared ones weakly on
+    f): the backend's runner decides which calls it runs.
     """
 
-    __slots__ = (
-        "family",
-        "fast",
-        "name",
-        "public",
-        "remember",
-        "resolve",
-        "run",
-        "scalar",
-        "tangent",
-    )
+    __slots__ = ("family", "name", "public", "resolve", "run", "scalar", "tangent")
 
-    def __init__(
-        self,
-        name,
-        family,
-        run,
-        *,
-        scalar=False,
-        tangent=False,
-        fast="prepared",
-        remember=None,
-        resolve=None,
-    ):
+    def __init__(self, name, family, run, *, scalar=False, tangent=False, resolve=None):
         self.name, self.family, self.run, self.scalar = name, family, run, scalar
         self.tangent = tangent  # takes a tangent or cotangent after x (None is one too)
-        self.fast, self.remember, self.resolve = fast, remember, resolve
+        self.resolve = resolve
         self.public: Callable | None = None  # set by ``public``
 
     def __repr__(self) -> str:
@@ -167,28 +144,23 @@ def call(
     if has_aux is not False or (prep is not None and getattr(prep, "aux", False)):
         return _with_aux(op, f, backend, x, t, contexts, prep, chunk_size, has_aux)
     try:
-        if chunk_size is None and op.fast is not None and not _config.checking():
-            if prep is not None:
+        if chunk_size is None and not _config.checking():
+            args = (t,) if op.tangent else ()
+            if prep is not None:  # the user's plan
                 plan = prep if type(prep) is Prep else prepared(prep, op, backend)  # (raises)
-                if op.tangent:
-                    out = plan.run_direct(op.name, f, backend, x, contexts, t)
-                else:
-                    out = plan.run_direct(op.name, f, backend, x, contexts)
-                if out is not SLOW:
-                    return out
-            elif op.fast == "any" and type(backend) in registry.KEEPS_PLANS:
-                # the cached plan of the last unprepared call like this one
-                run = None if contexts else unprepared.lookup(op.name, f, backend, x)
-                if run is not None:
-                    out = run(x)  # SLOW: the general path explains (x64 off for float64)
-                else:
-                    out = unprepared.run_leaves(op.name, f, backend, x, contexts)
-                if out is not SLOW and out is not None:
-                    return out
+                out = plan.run_direct(op.name, f, backend, x, contexts, *args)
+            elif type(backend) in registry.KEEPS_PLANS:  # the plan kept from a call like it
+                out = unprepared.run(op.name, f, backend, x, contexts, args)
+            else:
+                out = SLOW
+            if out is not SLOW:  # (SLOW: the general path runs, and explains)
+                return out
         c = enter(op, f, backend, x, contexts, prep, t)
         out = op.run(c, t, chunk_size)
-        if op.remember and c.impl.keeps_plans and prep is None and chunk_size is None:
-            _remember(op, f, backend, x, c, contexts)
+        if prep is None and chunk_size is None and c.impl.keeps_plans:
+            unprepared.remember(
+                op.name, f, backend, c.impl, c.prob, c.combo, x, c.kinds, contexts, t
+            )
         return out
     except Foreign as exc:  # arrays of another framework: the call crosses a bridge
         return _cross(exc, op, f, backend, x, t, contexts, prep, chunk_size, False)
@@ -307,32 +279,6 @@ _ONE_NATIVE = (convert.NATIVE,)
 _LEAF = flatten(0.0)[1]
 
 
-def _remember(op: Operator, f, backend, x, c: Call, contexts: tuple) -> None:
-    """After a plain unprepared call: store its runner for the next call like it (one
-    native or NumPy array; or, for "leaves", native pytree leaves with Constant
-    contexts of native leaves)."""
-    impl, prob, kinds = c.impl, c.prob, c.kinds
-    if impl is not prob.impl or outputs.returns_tree(prob.f):  # a nested-AD rule; a pytree
-        return
-    registry.KEEPS_PLANS.add(type(backend))  # a SecondOrder of a backend that keeps plans
-    if prob.single and not c.ctx and kinds[0] != convert.PYTHON:
-        form = "numpy" if kinds[0] == convert.NUMPY else "array"
-        run = impl.runner(prob, form, weak=True)
-        unprepared.store(op.name, f, backend, x, run, impl.bakes_reads)
-        return
-    if op.remember != "leaves" or not all(k == convert.NATIVE for k in kinds):
-        return
-    if type(f) is FixedParams or any(type(a) is not Constant for a in contexts):
-        return
-    run = impl.runner(prob, "leaves", weak=True)
-    if run is None:
-        return
-    x_sig = native_sig(impl, x)
-    c_sig = native_sig(impl, tuple(a.value for a in contexts)) if c.ctx else None
-    if x_sig is not None and (c_sig is not None or not c.ctx):
-        unprepared.store_leaves(op.name, f, backend, x_sig, c_sig, run, impl.bakes_reads)
-
-
 def prepare(op: Operator, f, backend, x, contexts: tuple, t=None, has_aux=False) -> Prep:
     """``prepare_<op>``: enter once, build the plan, warm it up (JAX compiles), and
     build its runners."""
@@ -347,6 +293,10 @@ def prepare(op: Operator, f, backend, x, contexts: tuple, t=None, has_aux=False)
         if type(f) is FixedParams and f.strategy in ("auto", "min_memory"):
             plan.nested = planned(c.impl, f, op.name, c.xs, c.ctx, has_aux, c.prob.single)
         call(op, f, backend, x, t, contexts, plan, has_aux=has_aux)
+        plan.finalize()
+        if not has_aux and c.impl.keeps_plans:  # the next unprepared call like it runs it too
+            prob = plan.problem(op.name)
+            unprepared.remember(op.name, f, backend, c.impl, prob, c.combo, x, c.kinds, contexts, t)
     except TooDeep:
         raise _too_deep(op, backend, x, t, contexts, f"prepare_{op.family}") from None
     except Foreign:
@@ -360,4 +310,4 @@ def prepare(op: Operator, f, backend, x, contexts: tuple, t=None, has_aux=False)
         called = _checks.call_form(f"prepare_{op.family}", backend)
         _checks.restate(exc, called, _checks.call_form(op.name, backend))
         raise
-    return plan.finalize()
+    return plan

@@ -43,10 +43,8 @@ VALUE_AND_GRADIENT = Operator(
     "gradient",
     _value_and_gradient,
     scalar=True,
-    fast="any",
-    remember="leaves",
 )
-GRADIENT = Operator("gradient", "gradient", _gradient, scalar=True, fast="any", remember="leaves")
+GRADIENT = Operator("gradient", "gradient", _gradient, scalar=True)
 
 
 def _jvps(c: Call, v: Any):

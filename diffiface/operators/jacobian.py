@@ -70,15 +70,11 @@ VALUE_AND_JACOBIAN = Operator(
     "value_and_jacobian",
     "jacobian",
     lambda c, t, chunk_size: _jacobians(c, chunk_size, True),
-    fast="any",
-    remember="array",
 )
 JACOBIAN = Operator(
     "jacobian",
     "jacobian",
     lambda c, t, chunk_size: _jacobians(c, chunk_size, False)[1],
-    fast="any",
-    remember="array",
 )
 
 

@@ -143,8 +143,6 @@ VALUE_GRADIENT_AND_HESSIAN = Operator(
     "hessian",
     lambda c, t, k: _hessians(c, k),
     scalar=True,
-    fast="any",
-    remember="array",
     resolve=_resolve,
 )
 HESSIAN = Operator(
@@ -152,8 +150,6 @@ HESSIAN = Operator(
     "hessian",
     lambda c, t, k: _hessians(c, k)[2],
     scalar=True,
-    fast="any",
-    remember="array",
     resolve=_resolve,
 )
 

@@ -13,8 +13,14 @@ import numpy as np
 
 from .. import _checks
 from .._backend_types import AutoSparse, SecondOrder
+from .._cache import FunctionCache
+from .._reads import fingerprint
 from ..core import convert, registry
 from .plan import KEY, SparsePlan
+
+# the plans of unprepared calls, weakly on f: an unprepared call keeps its plan like
+# every other operator (detection and coloring once per f and signature, not per call)
+PLANS = FunctionCache(per_function=16)
 
 SPARSE_OPS = ("jacobian", "value_and_jacobian", "hessian", "value_gradient_and_hessian")
 
@@ -102,18 +108,48 @@ class SparseImpl:
         return y, c.like_x(g), self._out(c, plan, data)
 
     def _plan(self, c, combo, value=None) -> SparsePlan:
+        """The problem's plan: a prepared problem keeps its own; an unprepared call finds
+        the plan of the last call like it (same f and what f reads, signature, contexts)."""
         prob = c.prob
         plan = prob.fns.get(KEY)
-        if plan is None:
-            y = None if value is None else value()
-            kind = "native" if c.kinds[0] == convert.NATIVE else "numpy"
-            plan = SparsePlan(self.backend, self.dense, prob, c.xs[0], c.ctx, combo, y, kind)
-            prob.fns[KEY] = plan
+        if plan is not None:
+            return plan
+        key = None if prob.prepared else _key(self, c, combo)
+        if key is not None:
+            got = PLANS.peek(prob.f, key)
+            if got is not None and _same_values(got[0], c.ctx):
+                prob.fns[KEY] = got[1]
+                return got[1]
+        y = None if value is None else value()
+        kind = "native" if c.kinds[0] == convert.NATIVE else "numpy"
+        plan = SparsePlan(self.backend, self.dense, prob, c.xs[0], c.ctx, combo, y, kind)
+        prob.fns[KEY] = plan
+        if key is not None:
+            plan.kept = True
+            PLANS.put(prob.f, key, (c.ctx, plan))
         return plan
 
     def _out(self, c, plan: SparsePlan, data: Any) -> Any:
         out = plan.format(data)
         return c.back(out) if self.backend.dense else out
+
+
+def _key(impl: SparseImpl, c, combo) -> tuple | None:
+    """What an unprepared call's plan depends on, or None where it is not kept: a local
+    pattern is taken at x (each call detects anew, as it warns)."""
+    det = impl.backend.sparsity_detector
+    if (isinstance(det, str) and det == "local") or len(c.xs) != 1:
+        return None
+    prob, x = c.prob, c.xs[0]
+    ctx = tuple((type(v), getattr(v, "shape", None), getattr(v, "dtype", None)) for v in c.ctx)
+    sig = (type(x), tuple(x.shape), x.dtype, c.kinds[0], ctx)
+    return (KEY, impl.backend, prob.scalar, prob.aux, combo, sig, fingerprint(prob.f))
+
+
+def _same_values(kept: tuple, ctx: tuple) -> bool:
+    """The contexts are the same objects as the plan's (a global pattern may depend on a
+    context's values, which f reads as constants)."""
+    return len(kept) == len(ctx) and all(a is b for a, b in zip(kept, ctx, strict=True))
 
 
 def _check(c, chunk_size) -> None:

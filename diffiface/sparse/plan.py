@@ -29,6 +29,7 @@ class SparsePlan:
     def __init__(self, sparse, d, prob, x, ctx, combo, y=None, fmt_kind="native"):
         self.sparse, self.d, self.combo = sparse, d, combo
         self.number = next(_NUMBERS)  # names this plan's compiled passes (never reused)
+        self.kept = prob.prepared  # kept for later calls: worth compiling its passes
         n = size(x)
         m = n if prob.scalar else size(y)
         self.y_shape = None if y is None else tuple(y.shape)
@@ -128,7 +129,7 @@ class SparsePlan:
             y = prob.flat()(xs, *ctx)
             return y, convert.zeros(d, (0,), y)
         own = getattr(d, "compressed", None)
-        if own is not None and prob.prepared:  # (compiled once per plan: prepared only)
+        if own is not None and self.kept:  # (compiled once per plan: kept plans only)
             run = own(prob, ctx, kind, stacked, gather, combo, self.number)
             out = None if run is None else run(xs)
             if out is not None:

@@ -19,7 +19,7 @@ from ...core.backend import SLOW, BackendImpl
 from ...core.registry import register
 from .aux import WithAux
 from .contexts import join_contexts, split_contexts
-from .running import call, dense, numpy_in_out, only_compiled
+from .running import Named, call, dense, numpy_in_out, only_compiled
 
 CACHE = FunctionCache()
 
@@ -211,9 +211,8 @@ class JaxImpl(BackendImpl):
         JAX runner holds f weakly (through the cache)."""
         if form == "leaves":
             return self._leaves_runner(prob)
-        if weak:
-            return self._unprepared_runner(prob, form == "numpy")
-        return self._prepared_runner(prob, form == "numpy", combo)
+        # an unprepared call's runner keeps what its messages need, never f
+        return self._prepared_runner(Named(prob) if weak else prob, form == "numpy", combo)
 
     def _prepared_runner(self, prob, numpy=False, combo=None):
         """For a prepared single-array call without contexts: the function the
@@ -265,13 +264,6 @@ class JaxImpl(BackendImpl):
             return y, unflatten(treedef, g)
 
         return value_and_gradient
-
-    def _unprepared_runner(self, prob, numpy=False):
-        """For an unprepared plain call: the cached jitted function (it holds f weakly)."""
-        run = only_compiled(prob)
-        if prob.op in _AS_IS and prob.single and run is not None:
-            return numpy_in_out(run, prob.op) if numpy else run
-        return None
 
     def value_and_jvp(self, prob, xs, vs, ctx):
         drop = prob.op == "jvp"  # f(x) not returned: no buffer for it (it shows at 1e6)

@@ -16,6 +16,17 @@ _CONCRETE = (
 )
 
 
+class Named:
+    """What a runner of an unprepared call keeps of its problem: the names its messages
+    need and the compiled functions, not f (the plan table holds f weakly)."""
+
+    __slots__ = ("aux", "backend", "fns", "op", "single")
+
+    def __init__(self, prob) -> None:
+        self.op, self.backend, self.aux = prob.op, prob.backend, prob.aux
+        self.fns, self.single = prob.fns, prob.single
+
+
 def only_compiled(prob):
     """The one function compiled for ``prob`` (keys (tag, static); other memo entries,
     such as the output size, are strings), or None when there are none or several."""

@@ -18,6 +18,13 @@ from .patterns import as_pattern
 LOCAL_POINTS = 3  # x itself and two random points near it
 
 
+def everywhere(sparse: AutoSparse) -> bool:
+    """The pattern holds at every x (global, or given), not near one x only (local): an
+    unprepared call may keep it for other points."""
+    det = sparse.sparsity_detector
+    return not (isinstance(det, str) and det == "local")
+
+
 def pattern(sparse: AutoSparse, d: Any, prob: Any, x: Any, ctx: tuple, m: int, combo=None):
     """The pattern of f's Jacobian (``m`` outputs) or, for a scalar f, of its Hessian."""
     hessian, n = prob.scalar, size(x)

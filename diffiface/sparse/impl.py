@@ -16,6 +16,7 @@ from .._backend_types import AutoSparse, SecondOrder
 from .._cache import FunctionCache
 from .._reads import fingerprint
 from ..core import convert, registry
+from . import detect
 from .plan import KEY, SparsePlan
 
 # the plans of unprepared calls, weakly on f: an unprepared call keeps its plan like
@@ -57,15 +58,21 @@ class SparseImpl:
         if prob.op not in SPARSE_OPS:
             return self.dense.runner(prob, form, combo, weak)
         plan = prob.fns.get(KEY)
-        if weak or form != "array" or plan is None or self.backend.strict:
+        if form != "array" or plan is None or self.backend.strict:
+            return None
+        if weak and not detect.everywhere(self.backend):  # a local pattern: its x only
             return None
         fmt, op = plan.format, prob.op
         if op in ("hessian", "value_gradient_and_hessian") and combo != plan.combo:
             return None
         if op == "jacobian" or op == "hessian":
-            bare = plan.direct(prob, combo, value=False)
-            return lambda x: fmt(bare(x)[1])
-        run = plan.direct(prob, combo)  # (a forward failure turned the plan to rows)
+            bare = plan.direct(prob, combo, value=False, weak=weak)
+            return None if bare is None else lambda x: fmt(bare(x)[1])
+        if weak and op == "value_gradient_and_hessian":  # (its value calls f itself)
+            return None
+        run = plan.direct(prob, combo, weak=weak)  # (a forward failure: rows from now on)
+        if run is None:
+            return None
         if op == "value_and_jacobian":
 
             def value_and_jacobian(x):
@@ -137,8 +144,7 @@ class SparseImpl:
 def _key(impl: SparseImpl, c, combo) -> tuple | None:
     """What an unprepared call's plan depends on, or None where it is not kept: a local
     pattern is taken at x (each call detects anew, as it warns)."""
-    det = impl.backend.sparsity_detector
-    if (isinstance(det, str) and det == "local") or len(c.xs) != 1:
+    if not detect.everywhere(impl.backend) or len(c.xs) != 1:
         return None
     prob, x = c.prob, c.xs[0]
     ctx = tuple((type(v), getattr(v, "shape", None), getattr(v, "dtype", None)) for v in c.ctx)

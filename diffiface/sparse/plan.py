@@ -145,10 +145,12 @@ class SparsePlan:
             b = [h[0] for h in hvs]
         return y, take(d, d.stack([d.reshape(a, (-1,)) for a in b], 0), gather)  # (colors, .)
 
-    def direct(self, prob, combo=None, value=True):
+    def direct(self, prob, combo=None, value=True, weak=False):
         """``run(x) -> (f(x) or the gradient, nonzeros)`` for a prepared call on one
         native array without contexts: the backend's compiled passes called as they
-        are (without the value where the operator returns none), else ``run``."""
+        are (without the value where the operator returns none), else ``run``.
+        ``weak`` (an unprepared call's kept plan): the compiled passes only, which
+        hold f weakly, or None."""
         kind, d = self.kind, self.d
         own = getattr(d, "compressed", None)
         if own is not None and self.way(kind)[0]:
@@ -156,6 +158,8 @@ class SparsePlan:
             run = own(prob, (), kind, stacked, gather, combo, self.number, value)
             if run is not None and d.framework == "jax":  # (torch's may hand over: None)
                 return lambda x: run((x,))
+        if weak:
+            return None
         return lambda x: self.run(prob, (x,), (), kind, combo)
 
     # ---- strict: no nonzero outside the pattern ------------------------------

@@ -266,7 +266,38 @@ def test_local_sparse_detection_stays_per_call():
     jnp = jax.numpy
     b = di.AutoSparse(di.AutoJax(), sparsity_detector="local")
     f = lambda x: jnp.where(x > 0, x**2, 0.0)  # noqa: E731
-    for x in (X, -X):
+    with pytest.warns(di.SparsityWarning):
+        di.prepare_jacobian(f, b, jnp.asarray(X))  # (its plan serves prep= only)
+    for x in (X, -X, X):
         with pytest.warns(di.SparsityWarning):
             J = _dense(di.jacobian(f, b, jnp.asarray(x)))
         np.testing.assert_allclose(J, np.diag(np.where(x > 0, 2 * x, 0.0)), atol=1e-12)
+
+
+def test_unprepared_sparse_jax_calls_run_the_compiled_passes(monkeypatch):
+    """On JAX an unprepared sparse call like the last one runs its compiled compressed
+    passes directly, as a prepared call does; the kept plan holds f weakly."""
+    jax = pytest.importorskip("jax")
+    jax.config.update("jax_enable_x64", True)
+    jnp = jax.numpy
+    b = di.AutoSparse(di.AutoJax())
+
+    def f(x):
+        return jnp.concatenate([x[1:] * x[:-1], x[:1] ** 2])
+
+    def h(x):
+        return jnp.sum(x[1:] ** 2 * x[:-1])
+
+    x = jnp.asarray(X)
+    di.jacobian(f, b, x)
+    di.hessian(h, b, x)
+    general = _GeneralPath(monkeypatch)
+    for k in (2.0, 3.0):
+        np.testing.assert_allclose(_dense(di.jacobian(f, b, k * x)), _chain_jacobian(k * X))
+        H = jax.hessian(h)(k * x)
+        np.testing.assert_allclose(_dense(di.hessian(h, b, k * x)), H, rtol=1e-12)
+    assert general.count == 0
+    refs = weakref.ref(f), weakref.ref(h)
+    del f, h
+    gc.collect()
+    assert refs[0]() is None and refs[1]() is None

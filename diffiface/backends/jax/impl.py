@@ -373,11 +373,12 @@ class JaxImpl(BackendImpl):
 
         tag = ("compressed", kind, outer, inner, plan, value)
         run, dyn = self._compiled(prob, tag, ctx, make)
+        named = Named(prob)  # (a kept plan's runner holds f weakly: not the problem)
         if kind != "star" or not value:
-            return lambda xs: call(prob, run, xs[0], *dyn)
+            return lambda xs: call(named, run, xs[0], *dyn)
 
         def gradient_and_data(xs):
-            g, data = call(prob, run, xs[0], *dyn)
+            g, data = call(named, run, xs[0], *dyn)
             return (g,), data
 
         return gradient_and_data

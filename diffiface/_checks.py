@@ -21,6 +21,7 @@ from ._errors import (
     FrameworkMissingError,
     RecompileWarning,
 )
+from .core.operator import OPS
 
 __all__ = [
     "DiffifaceTypeError",
@@ -32,9 +33,13 @@ __all__ = [
 
 ERRORS = (DiffifaceTypeError, DiffifaceValueError)  # the errors whose message starts with a call
 
-_V = ("jvp", "value_and_jvp", "hvp", "gradient_and_hvp", "value_gradient_and_hvp")
-_CALL = {op: "{op}(f, {b}, x, v)" for op in (*_V, "prepare_jvp", "prepare_hvp")}
-_CALL |= {op: "{op}(f, {b}, x, w)" for op in ("vjp", "value_and_vjp", "prepare_vjp")}
+# how the user wrote a call of an operator (or its prepare_) that takes a tangent
+_CALL = {
+    name: f"{{op}}(f, {{b}}, x, {d.tangent})"
+    for d in OPS.values()
+    if d.tangent is not None
+    for name in (d.name, f"prepare_{d.family}")
+}
 
 
 def call_form(op: str, backend: Any) -> str:

@@ -21,6 +21,7 @@ from .._contexts import Constant, FixedParams
 from .._errors import Crossing, Foreign
 from .._tangents import Tangents
 from .._tree import flatten, tree_map
+from ..core.operator import OPS, pick
 from ..operators.first_order import (
     derivative,
     gradient,
@@ -125,37 +126,29 @@ def _cross_second_order(op: str, f: Callable, backend: Any, args: tuple, kwargs:
     has_aux = bool(kwargs.get("has_aux", False))
     kwargs = {k: v for k, v in kwargs.items() if k != "has_aux"}
     aux_kw = {"has_aux": True} if has_aux else {}
-    if op in ("hvp", "gradient_and_hvp", "value_gradient_and_hvp"):
-        v, contexts = rest[0], rest[1:]
-        grad = functools.partial(_grad_of, f, inner, contexts, has_aux)
+    family = OPS[op].family
+    if family == "hvp":
+        v, rest = rest[0], rest[1:]
+        grad = functools.partial(_grad_of, f, inner, rest, has_aux)
         if getattr(outer, "mode", None) == "reverse":  # H symmetric: Hᵀ v = H v
             r = value_and_vjp(grad, outer, x, v, **aux_kw)
         else:
             r = value_and_jvp(grad, outer, x, v, **aux_kw)
         (g, hv), carried = r if has_aux else (r, None)
-        if op == "value_gradient_and_hvp":
-            y = carried[0] if has_aux else _second_order_value(f, inner, x, contexts)
-            out = (y, g, hv)
-        else:
-            out = (g, hv) if op == "gradient_and_hvp" else hv
-    elif op in ("hessian", "value_gradient_and_hessian"):
+        parts = {"gradient": g, "hvp": hv}
+    elif family == "hessian":
         grad = functools.partial(_grad_of, f, inner, rest, has_aux)
         r = value_and_jacobian(grad, outer, x, **kwargs, **aux_kw)
         (g, h), carried = r if has_aux else (r, None)
-        if op == "hessian":
-            out = h
-        else:
-            y = carried[0] if has_aux else _second_order_value(f, inner, x, rest)
-            out = (y, g, h)
+        parts = {"gradient": g, "hessian": h}
     else:
         d = functools.partial(_derivative_of, f, inner, rest, has_aux)
         r = value_and_derivative(d, outer, x, **aux_kw)
         (d1, d2), carried = r if has_aux else (r, None)
-        if op == "second_derivative":
-            out = d2
-        else:
-            y = carried[0] if has_aux else _second_order_value(f, inner, x, rest)
-            out = (y, d1, d2)
+        parts = {"derivative": d1, "second_derivative": d2}
+    if "value" in OPS[op].returns:
+        parts["value"] = carried[0] if has_aux else _second_order_value(f, inner, x, rest)
+    out = pick(op, parts)
     if has_aux:
         out = (out, carried[1])
     back = _bridge.module(x_kind).as_array

@@ -19,12 +19,13 @@ from .._contexts import Constant
 from .._errors import Foreign
 from .._tangents import Tangents
 from .._tree import flatten, paths, unflatten
+from .operator import names
 
 NATIVE, NUMPY, PYTHON = 0, 1, 2
 
 
 # the operators that take complex x (a real scalar f; see is_complex below)
-COMPLEX_OPS = frozenset(("gradient", "value_and_gradient"))
+COMPLEX_OPS = names(complex_x=True)
 
 
 def is_complex(a: Any) -> bool:

@@ -31,6 +31,7 @@ import numpy as np
 from .. import _checks
 from .._cache import FunctionCache
 from .._tree import flatten, unflatten
+from .operator import names
 
 # ---- auxiliary outputs ------------------------------------------------------------
 _LOCAL = threading.local()
@@ -195,19 +196,7 @@ class ValueAsAux:
 
 
 # ---- pytree outputs ---------------------------------------------------------------
-TREE_OPS = frozenset(
-    (
-        "jvp",
-        "value_and_jvp",
-        "vjp",
-        "value_and_vjp",
-        "jacobian",
-        "value_and_jacobian",
-        "value_and_batched_jacobian",
-        "derivative",
-        "value_and_derivative",
-    )
-)
+TREE_OPS = names(tree_output=True)  # the operators whose f may return a pytree
 # f -> {signature of the arguments: Layout}; not dropped by clear_caches, since a prepared
 # problem keeps its compiled function (which never runs f again) through it
 _LAYOUTS = FunctionCache(per_function=1, functions=1 << 16, clear=False)

@@ -24,29 +24,8 @@ from ..nested.route import route
 from . import convert as _convert
 from . import outputs
 from .backend import SLOW
+from .operator import FAMILY, of_family
 from .problem import Problem
-
-FAMILY = {
-    "gradient": "gradient",
-    "value_and_gradient": "gradient",
-    "jvp": "jvp",
-    "value_and_jvp": "jvp",
-    "vjp": "vjp",
-    "value_and_vjp": "vjp",
-    "jacobian": "jacobian",
-    "value_and_jacobian": "jacobian",
-    "derivative": "derivative",
-    "value_and_derivative": "derivative",
-    "hvp": "hvp",
-    "gradient_and_hvp": "hvp",
-    "value_gradient_and_hvp": "hvp",
-    "hessian": "hessian",
-    "value_gradient_and_hessian": "hessian",
-    "second_derivative": "second_derivative",
-    "value_derivative_and_second_derivative": "second_derivative",
-    "batched_jacobian": "batched_jacobian",
-    "value_and_batched_jacobian": "batched_jacobian",
-}
 
 
 class MismatchError(_checks.DiffifaceValueError):
@@ -131,7 +110,7 @@ class Prep:
         self._x_sig = _tree_sig(x)
         self._ctx_sig = _ctx_sig(contexts)
         self._t_sig = _tangent_sig(t)
-        ops = [op for op, fam in FAMILY.items() if fam == family]
+        ops = of_family(family)
         self._probs = {
             op: Problem(op, backend, impl, f, prob.treedef, prob.single, prob.scalar, prob.aux)
             for op in ops

@@ -29,6 +29,7 @@ from .._tree import TooDeep, flatten, too_deep, tree_map, unflatten
 from ..nested.route import planned, route
 from . import convert, outputs, registry, unprepared
 from .backend import SLOW
+from .operator import OPS
 from .plan import Prep
 from .problem import Problem
 
@@ -36,8 +37,10 @@ from .problem import Problem
 class Operator:
     """One public operator, declared.
 
-    ``run(call, t, chunk_size)`` computes the result from an entered :class:`Call`
-    (``t``: the tangent or cotangent, None for operators without one).
+    Its facts (family, scalar f, tangent) come from its declaration in
+    ``core.operator``. ``run(call, t, chunk_size)`` computes the result from an
+    entered :class:`Call` (``t``: the tangent or cotangent, None for operators without
+    one).
     ``resolve(f, backend, contexts)`` gives ``(impl, combo)`` for a second-order
     backend. Every operator keeps its plans (prepared, and unprepared ones weakly on
     f): the backend's runner decides which calls it runs.
@@ -45,9 +48,10 @@ class Operator:
 
     __slots__ = ("family", "name", "public", "resolve", "run", "scalar", "tangent")
 
-    def __init__(self, name, family, run, *, scalar=False, tangent=False, resolve=None):
-        self.name, self.family, self.run, self.scalar = name, family, run, scalar
-        self.tangent = tangent  # takes a tangent or cotangent after x (None is one too)
+    def __init__(self, name, run, *, resolve=None):
+        facts = OPS[name]  # (the one declaration of its facts: core.operator)
+        self.name, self.family, self.run, self.scalar = name, facts.family, run, facts.scalar
+        self.tangent = facts.tangent is not None  # a tangent or cotangent after x
         self.resolve = resolve
         self.public: Callable | None = None  # set by ``public``
 

@@ -38,10 +38,11 @@ from collections import OrderedDict
 
 from .. import _checks
 from .._cache import FunctionCache, code_of
+from ..core.operator import names
 
 ROR, FOR = "reverse_over_reverse", "forward_over_reverse"
 MARGIN = 0.97  # forward over reverse must take under 97% of the time of the native nesting
-MEASURED = ("gradient", "value_and_gradient")  # one rule for both: measured as gradient
+MEASURED = names(family="gradient")  # one rule for both: measured as gradient
 REPEATS = 3  # timed passes per strategy (on stand-ins: rounds of ROUND_S each)
 ROUND_S = 0.01
 MOST_CALLS = 12  # real calls timed at most (a call is timed once its outer pass ran); as

@@ -21,6 +21,7 @@ from typing import Any
 from .. import _checks, _config
 from .._tree import flatten
 from ..core import registry as _registry
+from ..core.operator import OPS, names
 from .choose import (
     MEASURED,
     ROR,
@@ -35,19 +36,8 @@ from .choose import (
 )
 
 # operator -> the implementation method a rule replaces
-METHOD = {
-    "gradient": "gradient",
-    "value_and_gradient": "value_and_gradient",
-    "vjp": "value_and_vjp",
-    "value_and_vjp": "value_and_vjp",
-    "hvp": "hvp",
-    "gradient_and_hvp": "gradient_and_hvp",
-    "jacobian": "jacobian",
-    "value_and_jacobian": "value_and_jacobian",
-    "value_and_batched_jacobian": "value_and_batched_jacobian",
-}
-_FORWARD = ("jvp", "value_and_jvp", "derivative", "value_and_derivative")
-_FORWARD += ("second_derivative", "value_derivative_and_second_derivative")
+METHOD = {name: d.method for name, d in OPS.items() if d.method is not None}
+_FORWARD = names(forward=True)  # computed by forward-mode products: no rule replaces them
 
 
 _COUNTS: Counter = Counter()

@@ -51,9 +51,7 @@ def _batched(c: Call, chunk_size):
 
 
 # batched_jacobian runs as its value variant: one compiled function, one plan for both
-VALUE_AND_BATCHED_JACOBIAN = Operator(
-    "value_and_batched_jacobian", "batched_jacobian", lambda c, t, k: _batched(c, k)
-)
+VALUE_AND_BATCHED_JACOBIAN = Operator("value_and_batched_jacobian", lambda c, t, k: _batched(c, k))
 
 
 @shell.public(VALUE_AND_BATCHED_JACOBIAN)

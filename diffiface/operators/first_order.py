@@ -40,11 +40,9 @@ def _gradient(c: Call, t, chunk_size):
 
 VALUE_AND_GRADIENT = Operator(
     "value_and_gradient",
-    "gradient",
     _value_and_gradient,
-    scalar=True,
 )
-GRADIENT = Operator("gradient", "gradient", _gradient, scalar=True)
+GRADIENT = Operator("gradient", _gradient)
 
 
 def _jvps(c: Call, v: Any):
@@ -79,8 +77,8 @@ def _reverse_jvps(impl, prob, xs: tuple, vss: list, ctx: tuple):
     return out[0][0], [t for _, t in out]
 
 
-VALUE_AND_JVP = Operator("value_and_jvp", "jvp", lambda c, v, _: _jvps(c, v), tangent=True)
-JVP = Operator("jvp", "jvp", lambda c, v, _: _jvps(c, v)[1], tangent=True)
+VALUE_AND_JVP = Operator("value_and_jvp", lambda c, v, _: _jvps(c, v))
+JVP = Operator("jvp", lambda c, v, _: _jvps(c, v)[1])
 
 
 def _vjps(c: Call, w: Any):
@@ -167,8 +165,8 @@ class _CheckW:
         return w
 
 
-VALUE_AND_VJP = Operator("value_and_vjp", "vjp", lambda c, w, _: _vjps(c, w), tangent=True)
-VJP = Operator("vjp", "vjp", lambda c, w, _: _vjps(c, w)[1], tangent=True)
+VALUE_AND_VJP = Operator("value_and_vjp", lambda c, w, _: _vjps(c, w))
+VJP = Operator("vjp", lambda c, w, _: _vjps(c, w)[1])
 
 
 def _derivatives(c: Call):
@@ -187,10 +185,8 @@ def _derivatives(c: Call):
     return c.back(y), c.back(t)
 
 
-VALUE_AND_DERIVATIVE = Operator(
-    "value_and_derivative", "derivative", lambda c, t, _: _derivatives(c)
-)
-DERIVATIVE = Operator("derivative", "derivative", lambda c, t, _: _derivatives(c)[1])
+VALUE_AND_DERIVATIVE = Operator("value_and_derivative", lambda c, t, _: _derivatives(c))
+DERIVATIVE = Operator("derivative", lambda c, t, _: _derivatives(c)[1])
 
 
 @shell.public(VALUE_AND_GRADIENT)

@@ -68,11 +68,9 @@ _LEAF = flatten(0.0)[1]
 
 VALUE_AND_JACOBIAN = Operator(
     "value_and_jacobian",
-    "jacobian",
     lambda c, t, chunk_size: _jacobians(c, chunk_size, True),
 )
 JACOBIAN = Operator(
-    "jacobian",
     "jacobian",
     lambda c, t, chunk_size: _jacobians(c, chunk_size, False)[1],
 )

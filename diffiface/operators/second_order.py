@@ -77,15 +77,10 @@ def _hvps(c: Call, v: Any, gradient: bool):
 
 GRADIENT_AND_HVP = Operator(
     "gradient_and_hvp",
-    "hvp",
     lambda c, v, _: _hvps(c, v, True),
-    scalar=True,
-    tangent=True,
     resolve=_resolve,
 )
-HVP = Operator(
-    "hvp", "hvp", lambda c, v, _: _hvps(c, v, False)[1], scalar=True, tangent=True, resolve=_resolve
-)
+HVP = Operator("hvp", lambda c, v, _: _hvps(c, v, False)[1], resolve=_resolve)
 
 
 def _value_gradient_and_hvps(c: Call, v: Any):
@@ -112,10 +107,7 @@ _VALUED = FunctionCache(per_function=4)
 
 VALUE_GRADIENT_AND_HVP = Operator(
     "value_gradient_and_hvp",
-    "hvp",
     lambda c, v, _: _value_gradient_and_hvps(c, v),
-    scalar=True,
-    tangent=True,
     resolve=_resolve,
 )
 
@@ -140,16 +132,12 @@ def _hessians(c: Call, chunk_size):
 
 VALUE_GRADIENT_AND_HESSIAN = Operator(
     "value_gradient_and_hessian",
-    "hessian",
     lambda c, t, k: _hessians(c, k),
-    scalar=True,
     resolve=_resolve,
 )
 HESSIAN = Operator(
     "hessian",
-    "hessian",
     lambda c, t, k: _hessians(c, k)[2],
-    scalar=True,
     resolve=_resolve,
 )
 
@@ -172,7 +160,6 @@ def _second_derivatives(c: Call):
 # second_derivative runs as its value variant: one compiled function, one plan for both
 VALUE_DERIVATIVE_AND_SECOND_DERIVATIVE = Operator(
     "value_derivative_and_second_derivative",
-    "second_derivative",
     lambda c, t, _: _second_derivatives(c),
     resolve=_resolve,
 )

@@ -16,6 +16,7 @@ from .._backend_types import AutoSparse, SecondOrder
 from .._cache import FunctionCache
 from .._reads import fingerprint
 from ..core import convert, registry
+from ..core.operator import OPS, names
 from . import detect
 from .plan import KEY, SparsePlan
 
@@ -23,7 +24,7 @@ from .plan import KEY, SparsePlan
 # every other operator (detection and coloring once per f and signature, not per call)
 PLANS = FunctionCache(per_function=16)
 
-SPARSE_OPS = ("jacobian", "value_and_jacobian", "hessian", "value_gradient_and_hessian")
+SPARSE_OPS = names(sparse=True)
 
 
 @registry.register(AutoSparse)
@@ -62,18 +63,18 @@ class SparseImpl:
             return None
         if weak and not detect.everywhere(self.backend):  # a local pattern: its x only
             return None
-        fmt, op = plan.format, prob.op
-        if op in ("hessian", "value_gradient_and_hessian") and combo != plan.combo:
+        fmt, facts = plan.format, OPS[prob.op]
+        if facts.scalar and combo != plan.combo:  # (a Hessian: its second-order combination)
             return None
-        if op == "jacobian" or op == "hessian":
+        if len(facts.returns) == 1:  # the matrix alone
             bare = plan.direct(prob, combo, value=False, weak=weak)
             return None if bare is None else lambda x: fmt(bare(x)[1])
-        if weak and op == "value_gradient_and_hessian":  # (its value calls f itself)
+        if weak and facts.scalar:  # (the value of f calls f itself)
             return None
         run = plan.direct(prob, combo, weak=weak)  # (a forward failure: rows from now on)
         if run is None:
             return None
-        if op == "value_and_jacobian":
+        if not facts.scalar:
 
             def value_and_jacobian(x):
                 y, data = run(x)

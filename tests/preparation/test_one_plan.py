@@ -80,7 +80,7 @@ def test_unprepared_tangent_operators_run_the_kept_plan(monkeypatch, name):
 def test_several_tangents_never_take_one_tangents_plan(name):
     """A Tangents call compiles another function (all tangents in one pass): it keeps no
     plan, and calls of one tangent before and after it keep their own results."""
-    b, asarray, sin, total = _framework(name)
+    b, asarray, sin, _total = _framework(name)
     x, v = asarray(X), asarray(V)
     g = lambda x: sin(x) * x[0]  # noqa: E731
     J = np.diag(np.cos(X) * X[0])
@@ -176,7 +176,7 @@ def test_kept_tangent_plans_hold_f_weakly(name):
 
 # ------------------------------------------------------------------ AutoSparse
 def _sparse(name):
-    b, asarray, sin, total = _framework(name)
+    b, asarray, _sin, total = _framework(name)
     if name == "jax":
         cat = pytest.importorskip("jax").numpy.concatenate
     else:

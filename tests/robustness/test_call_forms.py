@@ -12,7 +12,7 @@ from conftest import AD_BACKENDS, ALL_BACKENDS
 from helpers import HAVE, native
 
 import diffiface as di
-from diffiface.core.plan import FAMILY
+from diffiface.core.operator import FAMILY
 
 X = np.array([[0.3, -0.7], [1.1, 0.5]])
 

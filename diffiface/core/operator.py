@@ -1,0 +1,148 @@
+"""Every public operator, declared once: the one home of per-operator facts.
+
+Other modules ask these declarations (``OPS[name].tangent``, ``names(...)``) instead
+of keeping tables keyed by operator names. A new operator is one line here, its
+``run`` in ``operators/`` and its public function.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Declared:
+    """The facts of one operator.
+
+    Attributes:
+        name: its public name.
+        family: the ``prepare_<family>`` that prepares it.
+        returns: what it returns, in order ("value", "gradient", "jvp", ...).
+        tangent: "v" (a tangent like x), "w" (a cotangent like f(x)) or None.
+        scalar: f must return a scalar.
+        second: it takes ``second_order(outer, inner)``.
+        tree_output: f may return a pytree (the result follows its structure).
+        complex_x: x may be complex (the gradient's conjugate convention).
+        forward: computed by forward-mode products (no nested-AD rule replaces it).
+        method: the backend method a nested-AD rule replaces, or None.
+        sparse: AutoSparse computes it as a sparse matrix.
+    """
+
+    name: str
+    family: str
+    returns: tuple
+    tangent: str | None = None
+    scalar: bool = False
+    second: bool = False
+    tree_output: bool = False
+    complex_x: bool = False
+    forward: bool = False
+    method: str | None = None
+    sparse: bool = False
+
+
+def _family(family: str, *ops: tuple, **facts) -> list[Declared]:
+    """The operators of one family: ``(name, returns, own facts)`` each."""
+    return [Declared(name, family, returns, **facts, **own) for name, returns, own in ops]
+
+
+_G, _J, _H = "gradient", "jacobian", "hessian"
+OPS: dict[str, Declared] = {
+    d.name: d
+    for d in (
+        *_family(
+            "gradient",
+            ("gradient", (_G,), {"method": "gradient"}),
+            ("value_and_gradient", ("value", _G), {"method": "value_and_gradient"}),
+            scalar=True,
+            complex_x=True,
+        ),
+        *_family(
+            "jvp",
+            ("jvp", ("jvp",), {}),
+            ("value_and_jvp", ("value", "jvp"), {}),
+            tangent="v",
+            tree_output=True,
+            forward=True,
+        ),
+        *_family(
+            "vjp",
+            ("vjp", ("vjp",), {}),
+            ("value_and_vjp", ("value", "vjp"), {}),
+            tangent="w",
+            tree_output=True,
+            method="value_and_vjp",
+        ),
+        *_family(
+            "jacobian",
+            ("jacobian", (_J,), {"method": "jacobian"}),
+            ("value_and_jacobian", ("value", _J), {"method": "value_and_jacobian"}),
+            tree_output=True,
+            sparse=True,
+        ),
+        *_family(
+            "derivative",
+            ("derivative", ("derivative",), {}),
+            ("value_and_derivative", ("value", "derivative"), {}),
+            tree_output=True,
+            forward=True,
+        ),
+        *_family(
+            "hvp",
+            ("hvp", ("hvp",), {"method": "hvp"}),
+            ("gradient_and_hvp", (_G, "hvp"), {"method": "gradient_and_hvp"}),
+            ("value_gradient_and_hvp", ("value", _G, "hvp"), {}),
+            tangent="v",
+            scalar=True,
+            second=True,
+        ),
+        *_family(
+            "hessian",
+            ("hessian", (_H,), {}),
+            ("value_gradient_and_hessian", ("value", _G, _H), {}),
+            scalar=True,
+            second=True,
+            sparse=True,
+        ),
+        *_family(
+            "second_derivative",
+            ("second_derivative", ("second_derivative",), {}),
+            (
+                "value_derivative_and_second_derivative",
+                ("value", "derivative", "second_derivative"),
+                {},
+            ),
+            second=True,
+            forward=True,
+        ),
+        *_family(
+            "batched_jacobian",
+            ("batched_jacobian", ("batched_jacobian",), {}),
+            (
+                "value_and_batched_jacobian",
+                ("value", "batched_jacobian"),
+                {"tree_output": True, "method": "value_and_batched_jacobian"},
+            ),
+        ),
+    )
+}
+
+FAMILY = {name: d.family for name, d in OPS.items()}
+
+
+def names(**facts) -> frozenset:
+    """The operators whose declarations have these facts, e.g. ``names(sparse=True)``."""
+    return frozenset(
+        name for name, d in OPS.items() if all(getattr(d, k) == v for k, v in facts.items())
+    )
+
+
+def of_family(family: str) -> tuple:
+    """The operators a ``prepare_<family>`` prepares, in declaration order."""
+    return tuple(name for name, d in OPS.items() if d.family == family)
+
+
+def pick(op: str, parts: dict):
+    """The result of ``op`` from its named parts ("value", "gradient", "hvp", ...)."""
+    returns = OPS[op].returns
+    return parts[returns[0]] if len(returns) == 1 else tuple(parts[r] for r in returns)

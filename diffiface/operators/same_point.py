@@ -109,7 +109,7 @@ def _keep(kit: Any, impl: Any, leaf: Any) -> tuple:
     """(same, kept): ``same(kept, leaf)`` tells whether a later leaf is this one."""
     if isinstance(leaf, np.ndarray | np.generic):
         return _same_numpy, np.array(leaf, copy=True)
-    if impl.is_native(leaf):
+    if impl.is_native(leaf) and hasattr(kit, "same"):  # (NumPy backends keep none)
         return kit.same, kit.keep(leaf)
     return _same_value, leaf
 

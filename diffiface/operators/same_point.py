@@ -71,7 +71,9 @@ class SamePoint:
         try:
             impl, prob, xs, kinds, ctx = self._prep.enter(op.name, f, backend, x, contexts, t)
         except TooDeep:
-            raise _checks.DiffifaceValueError(f"{_form(op.name, backend)}: {TooDeep('x')}") from None
+            raise _checks.DiffifaceValueError(
+                f"{_form(op.name, backend)}: {TooDeep('x')}"
+            ) from None
         if not _holds(self._point, self._single, impl, x, contexts):
             raise _moved(op.name, backend, self.family)
         c = shell.Call(impl, prob, xs, kinds, ctx)
@@ -240,12 +242,17 @@ def _jvps(c, linear: tuple, v: Any):
 
 def _vjps(c, linear: tuple, w: Any):
     value, _, one, many = linear
-    check = first_order._CheckW(c.prob.op, c.impl)
+    op, impl = c.prob.op, c.impl
+    check = first_order._CheckW(op, impl)
+
+    def native(a: Any) -> Any:  # a NumPy cotangent to a framework's backend is converted
+        return check(value, convert.native_tangent(op, impl, "w", a))
+
     if isinstance(w, Tangents):
-        out = Tangents(*(c.like_x(g) for g in many([check(value, a) for a in w])))
+        out = Tangents(*(c.like_x(g) for g in many([native(a) for a in w])))
     else:
-        out = c.like_x(one(check(value, w)))
-    return out if c.prob.op == "vjp" else (c.back(value), out)
+        out = c.like_x(one(native(w)))
+    return out if op == "vjp" else (c.back(value), out)
 
 
 _FINISH = {"hvp": _hvps, "jvp": _jvps, "vjp": _vjps}

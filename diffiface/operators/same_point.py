@@ -49,11 +49,12 @@ class SamePoint:
     """The result of a ``prepare_*_same_point`` call: pass it as ``prep=`` to the
     operators of its family, at the x it was prepared at."""
 
-    __slots__ = ("_kit", "_linear", "_point", "_prep", "_single", "backend", "f", "family")
+    __slots__ = ("_fast", "_linear", "_point", "_prep", "_single", "backend", "f", "family")
 
-    def __init__(self, prep: Prep, kit: Any, point: list, single: bool, linear: tuple):
-        self._prep, self._kit, self._point, self._linear = prep, kit, point, linear
+    def __init__(self, prep: Prep, point: list, single: bool, linear: tuple, fast):
+        self._prep, self._point, self._linear = prep, point, linear
         self._single = single  # x is one array and there are no contexts
+        self._fast = fast  # (x's type, the tangent's type, shape, dtype): a native call
         self.f, self.backend, self.family = prep.f, prep.backend, prep.family
 
     def __repr__(self) -> str:
@@ -61,6 +62,10 @@ class SamePoint:
 
     def run_same_point(self, op, f, backend, x, t, contexts: tuple, chunk_size, has_aux):
         """The result of ``op`` at the prepared point (the shell's hook calls this)."""
+        if self._fast is not None and not contexts and chunk_size is None and has_aux is False:
+            out = self._run_fast(op.name, f, backend, x, t)
+            if out is not None:
+                return out
         if has_aux is not False:
             raise _no_aux(op.name, backend)
         if chunk_size is not None:
@@ -78,6 +83,36 @@ class SamePoint:
             raise _moved(op.name, backend, self.family)
         c = shell.Call(impl, prob, xs, kinds, ctx)
         return _FINISH[self.family](c, self._linear, t)
+
+    def _run_fast(self, name: str, f, backend, x, t):
+        """The result of a native call that matches exactly, else None (the general
+        path converts, or explains the mismatch)."""
+        fast = self._fast
+        if f is not self.f or (backend is not self.backend and backend != self.backend):
+            return None
+        if type(x) is not fast[0] or type(t) is not fast[1] or t.shape != fast[2]:
+            return None
+        same, kept = self._point[0]
+        if t.dtype != fast[3] or name not in _NAMES[self.family] or not same(kept, x):
+            return None
+        y, g, one, _ = self._linear
+        if self.family == "vjp":
+            out = one(t)[0]
+            return out if name == "vjp" else (y, out)
+        if self.family == "jvp":
+            out = one((t,))
+            return out if name == "jvp" else (y, out)
+        out = one((t,))[0]
+        if name == "hvp":
+            return out
+        return (g[0], out) if name == "gradient_and_hvp" else (y, g[0], out)
+
+
+_NAMES = {
+    "hvp": ("hvp", "gradient_and_hvp", "value_gradient_and_hvp"),
+    "jvp": ("jvp", "value_and_jvp"),
+    "vjp": ("vjp", "value_and_vjp"),
+}
 
 
 def _form(op: str, backend: Any) -> str:
@@ -176,7 +211,19 @@ def prepare(op, f: Callable, backend: Any, x: Any, t: Any, contexts: tuple, has_
             f"{form}: f returns a pytree; a same-point preparation takes f returning one "
             f"array. Use prepare_{op.family} for a pytree output."
         )
-    return SamePoint(prep, kit, point, c.prob.single and not contexts, linear)
+    single = c.prob.single and not contexts
+    return SamePoint(prep, point, single, linear, _fast(c, op.family, x, t, linear[0], single))
+
+
+def _fast(c, family: str, x: Any, t: Any, value: Any, single: bool):
+    """(x's type, the tangent's type, shape and dtype) where a call with one native x and
+    a native tangent can skip the conversions, else None."""
+    if not single or c.kinds[0] != convert.NATIVE or isinstance(t, Tangents):
+        return None
+    like = value if family == "vjp" else x
+    if not c.impl.is_native(like) or c.impl.is_complex(like):
+        return None
+    return type(x), type(like), tuple(like.shape), like.dtype
 
 
 def _refuse(form: str, f, backend, contexts: tuple, has_aux, op: str) -> None:

@@ -118,7 +118,14 @@ def test_jvp_and_vjp_tangents(backend):
         _close(g, w @ _jac(X), tol)
 
 
-def test_pytree_x(backend):
+@pytest.mark.parametrize("bound", [0, np.inf])
+def test_pytree_x(backend, bound, monkeypatch):
+    if backend.framework == "jax":  # both hvp strategies (see test_jax_traces_once...)
+        from diffiface.backends.jax import same_point
+
+        monkeypatch.setattr(same_point, "DISPATCH_BOUND", bound)
+    elif bound:
+        pytest.skip("one strategy")
     ns = xp(backend)
     f = lambda t: (ns.sin(t["a"]) * t["a"] ** 2).sum() * (t["b"] ** 2).sum()  # noqa: E731
     a, b = X[:2], np.array([0.5, -1.5])
@@ -133,6 +140,11 @@ def test_pytree_x(backend):
     va, vb = np.array([1.0, -1.0]), np.array([2.0, 0.5])
     _close(hv["a"], p2 * va * q + p1 * (q1 @ vb), _tol(backend))
     _close(hv["b"], q1 * (p1 @ va) + p * 2 * vb, _tol(backend))
+    vs = di.Tangents(v, x)
+    two = di.hvp(f, backend, x, vs, prep=di.prepare_hvp_same_point(f, backend, x, vs))
+    want = di.hvp(f, backend, x, x)  # (the ordinary hvp, checked above along v)
+    _close(two[0]["a"], to_numpy(hv["a"]), _tol(backend))
+    _close(two[1]["b"], to_numpy(want["b"]), _tol(backend))
 
 
 # ---- the x-only work happens once ----------------------------------------------------
@@ -186,9 +198,15 @@ def test_finite_differences_one_gradient_per_hvp():
 
 
 @pytest.mark.skipif(not HAVE["jax"], reason="jax missing")
-def test_jax_traces_once_per_signature():
+@pytest.mark.parametrize("kept", ["pullback", "fused"])
+def test_jax_traces_once_per_signature(kept, monkeypatch):
+    """Both hvp strategies (the gradient's kept pullback; the fused hvp at the kept x,
+    where dispatch bound) trace f at the first preparation only."""
     import jax.numpy as jnp
 
+    from diffiface.backends.jax import same_point
+
+    monkeypatch.setattr(same_point, "DISPATCH_BOUND", 0 if kept == "pullback" else np.inf)
     traces, loss = [0], _loss(jnp)
 
     def f(x):
@@ -205,7 +223,13 @@ def test_jax_traces_once_per_signature():
     x2 = x + 0.25  # a new point of the same signature: nothing is traced again
     prep2 = di.prepare_hvp_same_point(f, backend, x2, x)
     _close(di.hvp(f, backend, x2, x, prep=prep2), _hessian(X + 0.25) @ X, 1e-10)
+    y, g, hv = di.value_gradient_and_hvp(f, backend, x2, x, prep=prep2)
+    _close(g, _grad(X + 0.25), 1e-10)
     assert traces[0] == after_prep
+    vs = di.Tangents(*(jnp.asarray(d) for d in DIRECTIONS))
+    got = di.hvp(f, backend, x, vs, prep=di.prepare_hvp_same_point(f, backend, x, vs))
+    for hv, d in zip(got, DIRECTIONS, strict=True):
+        _close(hv, _hessian(X) @ d, 1e-10)
 
 
 # ---- another x is an error, never a stale result -------------------------------------

@@ -141,7 +141,10 @@ def _bound(fns: dict, family: str, x, dyn: tuple) -> bool:
     if bound is None:
         cost = fns["make"].lower(x, *dyn).compile().cost_analysis()  # (compiled: cached)
         flops = cost.get("flops") if isinstance(cost, dict) else None
-        bound = fns["bound"] = flops is not None and 0 <= flops < DISPATCH_BOUND
+        bound = flops is not None and 0 <= flops < DISPATCH_BOUND
+        if bound:  # compiled now, with the decision: a later x traces nothing
+            jax.block_until_ready(fns["fused"](x, x, *dyn))
+        fns["bound"] = bound
     return bound
 
 

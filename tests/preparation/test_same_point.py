@@ -224,6 +224,7 @@ def test_jax_traces_once_per_signature(kept, monkeypatch):
     prep2 = di.prepare_hvp_same_point(f, backend, x2, x)
     _close(di.hvp(f, backend, x2, x, prep=prep2), _hessian(X + 0.25) @ X, 1e-10)
     y, g, hv = di.value_gradient_and_hvp(f, backend, x2, x, prep=prep2)
+    assert float(y) == pytest.approx(_value(X + 0.25), rel=1e-12)
     _close(g, _grad(X + 0.25), 1e-10)
     assert traces[0] == after_prep
     vs = di.Tangents(*(jnp.asarray(d) for d in DIRECTIONS))

@@ -28,6 +28,7 @@ preparation; a NumPy array is mutable and has no version, so it is compared with
 
 from __future__ import annotations
 
+import functools
 import importlib
 from collections.abc import Callable
 from typing import Any
@@ -51,11 +52,11 @@ class SamePoint:
 
     __slots__ = ("_fast", "_linear", "_point", "_prep", "_single", "backend", "f", "family")
 
-    def __init__(self, prep: Prep, point: list, single: bool, linear: tuple, fast):
-        self._prep, self._point, self._linear = prep, point, linear
+    def __init__(self, op, f, backend, prep, point: list, single: bool, linear: tuple, fast):
+        self.f, self.backend, self.family = f, backend, op.family
+        self._prep, self._point, self._linear = prep, point, linear  # (a Prep, made late)
         self._single = single  # x is one array and there are no contexts
         self._fast = fast  # (x's type, the tangent's type, shape, dtype): a native call
-        self.f, self.backend, self.family = prep.f, prep.backend, prep.family
 
     def __repr__(self) -> str:
         return f"<diffiface same-point prep for {self.family}(f, {self.backend!r}, x)>"
@@ -74,6 +75,8 @@ class SamePoint:
                 "Call it without chunk_size."
             )
         try:
+            if not isinstance(self._prep, Prep):  # the signature checks: made on first use
+                self._prep = self._prep()
             impl, prob, xs, kinds, ctx = self._prep.enter(op.name, f, backend, x, contexts, t)
         except TooDeep:
             raise _checks.DiffifaceValueError(
@@ -95,16 +98,17 @@ class SamePoint:
         same, kept = self._point[0]
         if t.dtype != fast[3] or name not in _NAMES[self.family] or not same(kept, x):
             return None
-        y, g, one, _ = self._linear
+        at, one, _ = self._linear
         if self.family == "vjp":
             out = one(t)[0]
-            return out if name == "vjp" else (y, out)
+            return out if name == "vjp" else (at()[0], out)
         if self.family == "jvp":
             out = one((t,))
-            return out if name == "jvp" else (y, out)
+            return out if name == "jvp" else (at()[0], out)
         out = one((t,))[0]
         if name == "hvp":
             return out
+        y, g = at()
         return (g[0], out) if name == "gradient_and_hvp" else (y, g[0], out)
 
 
@@ -193,7 +197,9 @@ def prepare(op, f: Callable, backend: Any, x: Any, t: Any, contexts: tuple, has_
                 f"{form}: x must hold real floating arrays that are not traced by an outer "
                 "transform. Use prepare_" + op.family + " for complex or traced x."
             )
-        prep = Prep(op.family, f, backend, c.impl, c.combo, c.prob, x, c.kinds, contexts, t)
+        prep = functools.partial(
+            Prep, op.family, f, backend, c.impl, c.combo, c.prob, x, c.kinds, contexts, t
+        )
         point = [_keep(kit, c.impl, leaf) for leaf in _leaves(c.impl, x, contexts)]
         linear = getattr(kit, op.family)(c.impl, c.prob, c.xs, c.ctx)
     except TooDeep:
@@ -212,15 +218,16 @@ def prepare(op, f: Callable, backend: Any, x: Any, t: Any, contexts: tuple, has_
             f"array. Use prepare_{op.family} for a pytree output."
         )
     single = c.prob.single and not contexts
-    return SamePoint(prep, point, single, linear, _fast(c, op.family, x, t, linear[0], single))
+    fast = _fast(c, op.family, x, t, linear[0], single)
+    return SamePoint(op, f, backend, prep, point, single, linear, fast)
 
 
-def _fast(c, family: str, x: Any, t: Any, value: Any, single: bool):
+def _fast(c, family: str, x: Any, t: Any, at: Callable, single: bool):
     """(x's type, the tangent's type, shape and dtype) where a call with one native x and
     a native tangent can skip the conversions, else None."""
     if not single or c.kinds[0] != convert.NATIVE or isinstance(t, Tangents):
         return None
-    like = value if family == "vjp" else x
+    like = at()[0] if family == "vjp" else x
     if not c.impl.is_native(like) or c.impl.is_complex(like):
         return None
     return type(x), type(like), tuple(like.shape), like.dtype
@@ -263,7 +270,7 @@ def _kit(form: str, impl: Any) -> Any:
 
 # ---- the results, from the kept linear map -------------------------------------------
 def _hvps(c, linear: tuple, v: Any):
-    value, gradient, one, many = linear
+    at, one, many = linear
     vss = convert.tangents(c.prob.op, c.impl, c.prob, c.xs, v)
     if isinstance(v, Tangents):
         hv = Tangents(*(c.like_x(h) for h in many(vss)))
@@ -272,23 +279,25 @@ def _hvps(c, linear: tuple, v: Any):
     op = c.prob.op
     if op == "hvp":
         return hv
+    value, gradient = at()
     if op == "gradient_and_hvp":
         return c.like_x(gradient), hv
     return c.back(value), c.like_x(gradient), hv
 
 
 def _jvps(c, linear: tuple, v: Any):
-    value, _, one, many = linear
+    at, one, many = linear
     vss = convert.tangents(c.prob.op, c.impl, c.prob, c.xs, v)
     if isinstance(v, Tangents):
         out = Tangents(*(c.back(t) for t in many(vss)))
     else:
         out = c.back(one(vss[0]))
-    return out if c.prob.op == "jvp" else (c.back(value), out)
+    return out if c.prob.op == "jvp" else (c.back(at()[0]), out)
 
 
 def _vjps(c, linear: tuple, w: Any):
-    value, _, one, many = linear
+    at, one, many = linear
+    value = at()[0]
     op, impl = c.prob.op, c.impl
     check = first_order._CheckW(op, impl)
 

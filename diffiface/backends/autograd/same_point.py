@@ -17,6 +17,10 @@ from .impl import _call, _grad_fn, _like, _link
 from .traces import make_vjp
 
 
+def _at(value, gradient):
+    return lambda: (value, gradient)
+
+
 def _loop(one):
     return lambda many: [one(v) for v in many]
 
@@ -48,7 +52,7 @@ def hvp(impl, prob, xs: tuple, ctx: tuple) -> tuple:
     def one(vs: tuple) -> tuple:
         return _leaves(prob, _call(prob, lambda: pb(vs[0] if prob.single else vs)), xs)
 
-    return y, _leaves(prob, g, xs), one, _loop(one)
+    return _at(y, _leaves(prob, g, xs)), one, _loop(one)
 
 
 def jvp(impl, prob, xs: tuple, ctx: tuple) -> tuple:
@@ -60,9 +64,9 @@ def jvp(impl, prob, xs: tuple, ctx: tuple) -> tuple:
     def one(vs: tuple) -> Any:
         return _like(_call(prob, lambda: twice(vs[0] if prob.single else vs)), y)
 
-    return y, None, one, _loop(one)
+    return _at(y, None), one, _loop(one)
 
 
 def vjp(impl, prob, xs: tuple, ctx: tuple) -> tuple:
     y, pb = impl.value_and_pullback(prob, xs, ctx)
-    return y, None, pb, _loop(pb)
+    return _at(y, None), pb, _loop(pb)

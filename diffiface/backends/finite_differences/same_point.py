@@ -13,6 +13,10 @@ from __future__ import annotations
 import numpy as np
 
 
+def _at(value, gradient):
+    return lambda: (value, gradient)
+
+
 def _loop(one):
     return lambda many: [one(v) for v in many]
 
@@ -42,7 +46,7 @@ def hvp(impl, prob, xs: tuple, ctx: tuple) -> tuple:
             np.asarray((p - q) / h, dtype=x.dtype) for p, q, x in zip(plus, g, xs, strict=True)
         )
 
-    return y, g, one, _loop(one)
+    return _at(y, g), one, _loop(one)
 
 
 def jvp(impl, prob, xs: tuple, ctx: tuple) -> tuple:
@@ -57,9 +61,9 @@ def jvp(impl, prob, xs: tuple, ctx: tuple) -> tuple:
         t = impl._difference(fn, xs, ctx, y, vs, h)
         return np.asarray(t, dtype=np.result_type(y, np.float32))
 
-    return y, None, one, _loop(one)
+    return _at(y, None), one, _loop(one)
 
 
 def vjp(impl, prob, xs: tuple, ctx: tuple) -> tuple:
     y, pb = impl.value_and_pullback(prob, xs, ctx)
-    return y, None, pb, _loop(pb)
+    return _at(y, None), pb, _loop(pb)

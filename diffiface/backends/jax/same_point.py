@@ -101,8 +101,8 @@ DISPATCH_BOUND = 1e5
 
 
 def _build(prob, family: str, static):
-    """{"make", "apply", "many", "fused", "fused_many"}, each jit-compiled, for f held
-    weakly; "bound": whether the hvp is dispatch bound (decided on first use)."""
+    """{"point", "make", "apply", "many", "fused", "fused_many"}, each jit-compiled, for
+    f held weakly; "bound": whether the hvp is dispatch bound (decided on first use)."""
 
     def build(fget):
         g = prob.flat(fget)
@@ -121,7 +121,11 @@ def _build(prob, family: str, static):
         def fused_many(x, vs, *dyn):
             return jax.vmap(_fused_hvp(fn_of(dyn)), in_axes=(None, 0))(x, vs)
 
+        def point(x, *dyn):
+            return jax.value_and_grad(fn_of(dyn))(x)
+
         return {
+            "point": jax.jit(point),
             "make": jax.jit(make),
             "apply": jax.jit(_apply),
             "many": jax.jit(_apply_many),
@@ -133,13 +137,13 @@ def _build(prob, family: str, static):
     return CACHE.get(prob.f, key, build)
 
 
-def _bound(fns: dict, family: str, x, dyn: tuple) -> bool:
-    """The hvp is dispatch bound at this signature (by XLA's flop estimate of ``make``)."""
-    if family != "hvp":
-        return False
+def _bound(prob, fns: dict, x, dyn: tuple) -> bool:
+    """The hvp is dispatch bound at this signature (by XLA's flop estimate of f's value
+    and gradient); decided once, when the fused hvp is compiled too."""
     bound = fns.get("bound")
     if bound is None:
-        cost = fns["make"].lower(x, *dyn).compile().cost_analysis()  # (compiled: cached)
+        compiled = call(prob, lambda *a: fns["point"].lower(*a).compile(), x, *dyn)
+        cost = compiled.cost_analysis()
         flops = cost.get("flops") if isinstance(cost, dict) else None
         bound = flops is not None and 0 <= flops < DISPATCH_BOUND
         if bound:  # compiled now, with the decision: a later x traces nothing
@@ -157,20 +161,30 @@ def _stack(vss: list, family: str, single: bool):
 
 
 def _linear(prob, family: str, xs: tuple, ctx: tuple) -> tuple:
-    """(value, gradient, one, many): one(v) and many([v, ...]) apply the kept map (a
-    dispatch-bound hvp: the fused compiled hvp at the kept x)."""
+    """(at, one, many): ``at()`` gives (f(x), the gradient or None), one(v) and
+    many([v, ...]) apply the kept map (a dispatch-bound hvp: the fused compiled hvp at
+    the kept x, f(x) and the gradient computed on first request)."""
     dyn, static = split_contexts(prob, ctx)
     fns = _build(prob, family, static)
     single = prob.single
     x = xs[0] if single else xs
-    y, g, lin = call(prob, fns["make"], x, *dyn)
-    leaves = single and family != "jvp"  # results shaped like x: a tuple of its leaves
-    if _bound(fns, family, x, dyn):
+    if family == "hvp" and _bound(prob, fns, x, dyn):
         fused, fused_many = fns["fused"], fns["fused_many"]
         apply = lambda lin, v: fused(x, v, *dyn)  # noqa: E731
         apply_many = lambda lin, vs: fused_many(x, vs, *dyn)  # noqa: E731
+        lin, memo = None, []
+
+        def at():
+            if not memo:
+                y, g = call(prob, fns["point"], x, *dyn)
+                memo.append((y, (g,) if single else g))
+            return memo[0]
     else:
         apply, apply_many = fns["apply"], fns["many"]
+        y, g, lin = call(prob, fns["make"], x, *dyn)
+        kept = (y, (g,) if single and g is not None else g)
+        at = lambda: kept  # noqa: E731
+    leaves = single and family != "jvp"  # results shaped like x: a tuple of its leaves
 
     def one(v):
         out = apply(lin, v[0] if single and family != "vjp" else v)
@@ -184,7 +198,7 @@ def _linear(prob, family: str, xs: tuple, ctx: tuple) -> tuple:
             return list(out)
         return [tuple(leaf[i] for leaf in out) for i in range(len(vss))]
 
-    return y, ((g,) if single and g is not None else g), one, many
+    return at, one, many
 
 
 def hvp(impl, prob, xs: tuple, ctx: tuple) -> tuple:

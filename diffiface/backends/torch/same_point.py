@@ -70,6 +70,10 @@ def _backward(outs: tuple, inputs: tuple, cotangents: tuple, like: tuple) -> tup
     return tuple(torch.zeros_like(a) if g is None else g for g, a in zip(got, like, strict=True))
 
 
+def _at(value, gradient):
+    return lambda: (value, gradient)
+
+
 def _loop(one):
     return lambda many: [one(v) for v in many]
 
@@ -82,7 +86,7 @@ def hvp(impl, prob, xs: tuple, ctx: tuple) -> tuple:
     def one(vs: tuple) -> tuple:
         return _backward(gs, xg, vs, xg)
 
-    return y.detach(), tuple(g.detach() for g in gs), one, _loop(one)
+    return _at(y.detach(), tuple(g.detach() for g in gs)), one, _loop(one)
 
 
 def jvp(impl, prob, xs: tuple, ctx: tuple) -> tuple:
@@ -95,7 +99,7 @@ def jvp(impl, prob, xs: tuple, ctx: tuple) -> tuple:
         )
     if not y.requires_grad:  # f does not depend on x
         zero = lambda vs: torch.zeros_like(y)  # noqa: E731
-        return y.detach(), None, zero, _loop(zero)
+        return _at(y.detach(), None), zero, _loop(zero)
     with torch.enable_grad():
         u = torch.zeros_like(y, requires_grad=True)
         pulled = torch.autograd.grad(y, xg, u, create_graph=True, allow_unused=True)
@@ -103,10 +107,10 @@ def jvp(impl, prob, xs: tuple, ctx: tuple) -> tuple:
     def one(vs: tuple) -> Any:
         return _backward(pulled, (u,), vs, (y,))[0]
 
-    return y.detach(), None, one, _loop(one)
+    return _at(y.detach(), None), one, _loop(one)
 
 
 def vjp(impl, prob, xs: tuple, ctx: tuple) -> tuple:
     _refuse_outer(prob, xs, ctx)
     y, pb = impl.value_and_pullback(prob, xs, ctx)
-    return y, None, pb, _loop(pb)
+    return _at(y, None), pb, _loop(pb)

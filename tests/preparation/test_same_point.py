@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import HAVE
+from conftest import ALL_BACKENDS, HAVE
 from helpers import native, to_numpy, xp
 
 import diffiface as di
@@ -55,12 +55,38 @@ def _close(got, want, tol):
     np.testing.assert_allclose(to_numpy(got), want, rtol=tol, atol=tol)
 
 
+def _strategies():
+    """(backend, strategy): JAX's two, the kept map and the fused operator at the kept x
+    where a call is dispatch bound (chosen by XLA's flop estimate); one for the others."""
+    for p in ALL_BACKENDS:
+        (backend,) = p.values
+        names = ["kept map", "fused"] if backend.framework == "jax" else ["kept map"]
+        for name in names:
+            yield pytest.param(backend, name, id=f"{p.id}-{name}", marks=p.marks)
+
+
+BACKEND_AND_STRATEGY = pytest.mark.parametrize("backend, strategy", list(_strategies()))
+
+
+@pytest.fixture(autouse=True)
+def _strategy(request, monkeypatch):
+    strategy = (
+        request.node.callspec.params.get("strategy") if hasattr(request.node, "callspec") else None
+    )
+    if strategy is not None and request.node.callspec.params["backend"].framework == "jax":
+        from diffiface.backends.jax import same_point
+
+        bound = 0 if strategy == "kept map" else np.inf
+        monkeypatch.setattr(same_point, "DISPATCH_BOUND", bound)
+
+
 def _point(backend, kind, a):
     return np.array(a) if kind == "numpy" else native(backend, a)
 
 
 @pytest.mark.parametrize("kind", ["numpy", "native"])
-def test_hvp_family_at_the_point(backend, kind):
+@BACKEND_AND_STRATEGY
+def test_hvp_family_at_the_point(backend, kind, strategy):
     f, x = _loss(xp(backend)), _point(backend, kind, X)
     prep = di.prepare_hvp_same_point(f, backend, x, _point(backend, kind, DIRECTIONS[0]))
     tol = _tol(backend)
@@ -75,7 +101,8 @@ def test_hvp_family_at_the_point(backend, kind):
         assert type(hv) is type(x)
 
 
-def test_hvp_tangents(backend):
+@BACKEND_AND_STRATEGY
+def test_hvp_tangents(backend, strategy):
     f, x = _loss(xp(backend)), native(backend, X)
     vs = di.Tangents(*(native(backend, d) for d in DIRECTIONS))
     prep = di.prepare_hvp_same_point(f, backend, x, vs)
@@ -88,7 +115,8 @@ def test_hvp_tangents(backend):
 
 
 @pytest.mark.parametrize("kind", ["numpy", "native"])
-def test_jvp_and_vjp_at_the_point(backend, kind):
+@BACKEND_AND_STRATEGY
+def test_jvp_and_vjp_at_the_point(backend, kind, strategy):
     f, x = _field(xp(backend)), _point(backend, kind, X)
     tol = 1e-6 if backend.framework == "finite_differences" else 1e-10
     jprep = di.prepare_jvp_same_point(f, backend, x, _point(backend, kind, DIRECTIONS[0]))
@@ -105,7 +133,8 @@ def test_jvp_and_vjp_at_the_point(backend, kind):
         _close(g, w @ _jac(X), tol)
 
 
-def test_jvp_and_vjp_tangents(backend):
+@BACKEND_AND_STRATEGY
+def test_jvp_and_vjp_tangents(backend, strategy):
     f, x = _field(xp(backend)), native(backend, X)
     tol = 1e-6 if backend.framework == "finite_differences" else 1e-10
     vs = di.Tangents(*(native(backend, d) for d in DIRECTIONS))
@@ -118,14 +147,8 @@ def test_jvp_and_vjp_tangents(backend):
         _close(g, w @ _jac(X), tol)
 
 
-@pytest.mark.parametrize("bound", [0, np.inf])
-def test_pytree_x(backend, bound, monkeypatch):
-    if backend.framework == "jax":  # both hvp strategies (see test_jax_traces_once...)
-        from diffiface.backends.jax import same_point
-
-        monkeypatch.setattr(same_point, "DISPATCH_BOUND", bound)
-    elif bound:
-        pytest.skip("one strategy")
+@BACKEND_AND_STRATEGY
+def test_pytree_x(backend, strategy):
     ns = xp(backend)
     f = lambda t: (ns.sin(t["a"]) * t["a"] ** 2).sum() * (t["b"] ** 2).sum()  # noqa: E731
     a, b = X[:2], np.array([0.5, -1.5])
@@ -198,15 +221,15 @@ def test_finite_differences_one_gradient_per_hvp():
 
 
 @pytest.mark.skipif(not HAVE["jax"], reason="jax missing")
-@pytest.mark.parametrize("kept", ["pullback", "fused"])
+@pytest.mark.parametrize("kept", ["kept map", "fused"])
 def test_jax_traces_once_per_signature(kept, monkeypatch):
-    """Both hvp strategies (the gradient's kept pullback; the fused hvp at the kept x,
-    where dispatch bound) trace f at the first preparation only."""
+    """Both strategies (the gradient's kept pullback; the fused hvp at the kept x, where
+    dispatch bound) trace f at the first preparation only."""
     import jax.numpy as jnp
 
     from diffiface.backends.jax import same_point
 
-    monkeypatch.setattr(same_point, "DISPATCH_BOUND", 0 if kept == "pullback" else np.inf)
+    monkeypatch.setattr(same_point, "DISPATCH_BOUND", 0 if kept == "kept map" else np.inf)
     traces, loss = [0], _loss(jnp)
 
     def f(x):

@@ -1,13 +1,15 @@
 """Same-point preparations on JAX (see ``diffiface.operators.same_point``).
 
-One jit-compiled function makes the linear map at x: ``jax.vjp`` of the gradient (hvp: H is
-symmetric), ``jax.linearize`` of f (jvp), ``jax.vjp`` of f (vjp). Its result is a
+One jit-compiled function makes the linear map at x: ``jax.vjp`` of the gradient (hvp:
+H is symmetric), ``jax.linearize`` of f (jvp), ``jax.vjp`` of f (vjp). Its result is a
 ``jax.tree_util.Partial`` whose residuals are leaves, so a second compiled function
 applies it to a tangent (a vmapped third to a ``Tangents`` of k), all compiled once per
-f and signature: preparing again at a new x of the same shapes compiles nothing. Where
-XLA estimates the gradient's pass under ``DISPATCH_BOUND`` flops, an hvp is dispatch
-bound and the fused compiled hvp at the kept x is faster than the kept map (whose
-residuals are arguments too): it is used there.
+f and signature: preparing again at a new x of the same shapes compiles nothing.
+
+Where XLA estimates f's pass (with its gradient, for hvp) under ``DISPATCH_BOUND``
+flops, a call is dispatch bound: the fused compiled operator at the kept x is faster
+than the kept map, whose residuals are arguments too. It is used there, and f(x) (and
+the gradient) are computed only when an operator returns them.
 """
 
 from __future__ import annotations
@@ -87,22 +89,40 @@ def _apply_many(lin, vs):
 
 
 def _fused_hvp(fn):
-    def hvp(x, v):
-        return jax.jvp(jax.grad(fn), (x,), (v,))[1]
-
-    return hvp
+    return lambda x, v: jax.jvp(jax.grad(fn), (x,), (v,))[1]
 
 
-# below this many flops for f(x) and its gradient (XLA's estimate), a call is dispatch
-# bound: the kept map's residuals, one more argument each, cost more than the part of
-# the fused hvp they save (Rosenbrock n = 1000, 1.6e4 flops: 27.5 against 23.6 us a
-# direction; an MLP with 10k parameters, 1.5e7 flops: 2049 against 2602 us)
+def _fused_jvp(fn):
+    return lambda x, v: jax.jvp(fn, (x,), (v,))[1]
+
+
+def _fused_vjp(fn):
+    return lambda x, w: jax.vjp(fn, x)[1](w)[0]
+
+
+def _value_and_grad(fn):
+    return jax.value_and_grad(fn)
+
+
+def _value(fn):
+    return lambda x: (fn(x), None)
+
+
+_FUSED = {"hvp": _fused_hvp, "jvp": _fused_jvp, "vjp": _fused_vjp}
+_POINT = {"hvp": _value_and_grad, "jvp": _value, "vjp": _value}
+
+
+# below this many flops for f(x) (and its gradient, for hvp) by XLA's estimate, a call
+# is dispatch bound: the kept map's residuals, one more argument each, cost more than
+# the part of the fused operator they save (hvp, Rosenbrock n = 1000, 1.6e4 flops: 27.5
+# against 23.6 us a direction; an MLP with 10k parameters, 1.5e7 flops: 2049 against
+# 2602 us)
 DISPATCH_BOUND = 1e5
 
 
 def _build(prob, family: str, static):
     """{"point", "make", "apply", "many", "fused", "fused_many"}, each jit-compiled, for
-    f held weakly; "bound": whether the hvp is dispatch bound (decided on first use)."""
+    f held weakly; "bound": whether a call is dispatch bound (decided on first use)."""
 
     def build(fget):
         g = prob.flat(fget)
@@ -116,13 +136,13 @@ def _build(prob, family: str, static):
             return _MAKE[family](fn_of(dyn))(x)
 
         def fused(x, v, *dyn):
-            return _fused_hvp(fn_of(dyn))(x, v)
+            return _FUSED[family](fn_of(dyn))(x, v)
 
         def fused_many(x, vs, *dyn):
-            return jax.vmap(_fused_hvp(fn_of(dyn)), in_axes=(None, 0))(x, vs)
+            return jax.vmap(_FUSED[family](fn_of(dyn)), in_axes=(None, 0))(x, vs)
 
         def point(x, *dyn):
-            return jax.value_and_grad(fn_of(dyn))(x)
+            return _POINT[family](fn_of(dyn))(x)
 
         return {
             "point": jax.jit(point),
@@ -137,9 +157,9 @@ def _build(prob, family: str, static):
     return CACHE.get(prob.f, key, build)
 
 
-def _bound(prob, fns: dict, x, dyn: tuple) -> bool:
-    """The hvp is dispatch bound at this signature (by XLA's flop estimate of f's value
-    and gradient); decided once, when the fused hvp is compiled too."""
+def _bound(prob, family: str, fns: dict, x, dyn: tuple) -> bool:
+    """A call is dispatch bound at this signature (by XLA's flop estimate of what
+    ``point`` computes); decided once, when the fused operator is compiled too."""
     bound = fns.get("bound")
     if bound is None:
         compiled = call(prob, lambda *a: fns["point"].lower(*a).compile(), x, *dyn)
@@ -147,7 +167,9 @@ def _bound(prob, fns: dict, x, dyn: tuple) -> bool:
         flops = cost.get("flops") if isinstance(cost, dict) else None
         bound = flops is not None and 0 <= flops < DISPATCH_BOUND
         if bound:  # compiled now, with the decision: a later x traces nothing
-            jax.block_until_ready(fns["fused"](x, x, *dyn))
+            y = jax.eval_shape(fns["point"], x, *dyn)[0]
+            t = jnp.zeros(y.shape, y.dtype) if family == "vjp" else x
+            jax.block_until_ready(fns["fused"](x, t, *dyn))
         fns["bound"] = bound
     return bound
 
@@ -162,13 +184,13 @@ def _stack(vss: list, family: str, single: bool):
 
 def _linear(prob, family: str, xs: tuple, ctx: tuple) -> tuple:
     """(at, one, many): ``at()`` gives (f(x), the gradient or None), one(v) and
-    many([v, ...]) apply the kept map (a dispatch-bound hvp: the fused compiled hvp at
+    many([v, ...]) apply the kept map (dispatch bound: the fused compiled operator at
     the kept x, f(x) and the gradient computed on first request)."""
     dyn, static = split_contexts(prob, ctx)
     fns = _build(prob, family, static)
     single = prob.single
     x = xs[0] if single else xs
-    if family == "hvp" and _bound(prob, fns, x, dyn):
+    if _bound(prob, family, fns, x, dyn):
         fused, fused_many = fns["fused"], fns["fused_many"]
         apply = lambda lin, v: fused(x, v, *dyn)  # noqa: E731
         apply_many = lambda lin, vs: fused_many(x, vs, *dyn)  # noqa: E731
@@ -177,7 +199,7 @@ def _linear(prob, family: str, xs: tuple, ctx: tuple) -> tuple:
         def at():
             if not memo:
                 y, g = call(prob, fns["point"], x, *dyn)
-                memo.append((y, (g,) if single else g))
+                memo.append((y, (g,) if single and g is not None else g))
             return memo[0]
     else:
         apply, apply_many = fns["apply"], fns["many"]

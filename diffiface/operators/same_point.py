@@ -85,7 +85,14 @@ class SamePoint:
         if not _holds(self._point, self._single, impl, x, contexts):
             raise _moved(op.name, backend, self.family)
         c = shell.Call(impl, prob, xs, kinds, ctx)
-        return _FINISH[self.family](c, self._linear, t)
+        try:
+            return _FINISH[self.family](c, self._linear, t)
+        except Foreign:  # a tangent of another framework
+            raise _checks.DiffifaceTypeError(
+                f"{_form(op.name, backend)}: the tangent holds arrays of another framework, "
+                "and a same-point preparation does not cross frameworks. Pass the backend's "
+                "arrays or NumPy arrays."
+            ) from None
 
     def _run_fast(self, name: str, f, backend, x, t):
         """The result of a native call that matches exactly, else None (the general

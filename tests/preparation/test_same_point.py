@@ -313,3 +313,14 @@ def test_refused_arguments_are_clear_errors(backend):
         di.gradient(f, backend, x, prep=prep)
     with pytest.raises(di.DiffifaceTypeError, match="plain backend"):
         di.prepare_hvp_same_point(f, di.second_order(backend, backend), x, x)
+
+
+@pytest.mark.skipif(not (HAVE["jax"] and HAVE["torch"]), reason="needs jax and torch")
+def test_a_tangent_of_another_framework_is_a_clear_error():
+    import jax.numpy as jnp
+    import torch
+
+    f, backend, x = _loss(jnp), di.AutoJax(), jnp.asarray(X)
+    prep = di.prepare_hvp_same_point(f, backend, x, x)
+    with pytest.raises(di.DiffifaceTypeError, match="does not cross frameworks"):
+        di.hvp(f, backend, x, torch.from_numpy(DIRECTIONS[0]), prep=prep)

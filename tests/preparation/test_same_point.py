@@ -313,6 +313,16 @@ def test_refused_arguments_are_clear_errors(backend):
         di.gradient(f, backend, x, prep=prep)
     with pytest.raises(di.DiffifaceTypeError, match="plain backend"):
         di.prepare_hvp_same_point(f, di.second_order(backend, backend), x, x)
+    with pytest.raises(di.DiffifaceValueError, match="has_aux=True is not supported"):
+        di.hvp(f, backend, x, x, prep=prep, has_aux=True)
+    fixed = di.FixedParams(lambda x, p: f(x) * p, native(backend, np.array(2.0)))
+    with pytest.raises(di.DiffifaceTypeError, match="FixedParams"):
+        di.prepare_hvp_same_point(fixed, backend, x, x)
+    with pytest.raises(di.DiffifaceTypeError, match=r"contexts must be di\.Constant"):
+        di.prepare_vjp_same_point(lambda x, c: x * c, backend, x, x, 2.0)
+    tree = lambda x: {"a": x * 2, "b": x}  # noqa: E731
+    with pytest.raises(di.DiffifaceTypeError, match="f returns a pytree"):
+        di.prepare_jvp_same_point(tree, backend, x, x)
 
 
 @pytest.mark.skipif(not (HAVE["jax"] and HAVE["torch"]), reason="needs jax and torch")

@@ -166,8 +166,9 @@ def _bound(prob, family: str, fns: dict, x, dyn: tuple) -> bool:
         cost = compiled.cost_analysis()
         flops = cost.get("flops") if isinstance(cost, dict) else None
         bound = flops is not None and 0 <= flops < DISPATCH_BOUND
+        y = jax.eval_shape(fns["point"], x, *dyn)[0]
+        fns["out"] = (tuple(y.shape), y.dtype)  # f(x)'s, for a cotangent's fast check
         if bound:  # compiled now, with the decision: a later x traces nothing
-            y = jax.eval_shape(fns["point"], x, *dyn)[0]
             t = jnp.zeros(y.shape, y.dtype) if family == "vjp" else x
             jax.block_until_ready(fns["fused"](x, t, *dyn))
         fns["bound"] = bound
@@ -201,6 +202,9 @@ def _linear(prob, family: str, xs: tuple, ctx: tuple) -> tuple:
                 y, g = call(prob, fns["point"], x, *dyn)
                 memo.append((y, (g,) if single and g is not None else g))
             return memo[0]
+
+        if single:  # f(x)'s type, shape and dtype without computing it
+            at.out = (type(x), *fns["out"])
     else:
         apply, apply_many = fns["apply"], fns["many"]
         y, g, lin = call(prob, fns["make"], x, *dyn)

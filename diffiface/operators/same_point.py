@@ -42,7 +42,7 @@ from .._errors import Foreign
 from .._tangents import Tangents
 from .._tree import TooDeep, flatten
 from ..core import convert, outputs, shell
-from ..core.plan import MismatchError, Prep
+from ..core.plan import FAMILY, MismatchError, Prep
 from . import first_order, second_order
 
 
@@ -103,7 +103,7 @@ class SamePoint:
         if type(x) is not fast[0] or type(t) is not fast[1] or t.shape != fast[2]:
             return None
         same, kept = self._point[0]
-        if t.dtype != fast[3] or name not in _NAMES[self.family] or not same(kept, x):
+        if t.dtype != fast[3] or FAMILY.get(name) != self.family or not same(kept, x):
             return None
         at, one, _ = self._linear
         if self.family == "vjp":
@@ -117,13 +117,6 @@ class SamePoint:
             return out
         y, g = at()
         return (g[0], out) if name == "gradient_and_hvp" else (y, g[0], out)
-
-
-_NAMES = {
-    "hvp": ("hvp", "gradient_and_hvp", "value_gradient_and_hvp"),
-    "jvp": ("jvp", "value_and_jvp"),
-    "vjp": ("vjp", "value_and_vjp"),
-}
 
 
 def _form(op: str, backend: Any) -> str:

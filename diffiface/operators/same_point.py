@@ -200,7 +200,9 @@ def prepare(op, f: Callable, backend: Any, x: Any, t: Any, contexts: tuple, has_
         prep = functools.partial(
             Prep, op.family, f, backend, c.impl, c.combo, c.prob, x, c.kinds, contexts, t
         )
-        point = [_keep(kit, c.impl, leaf) for leaf in _leaves(c.impl, x, contexts)]
+        single = c.prob.single and not contexts  # one array: no flattening
+        leaves = [x] if single else _leaves(c.impl, x, contexts)
+        point = [_keep(kit, c.impl, leaf) for leaf in leaves]
         linear = getattr(kit, op.family)(c.impl, c.prob, c.xs, c.ctx)
     except TooDeep:
         raise _checks.DiffifaceValueError(f"{form}: {TooDeep('x or a context')}") from None
@@ -217,7 +219,6 @@ def prepare(op, f: Callable, backend: Any, x: Any, t: Any, contexts: tuple, has_
             f"{form}: f returns a pytree; a same-point preparation takes f returning one "
             f"array. Use prepare_{op.family} for a pytree output."
         )
-    single = c.prob.single and not contexts
     fast = _fast(c, op.family, x, t, linear[0], single)
     return SamePoint(op, f, backend, prep, point, single, linear, fast)
 
@@ -262,13 +263,21 @@ def _refuse(form: str, f, backend, contexts: tuple, has_aux, op: str) -> None:
 
 def _kit(form: str, impl: Any) -> Any:
     """The backend's same-point module (``backends/<framework>/same_point.py``)."""
+    kit = _KITS.get(impl.framework)
+    if kit is not None:
+        return kit
     try:
-        return importlib.import_module(f"diffiface.backends.{impl.framework}.same_point")
+        kit = importlib.import_module(f"diffiface.backends.{impl.framework}.same_point")
+        _KITS[impl.framework] = kit
+        return kit
     except ModuleNotFoundError:
         raise _checks.DiffifaceTypeError(
             f"{form}: the {impl.framework} backend has no same-point preparation. Use the "
             "ordinary prepare_ function."
         ) from None
+
+
+_KITS: dict = {}  # framework -> its same-point module, once imported
 
 
 # ---- the results, from the kept linear map -------------------------------------------

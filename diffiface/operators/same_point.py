@@ -68,7 +68,7 @@ class SamePoint:
             if out is not None:
                 return out
         if has_aux is not False:
-            raise _no_aux(op.name, backend)
+            raise _no_aux(_checks.call_form(op.name, backend), op.family)
         if chunk_size is not None:
             raise _checks.DiffifaceTypeError(
                 f"{_form(op.name, backend)}: a same-point preparation takes no chunk_size. "
@@ -133,11 +133,10 @@ def _moved(op: str, backend: Any, family: str) -> MismatchError:
     )
 
 
-def _no_aux(op: str, backend: Any) -> _checks.DiffifaceValueError:
+def _no_aux(form: str, family: str) -> _checks.DiffifaceValueError:
     return _checks.DiffifaceValueError(
-        f"{_checks.call_form(op, backend)}: has_aux=True is not supported with a same-point "
-        f"preparation. Compute the aux with a separate call of f, or use prepare_"
-        f"{op.split('_')[-1]} with has_aux=True."
+        f"{form}: has_aux=True is not supported with a same-point preparation. Compute "
+        f"the aux with a separate call of f, or use prepare_{family} with has_aux=True."
     )
 
 
@@ -188,7 +187,7 @@ def prepare(op, f: Callable, backend: Any, x: Any, t: Any, contexts: tuple, has_
     """``prepare_<family>_same_point``: enter once, keep the point, build the linear map."""
     name = f"prepare_{op.family}_same_point"
     form = f"{name}(f, {backend!r}, x, {'w' if op.family == 'vjp' else 'v'})"
-    _refuse(form, f, backend, contexts, has_aux, op.name)
+    _refuse(form, f, backend, contexts, has_aux, op.family)
     try:
         c = shell.enter(op, f, backend, x, contexts, None)
         kit = _kit(form, c.impl)
@@ -237,21 +236,21 @@ def _fast(c, family: str, x: Any, t: Any, at: Callable, single: bool):
     return type(x), type(like), tuple(like.shape), like.dtype
 
 
-def _refuse(form: str, f, backend, contexts: tuple, has_aux, op: str) -> None:
+def _refuse(form: str, f, backend, contexts: tuple, has_aux, family: str) -> None:
     """The arguments a same-point preparation does not take, each a clear error."""
     if has_aux is not False:
-        raise _no_aux(form.split("(")[0], backend)
+        raise _no_aux(form, family)
     if isinstance(backend, SecondOrder | AutoSparse):
         raise _checks.DiffifaceTypeError(
             f"{form}: a same-point preparation takes a plain backend (AutoJax(), AutoTorch(), "
             f"AutoAutograd(), AutoFiniteDifferences()), got {backend!r}. Use prepare_"
-            f"{op.split('_')[-1]} for it."
+            f"{family} for it."
         )
     if type(f) is FixedParams:
         raise _checks.DiffifaceTypeError(
             f"{form}: f is a FixedParams, which a same-point preparation does not take. Pass "
             "its parameters as a di.Constant context of the plain function, or use prepare_"
-            f"{op.split('_')[-1]}."
+            f"{family}."
         )
     for c in contexts:
         if type(c) is not Constant:

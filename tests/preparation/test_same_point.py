@@ -306,8 +306,10 @@ def test_another_constant_is_an_error(backend):
 
 def test_refused_arguments_are_clear_errors(backend):
     f, x = _loss(xp(backend)), native(backend, X)
-    with pytest.raises(di.DiffifaceValueError, match="has_aux=True is not supported"):
+    with pytest.raises(di.DiffifaceValueError, match="has_aux=True is not supported") as info:
         di.prepare_hvp_same_point(lambda x: (f(x), 1.0), backend, x, x, has_aux=True)
+    assert str(info.value).startswith(f"prepare_hvp_same_point(f, {backend!r}, x, v):")
+    assert "use prepare_hvp with has_aux=True" in str(info.value)
     prep = di.prepare_hvp_same_point(f, backend, x, x)
     with pytest.raises(di.MismatchError, match=r"operator +MISMATCH"):
         di.gradient(f, backend, x, prep=prep)

@@ -1,10 +1,11 @@
 """Same-point preparations on torch (see ``diffiface.operators.same_point``).
 
 hvp keeps the gradient's graph (``create_graph=True``): each direction is one backward
-through it. vjp keeps f's graph: each cotangent is one backward. jvp keeps the graph of
-the pullback ``u -> J^T u`` (linear in u): each tangent is one backward of it, ``J v``,
-the double-vjp trick; it runs no part of f again, where forward mode (``torch.func.jvp``)
-would run f and its tangent for every direction.
+through it (a ``Tangents`` of k: one batched backward, ``is_grads_batched``). vjp keeps
+f's graph: each cotangent is one backward. jvp keeps the graph of the pullback ``u ->
+J^T u`` (linear in u): each tangent is one backward of it, ``J v``, the double-vjp
+trick; it runs no part of f again, where forward mode (``torch.func.jvp``) would run f
+and its tangent for every direction.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from typing import Any
 import torch
 
 from ... import _checks
-from .graph import apply_f, check_twice, grads, in_functorch, leaf, outer_pass
+from .graph import apply_f, batched_grads, check_twice, grads, in_functorch, leaf, outer_pass
 
 
 def keep(a: Any) -> tuple:
@@ -54,20 +55,35 @@ def _graph(prob, xs: tuple, ctx: tuple) -> tuple:
     return xg, y
 
 
-def _backward(outs: tuple, inputs: tuple, cotangents: tuple, like: tuple) -> tuple:
-    """The pullback of ``cotangents`` from the ``outs`` on a graph (None: no path) to
-    ``inputs``, the graph kept; zeros where nothing connects."""
+def _pullbacks(outs: tuple, inputs: tuple, like: tuple) -> tuple:
+    """(one, many): the pullback of cotangents (one per out; None: no path) from the
+    ``outs`` on a kept graph to ``inputs``, zeros where nothing connects; ``many`` pulls
+    several back in one batched backward (``is_grads_batched``)."""
     live = [i for i, o in enumerate(outs) if o is not None and o.requires_grad]
-    if not live:
-        return tuple(torch.zeros_like(a) for a in like)
-    got = torch.autograd.grad(
-        [outs[i] for i in live],
-        inputs,
-        [cotangents[i] for i in live],
-        retain_graph=True,
-        allow_unused=True,
-    )
-    return tuple(torch.zeros_like(a) if g is None else g for g, a in zip(got, like, strict=True))
+    chosen = [outs[i] for i in live]
+
+    def filled(got, k=None) -> tuple:
+        return tuple(
+            torch.zeros_like(a) if g is None else (g if k is None else g[k])
+            for g, a in zip(got, like, strict=True)
+        )
+
+    def one(cotangents: tuple) -> tuple:
+        if not live:
+            return filled((None,) * len(like))
+        cts = [cotangents[i] for i in live]
+        return filled(
+            torch.autograd.grad(chosen, inputs, cts, retain_graph=True, allow_unused=True)
+        )
+
+    def many(rows: list) -> list:
+        if not live:
+            return [one(r) for r in rows]
+        stacked = [torch.stack([r[i] for r in rows]) for i in live]
+        got = batched_grads(chosen, inputs, stacked, False)
+        return [filled(got, k) for k in range(len(rows))]
+
+    return one, many
 
 
 def _at(value, gradient):
@@ -82,11 +98,8 @@ def hvp(impl, prob, xs: tuple, ctx: tuple) -> tuple:
     xg, y = _graph(prob, xs, ctx)
     with torch.enable_grad():
         gs = grads(y, xg, None, True, True)  # create_graph: the gradient's own graph
-
-    def one(vs: tuple) -> tuple:
-        return _backward(gs, xg, vs, xg)
-
-    return _at(y.detach(), tuple(g.detach() for g in gs)), one, _loop(one)
+    one, many = _pullbacks(gs, xg, xg)
+    return _at(y.detach(), tuple(g.detach() for g in gs)), one, many
 
 
 def jvp(impl, prob, xs: tuple, ctx: tuple) -> tuple:
@@ -103,14 +116,11 @@ def jvp(impl, prob, xs: tuple, ctx: tuple) -> tuple:
     with torch.enable_grad():
         u = torch.zeros_like(y, requires_grad=True)
         pulled = torch.autograd.grad(y, xg, u, create_graph=True, allow_unused=True)
-
-    def one(vs: tuple) -> Any:
-        return _backward(pulled, (u,), vs, (y,))[0]
-
-    return _at(y.detach(), None), one, _loop(one)
+    one, many = _pullbacks(pulled, (u,), (y,))
+    return _at(y.detach(), None), lambda vs: one(vs)[0], lambda vss: [t[0] for t in many(vss)]
 
 
 def vjp(impl, prob, xs: tuple, ctx: tuple) -> tuple:
-    _refuse_outer(prob, xs, ctx)
-    y, pb = impl.value_and_pullback(prob, xs, ctx)
-    return _at(y, None), pb, _loop(pb)
+    xg, y = _graph(prob, xs, ctx)
+    one, many = _pullbacks((y,), xg, xg)
+    return _at(y.detach(), None), lambda w: one((w,)), lambda ws: many([(w,) for w in ws])

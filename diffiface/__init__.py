@@ -56,6 +56,10 @@ from .operators.prepare import prepare_jacobian as prepare_jacobian
 from .operators.prepare import prepare_jvp as prepare_jvp
 from .operators.prepare import prepare_second_derivative as prepare_second_derivative
 from .operators.prepare import prepare_vjp as prepare_vjp
+from .operators.same_point import SamePoint as SamePoint
+from .operators.same_point import prepare_hvp_same_point as prepare_hvp_same_point
+from .operators.same_point import prepare_jvp_same_point as prepare_jvp_same_point
+from .operators.same_point import prepare_vjp_same_point as prepare_vjp_same_point
 from .operators.second_order import gradient_and_hvp as gradient_and_hvp
 from .operators.second_order import hessian as hessian
 from .operators.second_order import hvp as hvp
@@ -87,6 +91,7 @@ __all__ = [
     "MismatchError",
     "Prep",
     "RecompileWarning",
+    "SamePoint",
     "SecondOrder",
     "SparsityWarning",
     "Tangents",
@@ -110,10 +115,13 @@ __all__ = [
     "prepare_gradient",
     "prepare_hessian",
     "prepare_hvp",
+    "prepare_hvp_same_point",
     "prepare_jacobian",
     "prepare_jvp",
+    "prepare_jvp_same_point",
     "prepare_second_derivative",
     "prepare_vjp",
+    "prepare_vjp_same_point",
     "second_derivative",
     "second_order",
     "sparsity_pattern",

@@ -143,6 +143,8 @@ def call(
 ) -> Any:
     """The public operator ``op`` on these arguments (``t``: its tangent, for an
     operator that takes one); with ``has_aux``, ``(its result, f's aux)``."""
+    if prep is not None and type(prep) is not Prep and hasattr(prep, "run_same_point"):
+        return prep.run_same_point(op, f, backend, x, t, contexts, chunk_size, has_aux)
     if chunk_size is not None:
         _checks.check_chunk_size(op.name, backend, chunk_size)
     if has_aux is not False or (prep is not None and getattr(prep, "aux", False)):

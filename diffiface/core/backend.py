@@ -157,6 +157,7 @@ class BackendImpl(DerivedSecondOrder):
     hermitian_vjp = False  # the native pullback of a complex output conjugates w (torch)
     reverse_combo = ("reverse", "reverse")  # second order without forward mode
     protect = None  # xs -> the leaves f receives, copied where f could change the caller's
+    compile = None  # the framework's compiler (jax.jit): a pytree output's split, once
 
     keeps_plans = False  # runner(..., weak=True) can give runners for unprepared calls
     bakes_reads = False  # its runners keep what f read when compiled (JAX): watched

@@ -128,6 +128,8 @@ OPS: dict[str, Declared] = {
 }
 
 FAMILY = {name: d.family for name, d in OPS.items()}
+# the parts of a result shaped like f(x) (a pytree where f returns one)
+SHAPED_LIKE_F = frozenset(("value", "derivative", "jacobian", "jvp", "batched_jacobian"))
 
 
 def names(**facts) -> frozenset:

@@ -21,6 +21,7 @@ run f again on later calls. Results are split back with ``Layout.split``.
 
 from __future__ import annotations
 
+import functools
 import math
 import threading
 from collections.abc import Callable
@@ -208,10 +209,11 @@ class Layout:
     """Where each leaf of a pytree output lies in the raveled vector (``axis``: 1 for
     per-sample outputs of batched_jacobian, whose first axis is the batch)."""
 
-    __slots__ = ("axis", "dtypes", "shapes", "sizes", "treedef")
+    __slots__ = ("axis", "compiled", "dtypes", "shapes", "sizes", "treedef")
 
     def __init__(self, treedef: Any, leaves: list, axis: int) -> None:
         self.treedef, self.axis = treedef, axis
+        self.compiled: dict = {}  # impl -> the split compiled (a framework that compiles)
         self.shapes = [tuple(a.shape) for a in leaves]
         self.dtypes = [a.dtype for a in leaves]
         self.sizes = [math.prod(s[axis:]) for s in self.shapes]
@@ -225,6 +227,15 @@ class Layout:
         pytree like f(x): each piece reshaped and cast back to its leaf's dtype."""
         if a is None:
             return None
+        if impl.compile is not None:  # one compiled call, not two dispatches per leaf
+            run = self.compiled.get(impl)
+            if run is None:
+                run = self.compiled[impl] = impl.compile(functools.partial(self.pieces, impl))
+            return run(a)
+        return self.pieces(impl, a)
+
+    def pieces(self, impl: Any, a: Any) -> Any:
+        """``split`` as the framework's operations (see ``split``)."""
         lead, trail = tuple(a.shape[: self.axis]), tuple(a.shape[self.axis + 1 :])
         pieces, start = [], 0
         for shape, dtype, n in zip(self.shapes, self.dtypes, self.sizes, strict=True):

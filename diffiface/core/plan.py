@@ -24,7 +24,7 @@ from ..nested.route import route
 from . import convert as _convert
 from . import outputs
 from .backend import SLOW
-from .operator import FAMILY, of_family
+from .operator import FAMILY, OPS, SHAPED_LIKE_F, of_family
 from .problem import Problem
 
 
@@ -129,17 +129,26 @@ class Prep:
         self._direct: dict = {}  # op -> runner(x, *t), one native or NumPy array
         self._leaves: dict = {}  # op -> runner(x leaves, context leaves), native pytrees
 
-    def finalize(self) -> Prep:
-        """Build the direct runners (after the warm-up call compiled what they use); none
-        for an f with aux or a pytree output (the general path splits what they return)."""
-        if self.aux or outputs.returns_tree(unfix(self.f, ())[0]):
+    def finalize(self, x: Any = None) -> Prep:
+        """Build the direct runners (after the warm-up call ``prepare`` made at ``x``
+        compiled what they use); none for an f with aux; for a pytree output, the
+        runners of one native array on a backend that compiles (see ``tree_runner``)."""
+        f = unfix(self.f, ())[0]
+        if self.aux:
             return self
         numpy = self._kinds[0] == _convert.NUMPY
+        tree = outputs.returns_tree(f)
+        if tree and (numpy or type(self.f) is FixedParams):
+            return self
         if self._fast is not None and not self._ctx_sig and not _is_many(self._t_sig):
             for op, prob in self._probs.items():
                 run = self.impl.runner(prob, "numpy" if numpy else ARRAY, self.combo)
+                if tree:
+                    run = tree_runner(self.impl, f, op, x, run)
                 if run is not None:
                     self._direct[op] = run
+        elif tree:
+            return self
         elif (
             (self._fast is None or self._ctx_sig)
             and self._x_native is not None
@@ -276,6 +285,36 @@ def run_form(form: str, run: Callable, x_sig, c_sig, x: Any, contexts: tuple, t:
     if contexts or type(x) is not x_sig[0] or x.shape != x_sig[1] or x.dtype != x_sig[2]:
         return SLOW
     return run(x, *t)
+
+
+def tree_runner(impl: Any, f: Callable, op: str, x: Any, run: Callable | None):
+    """``run`` (a runner at one native array x) with the parts of its results shaped like
+    f(x) split as f's pytree output, or None. Only for a backend that compiles: the
+    compiled function fixed the output's structure when it traced f, and the layout
+    recorded then holds for every call of the runner's signature."""
+    if run is None or impl.compile is None or OPS[op].tangent == "w":
+        return None  # (a cotangent like f's pytree output: the general path ravels it)
+    sig = outputs.signature((x,), (), False, impl.leaf_signature, op)
+    layout = outputs.layout_of(f, sig)
+    if layout is None or layout is outputs.MISSING:
+        return None
+    shaped = tuple(part in SHAPED_LIKE_F for part in OPS[op].returns)
+    split = layout.split
+    if len(shaped) == 1:
+
+        def one(*args):
+            out = run(*args)
+            return out if out is SLOW else split(impl, out)
+
+        return one
+
+    def several(*args):
+        out = run(*args)
+        if out is SLOW:
+            return out
+        return tuple(split(impl, o) if s else o for o, s in zip(out, shaped, strict=True))
+
+    return several
 
 
 def native_sig(impl: Any, tree: Any):

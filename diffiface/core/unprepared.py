@@ -22,7 +22,7 @@ from .._reads import snapshot, watch
 from .._tangents import Tangents
 from . import convert, outputs, registry
 from .backend import SLOW
-from .plan import ARRAY, LEAVES, fast_sig, native_sig, run_form
+from .plan import ARRAY, LEAVES, fast_sig, native_sig, run_form, tree_runner
 
 TABLE = FunctionCache(per_function=16)
 
@@ -65,12 +65,17 @@ def remember(op: str, f, backend, impl, prob, combo, x, kinds, contexts, t) -> N
         old = TABLE.peek(f, op)
         if old is not None and old.run is None and old.form == form and old.x_sig == sig:
             return  # the backend has no runner for calls like this one
-    if impl is not prob.impl or type(f) is FixedParams or outputs.returns_tree(prob.f):
-        return  # a nested-AD rule; a pytree output (the general path splits it)
+    if impl is not prob.impl or type(f) is FixedParams:
+        return  # a nested-AD rule
+    tree = outputs.returns_tree(prob.f)
+    if tree and not (one and form == ARRAY):
+        return  # a pytree output of pytree or NumPy arguments: the general path splits it
     registry.KEEPS_PLANS.add(type(backend))  # a SecondOrder of a backend that keeps plans
     reads = _reads(f) if impl.bakes_reads else None
     if one:
         run = impl.runner(prob, form, combo, weak=True)
+        if tree:
+            run = tree_runner(impl, prob.f, op, x, run)
         TABLE.put(f, op, Kept(backend, form, sig, None, reads, run))
         return
     if t is not None or not all(k == convert.NATIVE for k in kinds):

@@ -301,3 +301,34 @@ def test_unprepared_sparse_jax_calls_run_the_compiled_passes(monkeypatch):
     del f, h
     gc.collect()
     assert refs[0]() is None and refs[1]() is None
+
+
+def test_pytree_outputs_run_the_plan_on_jax(monkeypatch):
+    """f returning a dict: a prepared or kept JAX plan runs its compiled function and
+    splits the raveled result in one compiled call (the structure is fixed by the
+    trace); results equal jax.jvp's, leaf by leaf."""
+    jax = pytest.importorskip("jax")
+    jax.config.update("jax_enable_x64", True)
+    jnp = jax.numpy
+
+    def g(x):
+        return {"a": jnp.sin(x), "b": (x**2).reshape(2, 2), "c": jnp.sum(x)}
+
+    b, x, v = di.AutoJax(), jnp.asarray(X), jnp.asarray(V)
+    y, want = jax.jvp(g, (x,), (v,))
+    prep = di.prepare_jvp(g, b, x, v)
+    di.value_and_jvp(g, b, x, v)
+    di.jvp(g, b, x, v)
+    general = _GeneralPath(monkeypatch)
+    for got in (
+        di.jvp(g, b, x, v, prep=prep),
+        di.jvp(g, b, x, v),
+        di.value_and_jvp(g, b, x, v)[1],
+    ):
+        assert set(got) == {"a", "b", "c"}
+        for k in want:
+            assert got[k].shape == want[k].shape
+            np.testing.assert_allclose(got[k], want[k], rtol=1e-12)
+    value = di.value_and_jvp(g, b, x, v)[0]
+    np.testing.assert_allclose(value["b"], y["b"], rtol=1e-12)
+    assert general.count == 0

@@ -186,6 +186,7 @@ class JaxImpl(BackendImpl):
 
     keeps_plans = True
     bakes_reads = True
+    compile = staticmethod(jax.jit)
 
     def standin(self, tree):
         def one(a):  # a traced value has none to read: a constant of its shape and dtype

@@ -19,13 +19,15 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import subprocess
 import sys
 import time
 import traceback
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-DOCS = os.path.join(os.path.dirname(HERE), "docs")
-sys.path.insert(0, HERE)
+ROOT = os.path.dirname(HERE)
+DOCS = os.path.join(ROOT, "docs")
+sys.path[:0] = [HERE, ROOT]  # this checkout's diffiface, whatever is installed
 
 from timing import interleaved, median_us, one_thread  # noqa: E402  (first: one thread)
 
@@ -273,6 +275,21 @@ def chart(rows: list, path: str, worst: int = 60) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
+
+
+def commit() -> str:
+    """The checkout's commit, with "+changes" when diffiface/ has uncommitted edits."""
+    git = ["git", "-C", ROOT]
+    try:
+        head = subprocess.run(
+            [*git, "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True
+        ).stdout.strip()
+        dirty = subprocess.run(
+            [*git, "status", "--porcelain", "diffiface"], capture_output=True, text=True
+        ).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    return head + ("+changes" if dirty else "")
 
 
 def main(argv=None) -> list:

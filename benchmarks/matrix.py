@@ -192,6 +192,40 @@ def table(rows: list) -> list[str]:
     return lines
 
 
+ABOUT = [  # the section's fixed text, before the measured summary
+    "Every operator x backend x input kind x call form x size, as the ratio of "
+    "diffiface's time to the framework's best native formulation of the same "
+    "result, measured side by side in one process by `benchmarks/matrix.py` "
+    "(`make bench-matrix`, `QUICK=1` for sizes 10 and 1e3 with fewer rounds): "
+    "float64, one thread pinned, paired interleaved rounds, medians; each row is "
+    "first checked to give the native numbers. Input kinds: the framework's "
+    "arrays (`array`; autograd's are NumPy), NumPy arrays into JAX or torch (the "
+    "native calls `jit` on NumPy then `np.asarray`, or `torch.from_numpy` then "
+    "`.numpy()`), a Python float (scalar-x operators), a dict of two arrays "
+    "(`pytree`). Call forms: `prepared` (`prep=`), `unprepared`, `f per call` (a "
+    "closure made anew each call; the native makes the same closure: JAX's "
+    "un-jitted transform, since jit of a new closure compiles every call, and "
+    "`(hoisted jit)` against one jit taking the constant as an argument), "
+    "`Tangents(4)` (against `jit(vmap(jvp))`, torch's vmap or loop, autograd's "
+    "loop), `has_aux`, `pytree out` (f returns a dict). Sparse rows: unprepared "
+    "AutoSparse against the prepared sparse call, and the prepared call against "
+    "the dense native. Finite differences have no framework native: their rows "
+    "compare with a plain NumPy central difference.",
+    "",
+    "- Functions: `sum(sin(x) * x)` (gradient, hvp, hessian), `sin(x) * x` "
+    "(jvp, vjp, jacobian, scalar x), per sample `sin(x) * x[:, :1]` on a batch of "
+    "shape (n, 4) (batched_jacobian), the Brusselator and Rosenbrock (sparse; the "
+    "Brusselator's n rounds to 2N²: 2048, 10082, 100352).",
+    "- Where the framework has several sensible formulations (`torch.autograd.grad` "
+    "or `torch.func`, forward-mode duals, `jacfwd` or `jacrev`, vmap or a loop), "
+    "the row's native is the fastest, chosen by a short timing.",
+    "- The machine is shared: rows at 10 elements or with calls under 50 µs move by "
+    "10-30% between runs; the ratio, measured in paired rounds, moves less than "
+    "the times.",
+    "",
+]
+
+
 def markdown(saved: dict, path: str) -> None:
     """Replace the matrix section of ``path`` (appended the first time)."""
     rows, failed, quick = saved["rows"], saved["failed"], saved["quick"]
@@ -202,36 +236,7 @@ def markdown(saved: dict, path: str) -> None:
     lines = [
         "## Performance matrix",
         "",
-        "Every operator x backend x input kind x call form x size, as the ratio of "
-        "diffiface's time to the framework's best native formulation of the same "
-        "result, measured side by side in one process by `benchmarks/matrix.py` "
-        "(`make bench-matrix`, `QUICK=1` for sizes 10 and 1e3 with fewer rounds): "
-        "float64, one thread pinned, paired interleaved rounds, medians; each row is "
-        "first checked to give the native numbers. Input kinds: the framework's "
-        "arrays (`array`; autograd's are NumPy), NumPy arrays into JAX or torch (the "
-        "native calls `jit` on NumPy then `np.asarray`, or `torch.from_numpy` then "
-        "`.numpy()`), a Python float (scalar-x operators), a dict of two arrays "
-        "(`pytree`). Call forms: `prepared` (`prep=`), `unprepared`, `f per call` (a "
-        "closure made anew each call; the native makes the same closure: JAX's "
-        "un-jitted transform, since jit of a new closure compiles every call, and "
-        "`(hoisted jit)` against one jit taking the constant as an argument), "
-        "`Tangents(4)` (against `jit(vmap(jvp))`, torch's vmap or loop, autograd's "
-        "loop), `has_aux`, `pytree out` (f returns a dict). Sparse rows: unprepared "
-        "AutoSparse against the prepared sparse call, and the prepared call against "
-        "the dense native. Finite differences have no framework native: their rows "
-        "compare with a plain NumPy central difference.",
-        "",
-        "- Functions: `sum(sin(x) * x)` (gradient, hvp, hessian), `sin(x) * x` "
-        "(jvp, vjp, jacobian, scalar x), per sample `sin(x) * x[:, :1]` on a batch of "
-        "shape (n, 4) (batched_jacobian), the Brusselator and Rosenbrock (sparse; the "
-        "Brusselator's n rounds to 2N²: 2048, 10082, 100352).",
-        "- Where the framework has several sensible formulations (`torch.autograd.grad` "
-        "or `torch.func`, forward-mode duals, `jacfwd` or `jacrev`, vmap or a loop), "
-        "the row's native is the fastest, chosen by a short timing.",
-        "- The machine is shared: rows at 10 elements or with calls under 50 µs move by "
-        "10-30% between runs; the ratio, measured in paired rounds, moves less than "
-        "the times.",
-        "",
+        *ABOUT,
         f"Measured {day} on {where}{' (quick mode)' if quick else ''} in "
         f"{saved['wall_s']:.0f} s: {len(rows)} rows, {len(over)} over their target "
         f"(n ≥ 1e3: ≤ {LARGE}x, goal {GOAL}x, met by {goal} of {large}; n ≤ 10: "

@@ -2,7 +2,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test lint docs format bench bench-sparse clean
+.PHONY: demo test lint docs format bench bench-matrix bench-sparse clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -36,6 +36,10 @@ $(VENV)/.bench: $(VENV)/.installed
 
 bench: $(VENV)/.bench
 	$(shell command -v taskset >/dev/null && echo taskset -c 0) $(BIN)/python benchmarks/run.py
+
+# the performance matrix alone (QUICK=1: sizes 10 and 1e3, fewer rounds, about 3 minutes)
+bench-matrix: $(VENV)/.bench
+	$(shell command -v taskset >/dev/null && echo taskset -c 0) $(BIN)/python benchmarks/matrix.py $(if $(QUICK),--quick)
 
 bench-sparse: $(VENV)/.bench
 	cd benchmarks && $(shell command -v taskset >/dev/null && echo taskset -c 0) ../$(BIN)/python sparse.py --md ../docs/sparse_results.md --png ../docs/sparse_growth.png

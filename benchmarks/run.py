@@ -7,13 +7,16 @@ diffiface time over the framework's own best call, measured in the same run
 overhead.py and mlp.py (docs/benchmarks.md, docs/ratios.png), nested.py
 (docs/nested_results.md), bridge.py (docs/bridge_results.md) and growth.py
 (docs/growth.png and its section of docs/benchmarks.md), then checks issue 19's
-targets against what they measured.
+targets against what they measured; last, the performance matrix (matrix.py: its
+section of docs/benchmarks.md, docs/matrix.png, benchmarks/matrix_results.json), in
+a process of its own since it runs JAX in float64.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 import time
 
@@ -173,6 +176,8 @@ def main() -> None:
         json.dump(everything, fh, indent=1, default=str)
     print("wrote benchmarks/results.json and docs/benchmarks.md, ratios.png, growth.png,")
     print("nested_results.md, bridge_results.md")
+    matrix = [sys.executable, os.path.join(HERE, "matrix.py")] + (["--quick"] if quick else [])
+    subprocess.run(matrix, check=True)
 
 
 if __name__ == "__main__":

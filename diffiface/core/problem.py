@@ -46,6 +46,20 @@ class Problem:
         self.fns: dict = {}  # compiled functions (and choices) memoized on the problem
         self.prepared = False  # a Prep's problem: worth one-time work
 
+    def without_f(self) -> Problem:
+        """This problem without f (for a function built once for many objects of f's
+        code, which gets each object through ``flat(fget)``)."""
+        return Problem(
+            self.op,
+            self.backend,
+            self.impl,
+            None,
+            self.treedef,
+            self.single,
+            self.scalar,
+            self.aux,
+        )
+
     def key(self, *extra: Any) -> tuple:
         return (self.op, self.backend, self.treedef, self.scalar, self.aux, *extra)
 

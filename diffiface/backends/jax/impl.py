@@ -17,6 +17,7 @@ from ..._tree import tree_map, unflatten
 from ...core import direction, outputs
 from ...core.backend import SLOW, BackendImpl
 from ...core.registry import register
+from . import closures
 from .aux import WithAux
 from .contexts import join_contexts, split_contexts
 from .running import Named, call, dense, numpy_in_out, only_compiled
@@ -32,6 +33,12 @@ def under_eager_transform(x) -> bool:
 
 _COMPILED = CodeFacts(strict=False)  # f's code -> an object of it compiled under eager
 _MET = ("run once uncompiled",)  # a CACHE key: the object was met
+
+
+def _liftable(prob) -> bool:
+    """An unprepared call whose f returns one array, without aux: a closure made per
+    call may run its code's compilation (see ``closures``)."""
+    return not prob.prepared and not prob.aux and prob.op not in outputs.TREE_OPS
 
 
 def _eager_outer(prob, xs: tuple) -> bool:
@@ -172,6 +179,17 @@ class JaxImpl(BackendImpl):
         if run is None:
             if _eager_outer(prob, xs):
                 return make(with_ctx_of(prob.flat())), dyn
+            if _liftable(prob) and not CACHE.entries(prob.f):  # a closure made per call
+                bare = prob.without_f()
+                run = closures.compiled(
+                    prob,
+                    prob.key(*tag[:-1], static),
+                    lambda g: make(with_ctx_of(bare.flat(g))),
+                    _checks.compiled_new_function,
+                )
+                if run is not None:
+                    prob.fns[tag, static] = run
+                    return run, dyn
             run = prob.fns[tag, static] = CACHE.get(prob.f, prob.key(*tag, static), build)
         return run, dyn
 

@@ -260,7 +260,16 @@ class JaxImpl(BackendImpl):
             return with_cotangent
         if op in ("derivative", "value_and_derivative"):
             pick = (lambda out: out[1]) if op == "derivative" else (lambda out: out)
-            return lambda x: pick(call(prob, run, x, jnp.ones_like(x)))
+            ones: dict = {}  # the tangent 1, made once per aval (no dispatch per call)
+
+            def derivative(x):
+                key = (x.dtype, getattr(x, "weak_type", False))
+                one = ones.get(key)
+                if one is None:
+                    one = ones[key] = jnp.ones_like(x)
+                return pick(call(prob, run, x, one))
+
+            return derivative
         if op == "second_derivative":
             return lambda x: call(prob, run, x)[2]
         if op in _AS_IS:

@@ -34,7 +34,6 @@ from . import direct, memory
 from .graph import (
     DONE,
     NoGradInForward,
-    apply_f,
     batched_grads,
     call_f,
     call_forward,
@@ -43,7 +42,6 @@ from .graph import (
     grads,
     in_functorch,
     is_dual,
-    leaf,
     outer_pass,
     reaches_outside,
     seen_by_outer,
@@ -151,26 +149,21 @@ class TorchImpl(BackendImpl):
         if in_functorch():
             y, pb = torch.func.vjp(lambda xs: fn(xs, *ctx), xs)
             return y, lambda w: pb(w)[0]
-        outer = outer_pass(xs, ctx)
-        xg, y = forward_graph(prob, fn, xs, ctx, outer)
-        outer = outer or reaches_outside(y, xg)
-        if outer:  # an outer pass differentiates the pullbacks
-            check_twice(prob, y, xg)
+        xg, y, attached = forward_graph(prob, fn, xs, ctx, outer_pass(xs, ctx))
 
         def pb(w):  # the graph is kept for the next w (freed with pb)
-            return grads(y, xg, w, outer, True)
+            return grads(prob, y, xg, w, attached, True)
 
-        return (y if outer else y.detach()), pb
+        return (y if attached else y.detach()), pb
 
     def value_and_gradient(self, prob, xs, ctx):
+        """One graph and the one reverse pass (``graph.grads``), as the runners of
+        ``direct`` do; detached results unless an outer pass sees them."""
         if in_functorch():
             y, pb = self.value_and_pullback(prob, xs, ctx)
             return y, pb(None)
-        if outer_pass(xs, ctx):  # attached results, as value_and_pullback builds them
-            xg, y = forward_graph(prob, prob.flat(), xs, ctx, True)
-            check_twice(prob, y, xg)
-            return y, grads(y, xg, None, True, True)
-        return _plain_value_and_grad(prob, prob.flat(), xs, ctx)
+        xg, y, attached = forward_graph(prob, prob.flat(), xs, ctx, outer_pass(xs, ctx))
+        return (y if attached else y.detach()), grads(prob, y, xg, None, attached, False)
 
     def reverse_jvp(self, prob, xs, vs, ctx):
         """The reverse formulation's J v placed like f(x) (a DTensor's sum over the
@@ -223,16 +216,20 @@ class TorchImpl(BackendImpl):
     keeps_plans = True  # f's graph is built anew on every call: nothing to go stale
 
     def runner(self, prob, form, combo=None, weak=False):
-        """The direct runners of ``direct``; for an unprepared call (``weak``) they call
-        f through a weak reference (the plan table holds f weakly)."""
+        """The runners of ``direct``, for one tensor or NumPy array, or for native leaves;
+        for an unprepared call (``weak``) they call f through a weak reference (the plan
+        table holds f weakly)."""
         f = weak_callable(prob.f, weak)
         if f is None:
             return None
         if form == "leaves":
-            return direct.leaves_runner(prob, f)
-        if form == "numpy" or not prob.single:
+            return direct.leaves_runner(prob, f, weak)
+        if not prob.single:
             return None
-        return direct.runner(prob, combo, f)
+        run = direct.runner(prob, combo, f, weak)
+        if run is None or form != "numpy":
+            return run
+        return direct.numpy_in_out(self, run)
 
     def value_and_jvp(self, prob, xs, vs, ctx):
         # torch.func.jvp rather than a raw forward_ad level: torch cannot nest
@@ -255,23 +252,18 @@ class TorchImpl(BackendImpl):
     def value_and_vjps(self, prob, xs, ws, ctx, check_w):
         if in_functorch():
             return super().value_and_vjps(prob, xs, ws, ctx, check_w)
-        fn = prob.flat()
-        outer = outer_pass(xs, ctx)
-        xg, y = forward_graph(prob, fn, xs, ctx, outer)
-        outer = outer or reaches_outside(y, xg)
+        xg, y, attached = forward_graph(prob, prob.flat(), xs, ctx, outer_pass(xs, ctx))
         w = torch.stack([check_w(y, w) for w in ws])
         n = len(ws)
-        if outer or seen_by_outer(w):
+        create = attached or seen_by_outer(w)
+        if create:
             check_twice(prob, y, xg)
-        if y.requires_grad:
-            gs = batched_grads(y, xg, w, outer or seen_by_outer(w))
-        else:
-            gs = (None,) * len(xg)
+        gs = batched_grads(y, xg, w, create) if y.requires_grad else (None,) * len(xg)
         gs = [
             torch.zeros((n, *x.shape), dtype=x.dtype, device=x.device) if g is None else g
             for g, x in zip(gs, xg, strict=True)
         ]
-        return (y if outer else y.detach()), [tuple(g[i] for g in gs) for i in range(n)]
+        return (y if attached else y.detach()), [tuple(g[i] for g in gs) for i in range(n)]
 
     def compressed(self, prob, ctx, kind, seeds, gather, combo=None, plan=0, value=True):
         """A sparse plan's row pass (see ``JaxImpl.compressed``): one forward and one
@@ -284,8 +276,8 @@ class TorchImpl(BackendImpl):
         def run(xs):
             if in_functorch() or outer_pass(xs, ctx):
                 return None
-            xg, y = forward_graph(prob, fn, xs, ctx, False)
-            if reaches_outside(y, xg):
+            xg, y, attached = forward_graph(prob, fn, xs, ctx, False)
+            if attached:
                 return None
             (g,) = batched_grads(y, xg, seeds, False) if y.requires_grad else (None,)
             if g is None:
@@ -344,9 +336,7 @@ class TorchImpl(BackendImpl):
             w = torch.eye(n_out, dtype=y.dtype, device=y.device)[:, None].expand(n_out, b, n_out)
             rows = torch.func.vmap(lambda w: pb(w.reshape(y.shape))[0])(w)
         else:
-            outer = outer_pass(xs, ctx)
-            xg, y = forward_graph(prob, fn, xs, ctx, outer)
-            outer = outer or reaches_outside(y, xg)
+            xg, y, outer = forward_graph(prob, fn, xs, ctx, outer_pass(xs, ctx))
             _checks.check_batch(prob, tuple(x.shape), tuple(y.shape))
             n_out = math.prod(y.shape[1:])
             w = torch.eye(n_out, dtype=y.dtype, device=y.device)[:, None].expand(n_out, b, n_out)
@@ -370,13 +360,9 @@ class TorchImpl(BackendImpl):
     def gradient_and_hvp(self, prob, xs, vs, ctx, combo):
         fn = prob.flat()
         if self._plain(xs, ctx, combo):  # double backward: the fastest plain torch hvp
-            xg = tuple(leaf(x) for x in xs)
-            outer = torch.is_grad_enabled()  # under no_grad nothing stays attached
+            xg, y, keep = forward_graph(prob, fn, xs, ctx, False)  # (none under no_grad)
             with torch.enable_grad():
-                y = apply_f(prob, fn, xg, ctx)
-                keep = outer and reaches_outside(y, xg)  # f closes over an outer pass's
-                check_twice(prob, y, xg)
-                gs = grads(y, xg, None, True, True)
+                gs = grads(prob, y, xg, None, True, True)
                 used = [(g, v) for g, v in zip(gs, vs, strict=True) if g.requires_grad]
                 if not used:
                     return gs, tuple(torch.zeros_like(x) for x in xs)
@@ -401,13 +387,9 @@ class TorchImpl(BackendImpl):
             return super().gradient_and_hvps(prob, xs, vss, ctx, combo)
         fn = prob.flat()
         n = len(vss)
-        xg = tuple(leaf(x) for x in xs)
-        outer = torch.is_grad_enabled()  # under no_grad nothing stays attached
+        xg, y, keep = forward_graph(prob, fn, xs, ctx, False)  # (none under no_grad)
         with torch.enable_grad():
-            y = apply_f(prob, fn, xg, ctx)
-            keep = outer and reaches_outside(y, xg)
-            check_twice(prob, y, xg)
-            gs = grads(y, xg, None, True, True)
+            gs = grads(prob, y, xg, None, True, True)
             used = [k for k, g in enumerate(gs) if g.requires_grad]
             hv = [None] * len(xs)
             if used:
@@ -453,17 +435,13 @@ class TorchImpl(BackendImpl):
         (x,) = xs
         n = x.numel()
         if self._plain(xs, ctx, combo):  # one double backward, batched over the basis
-            xg = leaf(x)
-            outer = torch.is_grad_enabled()  # under no_grad nothing stays attached
+            xg, y, keep = forward_graph(prob, fn, xs, ctx, False)  # (none under no_grad)
             with torch.enable_grad():
-                y = apply_f(prob, fn, (xg,), ctx)
-                keep = outer and reaches_outside(y, (xg,))
-                check_twice(prob, y, (xg,))
-                (g,) = grads(y, (xg,), None, True, True)
+                (g,) = grads(prob, y, xg, None, True, True)
                 h = None
                 if g.requires_grad and n:
                     eye = torch.eye(n, dtype=x.dtype, device=x.device).reshape((n, *x.shape))
-                    (h,) = batched_grads(g, (xg,), _placed(eye, x, batched=True), keep)
+                    (h,) = batched_grads(g, xg, _placed(eye, x, batched=True), keep)
             if h is None:
                 h = torch.zeros((n, *x.shape), dtype=x.dtype, device=x.device)
             h = h.reshape((*x.shape, *x.shape))
@@ -573,25 +551,6 @@ def _faster(first, second) -> bool:
 
 def _func_grad(fn, inner: str):
     return torch.func.jacfwd(fn) if inner == "forward" else torch.func.grad(fn)
-
-
-def _plain_value_and_grad(prob, fn, xs: tuple, ctx: tuple):
-    """One graph and torch.autograd.grad; detached results unless f closes over
-    tensors that an outer pass differentiates."""
-    xg = tuple(leaf(x) for x in xs)
-    if torch.is_grad_enabled():
-        y = apply_f(prob, fn, xg, ctx)
-    else:
-        with torch.enable_grad():
-            y = apply_f(prob, fn, xg, ctx)
-    if reaches_outside(y, xg) or is_dual(y):  # f closes over tensors of an outer pass
-        check_twice(prob, y, xg)
-        return y, grads(y, xg, None, True, False)
-    return y.detach(), grads(y, xg, None, False, False)
-
-
-def _twice(y):
-    return y, y
 
 
 # torch's words for an autograd.Function that torch.func or forward mode cannot run

@@ -66,7 +66,7 @@ def _plain_copy(x):
         or is_functorch_wrapped_tensor(x)
     ):
         return None
-    return x.detach().clone()
+    return x.clone()  # (x carries no graph and no tangent: nothing to detach)
 
 
 def _all_plain(xs) -> bool:

@@ -20,7 +20,7 @@ def seen_by_outer(t) -> bool:
     return isinstance(t, torch.Tensor) and (
         (t.requires_grad and torch.is_grad_enabled())
         or is_functorch_wrapped_tensor(t)
-        or is_dual(t)
+        or (fwAD._current_level >= 0 and is_dual(t))
     )
 
 
@@ -48,7 +48,14 @@ def outer_pass(xs: tuple, ctx: tuple) -> bool:
         return True  # forward-mode AD sees this call: keep every tangent
     if not torch.is_grad_enabled():
         return False
-    return any(x.requires_grad for x in xs) or any(c.requires_grad for c in tensors_of(ctx))
+    for x in xs:  # (loops, not any(): no frames on every call)
+        if x.requires_grad:
+            return True
+    if ctx:
+        for c in tensors_of(ctx):
+            if c.requires_grad:
+                return True
+    return False
 
 
 def reaches_outside(y, xg: tuple) -> bool:
@@ -80,7 +87,7 @@ def forward_graph(prob, fn, xs, ctx, outer):
     """(the leaves, f at them, whether the results stay attached: see ``finished``),
     f run with grad mode on (under no_grad nothing stays attached)."""
     with torch.enable_grad():
-        xg = tuple(own(x, outer) for x in xs)
+        xg = tuple(map(own, xs, (outer,) * len(xs)))
         y = call_f(prob, lambda: fn(xg, *ctx))
     return xg, y, finished(y, xg, outer)
 

@@ -67,7 +67,7 @@ class TorchImpl(BackendImpl):
         return leaf.is_floating_point()
 
     def from_numpy(self, a: np.ndarray) -> Any:
-        if not a.flags.writeable or any(st < 0 for st in a.strides):
+        if not a.flags.writeable or min(a.strides, default=0) < 0:
             a = a.copy()  # torch takes neither read-only nor negative-stride arrays
         return torch.from_numpy(a)
 
@@ -98,12 +98,15 @@ class TorchImpl(BackendImpl):
     def connected(self, xs, y):
         """In forward mode (the leaves carry tangents, also under torch.func.jvp) y must
         carry one too; on torch's graph (the leaves require grad) y must require grad."""
-        forward = fwAD._current_level >= 0 or peek_interpreter_stack() is not None
-        if forward and any(fwAD.unpack_dual(x).tangent is not None for x in xs):
-            return fwAD.unpack_dual(y).tangent is not None
-        if not torch.is_grad_enabled() or not any(x.requires_grad for x in xs):
-            return None
-        return y.requires_grad
+        if fwAD._current_level >= 0 or peek_interpreter_stack() is not None:  # forward mode
+            for x in xs:
+                if fwAD.unpack_dual(x).tangent is not None:
+                    return fwAD.unpack_dual(y).tangent is not None
+        if torch.is_grad_enabled():
+            for x in xs:  # (loops, not any(): no frames on every call)
+                if x.requires_grad:
+                    return y.requires_grad
+        return None
 
     def is_traced(self, a: Any) -> bool:
         return a.requires_grad or is_functorch_wrapped_tensor(a) or is_dual(a)

@@ -7,8 +7,8 @@ not a tensor on a graph through x) or an error inside f returns SLOW, and the
 general path runs and explains. The reverse pass is the backend's one
 (``graph.finished`` and ``graph.grads``), on a graph built once per call; jvp
 runs on forward-mode dual numbers (measured about twice as fast as
-torch.func.jvp); f's first call was watched by the general path that built the
-plan, so a runner calls f as it is.
+torch.func.jvp). A runner is built only once f's first call was watched (``graph.Watch``,
+by the general path), and then calls f as it is.
 """
 
 from __future__ import annotations
@@ -22,13 +22,15 @@ from ..._tree import unflatten
 from ...core import direction
 from ...core.backend import OUT_SIZE, SLOW
 from .forward import FORWARD_LOCK
-from .graph import Named, finished, grads, leaf
+from .graph import CHECKED, Named, finished, grads, leaf
 
 
 def runner(prob, combo, f, weak: bool):
     """The runner of ``prob.op`` calling ``f`` (prob's f, or a weak reference to it:
     ``weak``) on one tensor, or None where there is none."""
     op = prob.op
+    if CHECKED.get(prob.f) is None:  # f's first call is the general path's, watched
+        return None
     value = op.startswith("value") or op == "gradient_and_hvp"
     known = direction.only(prob.f)  # f runs in one direction only: the general path
     if known == direction.FORWARD and op not in ("jvp", "value_and_jvp"):
@@ -174,6 +176,8 @@ def leaves_runner(prob, f, weak: bool):
     """For a gradient of native leaves (x and Constant contexts), calling ``f``."""
     op = prob.op
     if op not in ("gradient", "value_and_gradient") or direction.only(prob.f) is not None:
+        return None
+    if CHECKED.get(prob.f) is None:  # f's first call is the general path's, watched
         return None
     treedef, single, value = prob.treedef, prob.single, op == "value_and_gradient"
     prob = _named(prob, weak)

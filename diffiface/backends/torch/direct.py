@@ -130,7 +130,7 @@ def _jvp(f, value):
 
     def run(x, v):
         xc = _plain_copy(x)
-        if xc is None or nested or not _like(v, x):
+        if xc is None or nested or not _like(v, x) or not torch._C._is_fwd_grad_enabled():
             return SLOW
         try:
             with FORWARD_LOCK, fwAD.dual_level():

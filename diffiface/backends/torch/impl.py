@@ -25,7 +25,7 @@ from torch._C._functorch import (
 
 from ... import _checks
 from ..._backend_types import AutoTorch
-from ..._cache import weak_callable
+from ..._cache import CodeFacts, weak_callable
 from ..._tree import tree_map
 from ...core import direction
 from ...core.backend import BackendImpl
@@ -235,11 +235,19 @@ class TorchImpl(BackendImpl):
         return direct.numpy_in_out(self, run)
 
     def value_and_jvp(self, prob, xs, vs, ctx):
-        # torch.func.jvp rather than a raw forward_ad level: torch cannot nest
-        # forward_ad levels, and a jvp inside f (perturbation confusion) must work.
+        """Dual numbers on plain tensors (measured about three times as fast as
+        torch.func.jvp); torch.func.jvp where they do not work (``_duals_work``), and for
+        an f that runs a jvp itself (torch nests no dual levels, and a jvp inside f must
+        work: learned on f's first such call, per code)."""
         fn = prob.flat()
-        y, t = call_forward(prob, lambda: torch.func.jvp(lambda xs: fn(xs, *ctx), (xs,), (vs,)))
-        return y, t
+        if _duals_work() and not _NESTS.get(prob.f):
+            try:
+                return call_forward(prob, lambda: _dual_jvp(fn, xs, vs, ctx))
+            except RuntimeError as exc:
+                if "Nested forward mode" not in str(exc):
+                    raise
+            _NESTS.put(prob.f, True)
+        return call_forward(prob, lambda: torch.func.jvp(lambda xs: fn(xs, *ctx), (xs,), (vs,)))
 
     # several directions: one vmapped (or batched-backward) pass
     def value_and_jvps(self, prob, xs, vss, ctx):
@@ -550,6 +558,29 @@ def _faster(first, second) -> bool:
             best = min(best, time.perf_counter() - start)
         times.append(best)
     return times[0] < times[1]
+
+
+def _duals_work() -> bool:
+    """Dual numbers carry tangents here: outside torch.func transforms and forward-mode
+    levels, and with forward-mode AD enabled (an autograd.Function's forward turns it
+    off: a tangent would silently be lost)."""
+    return (
+        fwAD._current_level < 0
+        and torch._C._is_fwd_grad_enabled()
+        and peek_interpreter_stack() is None
+    )
+
+
+def _dual_jvp(fn, xs: tuple, vs: tuple, ctx: tuple):
+    """(f(x), J v) on forward-mode dual numbers (a zero tangent where y does not depend
+    on x, as torch.func.jvp gives)."""
+    with fwAD.dual_level():
+        y, t = fwAD.unpack_dual(fn(tuple(map(fwAD.make_dual, xs, vs)), *ctx))
+    return y, (torch.zeros_like(y) if t is None else t)
+
+
+# f's code -> f runs a jvp itself: its jvps take torch.func.jvp, which nests
+_NESTS = CodeFacts()
 
 
 def _func_grad(fn, inner: str):

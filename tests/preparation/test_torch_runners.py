@@ -194,6 +194,27 @@ def test_jvp_with_a_jvp_inside_f():
         assert di.jvp(outer, B, x, v, prep=prep).item() == pytest.approx(8.0, rel=1e-12)
 
 
+def test_jvp_inside_an_autograd_function_forward():
+    """torch turns forward-mode AD off inside an autograd.Function's forward: a jvp there
+    (prepared or not) must not lose its tangent on dual numbers."""
+    x, v = torch.tensor(X), torch.tensor(V)
+    prep = di.prepare_jvp(field, B, x, v)
+
+    class Twice(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            return torch.stack([di.jvp(field, B, x, v, prep=prep), di.jvp(field, B, x, v)])
+
+        @staticmethod
+        def backward(ctx, g):
+            raise AssertionError("not differentiated here")
+
+    want = _torch_own("jvp", x, v)
+    got = Twice.apply(x.clone().requires_grad_())
+    np.testing.assert_allclose(got[0].detach(), want, rtol=1e-12)
+    np.testing.assert_allclose(got[1].detach(), want, rtol=1e-12)
+
+
 def test_unprepared_runner_of_a_once_differentiable_function():
     """A runner kept under f (held weakly) still refuses to differentiate a backward
     marked @once_differentiable when its result stays attached."""

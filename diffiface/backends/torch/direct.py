@@ -1,14 +1,19 @@
-"""Prepared torch calls without the general path: one graph and torch.autograd.grad
-(torch.func.jvp for forward mode), as a hand-written native call would do.
+"""The runners of torch plans: what a hand-written native call would do, no more.
 
-A runner handles the plain case only: tensors outside any transform, forward-AD
-level or inference mode, grad mode on, f closing over nothing an outer pass
-differentiates, tangents like the prepared ones. Anything else (including an
-error inside f) returns SLOW, and the general path runs and explains.
+A runner takes the plain case only: tensors (or NumPy arrays) outside any
+transform, forward-AD level or inference mode, grad mode on, tangents like the
+prepared ones. Anything else, a result the general path must check (f's output
+not a tensor on a graph through x) or an error inside f returns SLOW, and the
+general path runs and explains. The reverse pass is the backend's one
+(``graph.finished`` and ``graph.grads``), on a graph built once per call; jvp
+runs on forward-mode dual numbers (measured about twice as fast as
+torch.func.jvp). A runner is built only once f's first call was watched (``graph.Watch``,
+by the general path), and then calls f as it is.
 """
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 import torch.autograd.forward_ad as fwAD
 from torch._C._functorch import is_functorch_wrapped_tensor
@@ -17,13 +22,15 @@ from ..._tree import unflatten
 from ...core import direction
 from ...core.backend import OUT_SIZE, SLOW
 from .forward import FORWARD_LOCK
-from .graph import done, grads, leaf, once_differentiable, reaches_outside
+from .graph import CHECKED, Named, finished, grads, leaf
 
 
-def runner(prob, combo, f):
-    """The direct runner of ``prob.op`` calling ``f`` (prob's f, or a weak reference to
-    it), or None where there is none."""
+def runner(prob, combo, f, weak: bool):
+    """The runner of ``prob.op`` calling ``f`` (prob's f, or a weak reference to it:
+    ``weak``) on one tensor, or None where there is none."""
     op = prob.op
+    if CHECKED.get(prob.f) is None:  # f's first call is the general path's, watched
+        return None
     value = op.startswith("value") or op == "gradient_and_hvp"
     known = direction.only(prob.f)  # f runs in one direction only: the general path
     if known == direction.FORWARD and op not in ("jvp", "value_and_jvp"):
@@ -31,25 +38,37 @@ def runner(prob, combo, f):
     if known == direction.REVERSE and op in ("jvp", "value_and_jvp"):
         return None
     if op in ("gradient", "value_and_gradient", "vjp", "value_and_vjp"):
-        return _reverse(f, value, cotangent="vjp" in op)
+        return _reverse(_named(prob, weak), f, value, cotangent="vjp" in op)
     if op in ("jvp", "value_and_jvp"):
         return _jvp(f, value)
     if op in ("hvp", "gradient_and_hvp") and combo is None:
-        return _hvp(f, value)
+        return _hvp(_named(prob, weak), f, value)
     if op in ("jacobian", "value_and_jacobian"):
         return _jacobian(prob, value, f)
     return None
 
 
-def _plain(x) -> bool:
-    return type(x) is torch.Tensor and not (
-        x.requires_grad
+def _named(prob, weak: bool):
+    """What a runner's checks name: ``prob``, or where the runner holds f weakly, its
+    operator and backend only (``graph.Named``)."""
+    return Named(prob) if weak else prob
+
+
+def _plain_copy(x):
+    """A copy of x's data (as ``graph.leaf``: f may write to its storage) when a runner
+    takes x: a plain tensor outside any transform, forward-AD level or inference mode,
+    with grad mode on; else None."""
+    if (
+        type(x) is not torch.Tensor
+        or x.requires_grad
         or fwAD._current_level >= 0
         or not torch.is_grad_enabled()
         or torch.is_inference_mode_enabled()
         or x.is_inference()
         or is_functorch_wrapped_tensor(x)
-    )
+    ):
+        return None
+    return x.clone()  # (x carries no graph and no tangent: nothing to detach)
 
 
 def _all_plain(xs) -> bool:
@@ -77,98 +96,104 @@ def _like(t, x) -> bool:
     )
 
 
-def forward_graph(f, x):
-    """(leaf, f(leaf), attached) when f(leaf) is a tensor on a graph through leaf, else
-    None; ``attached`` when the graph also reaches tensors an outer pass differentiates
-    (a closure over a model's parameters): the results must then stay on the graph."""
-    xg = leaf(x)
-    try:
-        y = f(xg)
-    except RuntimeError:
-        return None
-    done((xg,))
-    if type(y) is not torch.Tensor or y.grad_fn is None:
-        return None
-    attached = reaches_outside(y, (xg,))
-    if attached and once_differentiable(y, (xg,)):  # the general path explains
-        return None
-    return xg, y, attached
-
-
-def _reverse(f, value, cotangent):
+def _reverse(prob, f, value, cotangent):
     """gradient (``cotangent`` False: f(x) must be a scalar) or vjp along w."""
 
     def run(x, w=None):
-        if not _plain(x) or (cotangent and (type(w) is not torch.Tensor or w.requires_grad)):
+        xg = _plain_copy(x)
+        if xg is None or (cotangent and (type(w) is not torch.Tensor or w.requires_grad)):
             return SLOW
-        if (got := forward_graph(f, x)) is None:
+        xg.requires_grad_()
+        try:
+            y = f(xg)
+        except RuntimeError:  # the general path runs f again and explains
             return SLOW
-        xg, y, attached = got
+        if type(y) is not torch.Tensor or y.grad_fn is None:
+            return SLOW
         if cotangent:
             if w.shape != y.shape or w.dtype != y.dtype or w.device != y.device:
                 return SLOW
         elif y.ndim:
             return SLOW
-        (g,) = grads(y, (xg,), w, attached, False)
+        attached = finished(y, (xg,), False)
+        (g,) = grads(prob, y, (xg,), w, attached, False)
         return (y if attached else y.detach(), g) if value else g
 
     return run
 
 
 def _jvp(f, value):
+    """Forward mode on dual numbers, under the one forward-mode lock. A jvp nested in f
+    fails on them (torch nests no dual levels): the general path (torch.func.jvp)
+    takes that f's calls from then on."""
+    nested = []
+
     def run(x, v):
-        if not _plain(x) or not _like(v, x):
+        xc = _plain_copy(x)
+        if xc is None or nested or not _like(v, x) or not torch._C._is_fwd_grad_enabled():
             return SLOW
         try:
-            with FORWARD_LOCK:  # torch's forward-AD level is process-wide
-                y, t = torch.func.jvp(f, (x.clone(),), (v.clone(),))  # f may write to them
+            with FORWARD_LOCK, fwAD.dual_level():
+                y = f(fwAD.make_dual(xc, v.clone()))  # f may write to both
+                if type(y) is not torch.Tensor:
+                    return SLOW
+                y, t = fwAD.unpack_dual(y)
         except RuntimeError:
+            nested.append(True)
             return SLOW
-        if type(y) is not torch.Tensor:
+        if t is None:  # y does not depend on x: the general path warns
             return SLOW
         return (y, t) if value else t
 
     return run
 
 
-def _hvp(f, value):
+def _hvp(prob, f, value):
+    """The double backward: the gradient's graph, then the reverse pass along v."""
+
     def run(x, v):
-        if not _plain(x) or not _like(v, x) or (got := forward_graph(f, x)) is None:
+        xg = _plain_copy(x)
+        if xg is None or not _like(v, x):
             return SLOW
-        xg, y, attached = got
-        if y.ndim:
+        xg.requires_grad_()
+        try:
+            y = f(xg)
+        except RuntimeError:
             return SLOW
-        (g,) = torch.autograd.grad(y, xg, create_graph=True, allow_unused=True)
-        if g is None or not g.requires_grad:  # unused or linear x: the general path
+        if type(y) is not torch.Tensor or y.grad_fn is None or y.ndim:
             return SLOW
-        (hv,) = grads(g, (xg,), v, attached, False)
+        attached = finished(y, (xg,), False)
+        (g,) = grads(prob, y, (xg,), None, True, True)
+        if not g.requires_grad:  # unused or linear x: the general path
+            return SLOW
+        (hv,) = grads(prob, g, (xg,), v, attached, False)
         return (g if attached else g.detach(), hv) if value else hv
 
     return run
 
 
-def leaves_runner(prob, f):
+def leaves_runner(prob, f, weak: bool):
     """For a gradient of native leaves (x and Constant contexts), calling ``f``."""
     op = prob.op
     if op not in ("gradient", "value_and_gradient") or direction.only(prob.f) is not None:
         return None
+    if CHECKED.get(prob.f) is None:  # f's first call is the general path's, watched
+        return None
     treedef, single, value = prob.treedef, prob.single, op == "value_and_gradient"
+    prob = _named(prob, weak)
 
     def run(xs, _, contexts):
         if not _all_plain(xs):
             return SLOW
-        xg = [leaf(x) for x in xs]
+        xg = tuple(leaf(x) for x in xs)
         try:
-            y = f(xg[0] if single else unflatten(treedef, xg), *contexts)
+            y = f(xg[0] if single else unflatten(treedef, list(xg)), *contexts)
         except RuntimeError:
             return SLOW
-        done(xg)
         if type(y) is not torch.Tensor or y.ndim or y.grad_fn is None:
             return SLOW
-        attached = reaches_outside(y, xg)  # a closure or a Constant differentiated outside
-        if attached and once_differentiable(y, xg):  # the general path explains
-            return SLOW
-        gs = grads(y, xg, None, attached, False)
+        attached = finished(y, xg, False)  # a closure or a Constant differentiated outside
+        gs = grads(prob, y, xg, None, attached, False)
         g = gs[0] if single else unflatten(treedef, list(gs))
         return (y if attached else y.detach(), g) if value else g
 
@@ -184,15 +209,16 @@ def _jacobian(prob, value, f):
         return None
 
     def run(x):
-        if not _plain(x) or not x.numel():
+        xc = _plain_copy(x)
+        if xc is None or not x.numel():
             return SLOW
         reverse = mode == "reverse" or (mode is None and size <= x.numel())
         try:
             if reverse:
-                j = torch.func.jacrev(f)(x.clone())
+                j = torch.func.jacrev(f)(xc)
             else:
                 with FORWARD_LOCK:
-                    j = torch.func.jacfwd(f)(x.clone())
+                    j = torch.func.jacfwd(f)(xc)
             y = f(x.clone()) if value else None
         except Exception:  # the general path runs f again and explains
             return SLOW
@@ -201,3 +227,41 @@ def _jacobian(prob, value, f):
         return (y, j) if value else j
 
     return run
+
+
+def numpy_in_out(impl, run):
+    """``run`` for a NumPy x (and a NumPy tangent like the prepared one): the arrays
+    taken without a copy (every runner copies x before f sees it; a read-only or
+    negative-stride array is copied, torch takes neither), the results given back as
+    NumPy without one. A result an outer pass sees (f closes over tensors that require
+    grad) stays a tensor, as the general path gives it back; a vjp that passes w
+    through (f a view of x) gets its own copy, never the caller's w."""
+    from_numpy = impl.from_numpy
+
+    def run_numpy(x, *tangent):
+        if tangent:  # the operator takes one
+            (t,) = tangent
+            if type(t) is not np.ndarray:
+                return SLOW
+            t = from_numpy(t)
+            out = run(from_numpy(x), t)
+        else:
+            t = None
+            out = run(from_numpy(x))
+        if out is SLOW:
+            return out
+        if type(out) is tuple:
+            return tuple(_back(a, t) for a in out)
+        return _back(out, t)
+
+    return run_numpy
+
+
+def _back(a, t):
+    """A result as NumPy: ``a.numpy()`` shares its storage, which is the call's own
+    unless it is the tangent ``t``'s (the caller's array)."""
+    if a.requires_grad or is_functorch_wrapped_tensor(a):
+        return a
+    if t is not None and a.untyped_storage().data_ptr() == t.untyped_storage().data_ptr():
+        a = a.clone()
+    return a.cpu().numpy()

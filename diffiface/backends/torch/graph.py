@@ -20,7 +20,7 @@ def seen_by_outer(t) -> bool:
     return isinstance(t, torch.Tensor) and (
         (t.requires_grad and torch.is_grad_enabled())
         or is_functorch_wrapped_tensor(t)
-        or is_dual(t)
+        or (fwAD._current_level >= 0 and is_dual(t))
     )
 
 
@@ -48,7 +48,14 @@ def outer_pass(xs: tuple, ctx: tuple) -> bool:
         return True  # forward-mode AD sees this call: keep every tangent
     if not torch.is_grad_enabled():
         return False
-    return any(x.requires_grad for x in xs) or any(c.requires_grad for c in tensors_of(ctx))
+    for x in xs:  # (loops, not any(): no frames on every call)
+        if x.requires_grad:
+            return True
+    if ctx:
+        for c in tensors_of(ctx):
+            if c.requires_grad:
+                return True
+    return False
 
 
 def reaches_outside(y, xg: tuple) -> bool:
@@ -57,7 +64,7 @@ def reaches_outside(y, xg: tuple) -> bool:
     node = y.grad_fn
     if node is None or not torch.is_grad_enabled():
         return False
-    own = [id(x) for x in xg]
+    own = set(map(id, xg))  # (no comprehension: no frame on the hot path)
     stack, seen = [node], set()
     while stack:
         for nxt, _ in stack.pop().next_functions:
@@ -73,29 +80,29 @@ def reaches_outside(y, xg: tuple) -> bool:
     return False
 
 
-DONE = "_diffiface_done"  # marks a leaf of a finished call (see ``apply_f``)
-
-
-def apply_f(prob, fn, xg: tuple, ctx: tuple):
-    """f at the leaves this call differentiates. While f runs, a diffiface call nested
-    in f sees them as an outer pass's; once f returned they are this call's own, and a
-    graph that reaches them (an attached inner result) reaches nothing outside."""
-    y = call_f(prob, lambda: fn(xg, *ctx))
-    done(xg)
-    return y
-
-
-def done(xg) -> None:
-    """Mark diffiface's own leaves ``xg`` as those of a finished call."""
-    for x in xg:
-        setattr(x, DONE, True)
+DONE = "_diffiface_done"  # marks a leaf of a finished call (see ``finished``)
 
 
 def forward_graph(prob, fn, xs, ctx, outer):
+    """(the leaves, f at them, whether the results stay attached: see ``finished``),
+    f run with grad mode on (under no_grad nothing stays attached)."""
     with torch.enable_grad():
-        xg = tuple(own(x, outer) for x in xs)
-        y = apply_f(prob, fn, xg, ctx)
-    return xg, y
+        xg = tuple(map(own, xs, (outer,) * len(xs)))
+        y = call_f(prob, lambda: fn(xg, *ctx))
+    return xg, y, finished(y, xg, outer)
+
+
+def finished(y, xg: tuple, outer: bool) -> bool:
+    """f returned ``y`` at diffiface's own leaves ``xg``. While f ran, a diffiface call
+    nested in f saw them as an outer pass's; now they are this call's own (marked), and
+    a graph that reaches them (an attached inner result) reaches nothing outside.
+
+    True when the results stay on the graph: an outer pass sees the call (``outer``),
+    or f's graph reaches what an outer pass differentiates (f closes over a model's
+    parameters, a Constant requiring grad, a forward-mode dual tensor)."""
+    for x in xg:
+        setattr(x, DONE, True)
+    return outer or reaches_outside(y, xg) or (fwAD._current_level >= 0 and is_dual(y))
 
 
 def own(x, outer: bool):
@@ -117,18 +124,27 @@ def leaf(x):
     return x.detach().clone().requires_grad_()
 
 
-def grads(y, xg, w, outer, retain):
-    """The pullback of ``w`` (None: a scalar y) to ``xg``. The result stays on the graph
-    when an outer pass sees the call (``outer``) or the cotangent ``w``; a graph built
-    on y's graph keeps y's graph alive (its saved tensors are read again)."""
+def grads(prob, y, xg: tuple, w, attached: bool, retain: bool) -> tuple:
+    """The one reverse pass of the torch backend: the pullback of ``w`` (None: a scalar
+    y) to the leaves ``xg``, zeros where y does not depend on a leaf.
+
+    The result stays on the graph when the call's results do (``attached``) or an
+    outer pass sees ``w``; such a derivative is first checked for a backward marked
+    ``@once_differentiable`` (``check_twice``). ``retain``: y's graph serves another
+    pullback (a graph built on y's graph keeps it too: its saved tensors are read
+    again)."""
     if not y.requires_grad:  # f does not depend on x: every derivative is zero
         return tuple(torch.zeros_like(x) for x in xg)
-    create = outer or seen_by_outer(w)
+    create = attached or (w is not None and seen_by_outer(w))
+    if create:
+        check_twice(prob, y, xg)
     gs = torch.autograd.grad(
         y, xg, w, allow_unused=True, create_graph=create, retain_graph=retain or create
     )
-    if any(g is None for g in gs):
-        return tuple(torch.zeros_like(x) if g is None else g for g, x in zip(gs, xg, strict=True))
+    for g in gs:  # (a loop, not any(): no frame on the hot path)
+        if g is None:
+            zeros = torch.zeros_like
+            return tuple(zeros(x) if g is None else g for g, x in zip(gs, xg, strict=True))
     return gs
 
 
@@ -181,14 +197,28 @@ _ONCE_CODE = torch.autograd.function.once_differentiable(lambda ctx: None).__cod
 _TWICE = CodeFacts()
 
 
+class Named:
+    """What a runner kept under f (held weakly) names in its errors: the operator and
+    the backend, not f (``f`` is None)."""
+
+    __slots__ = ("backend", "op")
+    f = None
+
+    def __init__(self, prob) -> None:
+        self.op, self.backend = prob.op, prob.backend
+
+
 def check_twice(prob, y, xg: tuple) -> None:
     """Raise where a derivative of f's derivative would pass through a backward marked
     ``@once_differentiable`` (see ``once_differentiable``); looked for on f's first such
-    call (every call under strict)."""
-    name = None if _config.strict() else _TWICE.get(prob.f)
+    call (every call under strict, and every call of a runner that holds f weakly:
+    ``Named``)."""
+    f = prob.f
+    name = None if f is None or _config.strict() else _TWICE.get(f)
     if name is None:
         name = once_differentiable(y, xg) or ""
-        _TWICE.put(prob.f, name)
+        if f is not None:
+            _TWICE.put(f, name)
     if name:
         raise _checks.DiffifaceTypeError(
             f"{_checks.call_form(prob.op, prob.backend)}: this derivative differentiates "

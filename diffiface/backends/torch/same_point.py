@@ -15,7 +15,16 @@ from typing import Any
 import torch
 
 from ... import _checks
-from .graph import apply_f, batched_grads, check_twice, grads, in_functorch, leaf, outer_pass
+from .graph import (
+    batched_grads,
+    call_f,
+    check_twice,
+    finished,
+    grads,
+    in_functorch,
+    leaf,
+    outer_pass,
+)
 
 
 def keep(a: Any) -> tuple:
@@ -49,7 +58,9 @@ def _graph(prob, xs: tuple, ctx: tuple) -> tuple:
     _refuse_outer(prob, xs, ctx)
     with torch.enable_grad():
         xg = tuple(leaf(x) for x in xs)
-        y = apply_f(prob, prob.flat(), xg, ctx)
+        fn = prob.flat()
+        y = call_f(prob, lambda: fn(xg, *ctx))
+        finished(y, xg, False)
     if y.requires_grad:
         check_twice(prob, y, xg)
     return xg, y
@@ -97,7 +108,7 @@ def _loop(one):
 def hvp(impl, prob, xs: tuple, ctx: tuple) -> tuple:
     xg, y = _graph(prob, xs, ctx)
     with torch.enable_grad():
-        gs = grads(y, xg, None, True, True)  # create_graph: the gradient's own graph
+        gs = grads(prob, y, xg, None, True, True)  # create_graph: the gradient's graph
     one, many = _pullbacks(gs, xg, xg)
     return _at(y.detach(), tuple(g.detach() for g in gs)), one, many
 

@@ -158,7 +158,7 @@ class Prep:
         if self.aux or outputs.returns_tree(unfix(self.f, ())[0]):
             return self
         numpy = self._kinds[0] == _convert.NUMPY
-        if self._fast is not None and not self._ctx_sig and not _is_many(self._t_sig):
+        if self._fast is not None and not self._ctx_sig:  # (a runner checks its tangents)
             for op, prob in self._probs.items():
                 run = self.impl.runner(prob, "numpy" if numpy else "array", self.combo)
                 if run is not None:
@@ -341,10 +341,6 @@ def _same_f(f: Any, g: Any) -> bool:
         and f.__func__ is g.__func__
         and f.__self__ is g.__self__
     )
-
-
-def _is_many(t_sig: Any) -> bool:
-    return t_sig is not None and t_sig[0] == "Tangents"
 
 
 def _name(f: Any) -> str:

@@ -88,6 +88,7 @@ class Prep:
         "_fast",
         "_kinds",
         "_leaves",
+        "_many",
         "_probs",
         "_t_sig",
         "_x_native",
@@ -110,6 +111,7 @@ class Prep:
         self._x_sig = _tree_sig(x)
         self._ctx_sig = _ctx_sig(contexts)
         self._t_sig = _tangent_sig(t)
+        self._many = _is_many(self._t_sig)  # prepared with Tangents
         ops = of_family(family)
         self._probs = {
             op: Problem(op, backend, impl, f, prob.treedef, prob.single, prob.scalar, prob.aux)
@@ -138,9 +140,9 @@ class Prep:
             return self
         numpy = self._kinds[0] == _convert.NUMPY
         tree = outputs.returns_tree(f)
-        if tree and (numpy or type(self.f) is FixedParams):
+        if tree and (numpy or type(self.f) is FixedParams or _is_many(self._t_sig)):
             return self
-        if self._fast is not None and not self._ctx_sig and not _is_many(self._t_sig):
+        if self._fast is not None and not self._ctx_sig:  # (a runner checks its tangents)
             for op, prob in self._probs.items():
                 run = self.impl.runner(prob, "numpy" if numpy else ARRAY, self.combo)
                 if tree:
@@ -183,6 +185,8 @@ class Prep:
         if f is not self.f and not _same_f(f, self.f):
             return SLOW
         if backend is not self.backend and backend != self.backend:
+            return SLOW
+        if t and (type(t[0]) is Tangents) is not self._many:  # one tangent vs several
             return SLOW
         return run(x, *t) if form is None else run_form(form, run, x_sig, c_sig, x, contexts, t)
 
@@ -379,10 +383,6 @@ def _same_f(f: Any, g: Any) -> bool:
     )
 
 
-def _is_many(t_sig: Any) -> bool:
-    return t_sig is not None and t_sig[0] == "Tangents"
-
-
 def _name(f: Any) -> str:
     if type(f) is FixedParams:
         return f"FixedParams({_name(f.f)}, strategy={f.strategy!r})"
@@ -431,3 +431,7 @@ def _describe_t(sig: Any) -> str:
         return "none"
     kind, body = sig
     return f"Tangents of {len(body)}" if kind == "Tangents" else "one tangent"
+
+
+def _is_many(t_sig: Any) -> bool:
+    return t_sig is not None and t_sig[0] == "Tangents"

@@ -56,7 +56,7 @@ def _jvps(c: Call, v: Any):
             lambda: impl.value_and_jvps(prob, xs, vss, ctx),
             reverse=lambda: _reverse_jvps(impl, prob, xs, vss, ctx),
         )
-        return c.back(y), Tangents(*(c.back(t) for t in ts))
+        return _back(c, y), Tangents(*(c.back(t) for t in ts))
     y, t = direction.run(
         impl,
         prob,
@@ -109,7 +109,7 @@ def _vjps(c: Call, w: Any):
                 lambda: impl.value_and_vjps(prob, c.xs, ws, c.ctx, check),
                 forward=lambda: _forward_vjps(impl, prob, c.xs, ws, c.ctx, check),
             )
-            out = c.back(y), Tangents(*(c.like_x(g) for g in gss))
+            out = _back(c, y), Tangents(*(c.like_x(g) for g in gss))
         else:
             y, gs = direction.run(
                 impl,

@@ -68,7 +68,8 @@ def _hvps(c: Call, v: Any, gradient: bool):
     vss = convert.tangents(prob.op, impl, prob, xs, v)
     if isinstance(v, Tangents):
         g, hvs = _either(c, lambda combo: impl.gradient_and_hvps(prob, xs, vss, ctx, combo))
-        return c.like_x(g), Tangents(*(c.like_x(hv) for hv in hvs))
+        g = None if g is None else c.like_x(g)  # (JAX leaves it out for hvp)
+        return g, Tangents(*(c.like_x(hv) for hv in hvs))
     if not gradient:
         return None, c.like_x(_either(c, lambda combo: impl.hvp(prob, xs, vss[0], ctx, combo)))
     g, hv = _either(c, lambda combo: impl.gradient_and_hvp(prob, xs, vss[0], ctx, combo))

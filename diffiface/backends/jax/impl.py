@@ -13,14 +13,14 @@ from ... import _checks, _config
 from ..._backend_types import AutoJax
 from ..._cache import CodeFacts, FunctionCache
 from ..._reads import fingerprint
-from ..._tree import tree_map, unflatten
+from ..._tree import tree_map
 from ...core import direction, outputs
-from ...core.backend import SLOW, BackendImpl
+from ...core.backend import BackendImpl
 from ...core.registry import register
-from . import closures
+from . import closures, runners
 from .aux import WithAux
 from .contexts import join_contexts, split_contexts
-from .running import Named, call, dense, numpy_in_out, only_compiled
+from .running import TANGENTS, Named, call, dense
 
 CACHE = FunctionCache()
 
@@ -58,19 +58,6 @@ def _eager_outer(prob, xs: tuple) -> bool:
 
 
 _FLOATS = frozenset(np.dtype(t) for t in ("float16", "float32", "float64"))
-
-# operators whose compiled function returns the result as is
-_AS_IS = frozenset(
-    (
-        "gradient",
-        "value_and_gradient",
-        "jacobian",
-        "value_and_jacobian",
-        "hessian",
-        "value_gradient_and_hessian",
-        "value_derivative_and_second_derivative",
-    )
-)
 
 
 @register(AutoJax)
@@ -173,8 +160,6 @@ class JaxImpl(BackendImpl):
 
         if _config.strict():  # the disconnected check runs at trace time: trace anew
             tag = (*tag, "strict")
-        if not prob.prepared:  # never stale: compile anew when a value f reads is rebound
-            tag = (*tag, fingerprint(prob.f))
         run = prob.fns.get((tag, static))  # the rest of the key is fixed for prob
         if run is None:
             if _eager_outer(prob, xs):
@@ -183,14 +168,17 @@ class JaxImpl(BackendImpl):
                 bare = prob.without_f()
                 run = closures.compiled(
                     prob,
-                    prob.key(*tag[:-1], static),
+                    prob.key(*tag, static),
                     lambda g: make(with_ctx_of(bare.flat(g))),
                     _checks.compiled_new_function,
                 )
                 if run is not None:
                     prob.fns[tag, static] = run
                     return run, dyn
-            run = prob.fns[tag, static] = CACHE.get(prob.f, prob.key(*tag, static), build)
+            # keyed on what f reads now (compiled anew when a value f reads is rebound),
+            # the same for a preparation and an unprepared call: they share the function
+            key = prob.key(*tag, static, fingerprint(prob.f))
+            run = prob.fns[tag, static] = CACHE.get(prob.f, key, build)
         return run, dyn
 
     def gradient(self, prob, xs, ctx):
@@ -226,72 +214,12 @@ class JaxImpl(BackendImpl):
         return stats.temp_size_in_bytes + stats.output_size_in_bytes
 
     def runner(self, prob, form, combo=None, weak=False):
-        """The compiled function, called as is (see ``BackendImpl.runner``): every
-        JAX runner holds f weakly (through the cache)."""
+        """The compiled function, called as is (see ``BackendImpl.runner``): every JAX
+        runner holds f weakly (through the cache), so a preparation and an unprepared
+        call get the same one."""
         if form == "leaves":
-            return self._leaves_runner(prob)
-        # an unprepared call's runner keeps what its messages need, never f
-        return self._prepared_runner(Named(prob) if weak else prob, form == "numpy", combo)
-
-    def _prepared_runner(self, prob, numpy=False, combo=None):
-        """For a prepared single-array call without contexts: the function the
-        warm-up call compiled, called as is (a tangent must be like x)."""
-        run = only_compiled(prob)
-        if not prob.single or run is None:
-            return None
-        op = prob.op
-        if numpy:
-            return numpy_in_out(run, op) if op in _AS_IS else None
-        if op in ("jvp", "value_and_jvp", "hvp", "gradient_and_hvp"):
-            pick = (lambda out: out[1]) if op == "jvp" else (lambda out: out)
-
-            def with_tangent(x, v=None):
-                if type(v) is not type(x) or v.shape != x.shape or v.dtype != x.dtype:
-                    return SLOW
-                return pick(call(prob, run, x, v))
-
-            return with_tangent
-        if op in ("vjp", "value_and_vjp"):  # the compiled function checks w against f(x)
-            pick_vjp = (lambda out: out[1]) if op == "vjp" else (lambda out: out)
-
-            def with_cotangent(x, w):
-                return SLOW if type(w) is not type(x) else pick_vjp(run(x, w))
-
-            return with_cotangent
-        if op in ("derivative", "value_and_derivative"):
-            pick = (lambda out: out[1]) if op == "derivative" else (lambda out: out)
-            ones: dict = {}  # the tangent 1, made once per aval (no dispatch per call)
-
-            def derivative(x):
-                key = (x.dtype, getattr(x, "weak_type", False))
-                one = ones.get(key)
-                if one is None:
-                    one = ones[key] = jnp.ones_like(x)
-                return pick(call(prob, run, x, one))
-
-            return derivative
-        if op == "second_derivative":
-            return lambda x: call(prob, run, x)[2]
-        if op in _AS_IS:
-            return run  # compiled for exactly this signature: nothing left to catch
-        return None
-
-    def _leaves_runner(self, prob):
-        """For a prepared call of native leaves (x and Constant contexts): the compiled
-        function on the leaves, its gradient put back in the structure of x."""
-        run, treedef = only_compiled(prob), prob.treedef
-        if prob.op not in ("gradient", "value_and_gradient") or run is None:
-            return None
-        if prob.single:
-            return lambda xs, cs, _: run(xs[0], *cs)
-        if prob.op == "gradient":
-            return lambda xs, cs, _: unflatten(treedef, run(xs, *cs))
-
-        def value_and_gradient(xs, cs, _):
-            y, g = run(xs, *cs)
-            return y, unflatten(treedef, g)
-
-        return value_and_gradient
+            return runners.leaves(prob)
+        return runners.single(prob, form == "numpy")
 
     def value_and_jvp(self, prob, xs, vs, ctx):
         drop = prob.op == "jvp"  # f(x) not returned: no buffer for it (it shows at 1e6)
@@ -321,21 +249,24 @@ class JaxImpl(BackendImpl):
         y, g = call(prob, run, _arg(prob, xs), w, *dyn)
         return y, _tuple(prob, g)
 
-    # several directions: one vmapped pass
+    # several directions: one compiled call, the k tangents passed and returned as k
+    # arrays (stacked and split inside it: no eager stack or slice per call)
     def value_and_jvps(self, prob, xs, vss, ctx):
+        drop = prob.op == "jvp"
+
         def make(with_ctx):
             def run(x, vs, *dyn):
                 y, lin = outputs.values(jax.linearize, with_ctx(dyn), x)
-                return y, jax.vmap(lin)(vs)
+                return (None if drop else y), _split(jax.vmap(lin)(_stacked(vs)), len(vs))
 
             return run
 
         run, dyn = self._compiled(prob, ("jvps",), ctx, make)
-        y, ts = call(prob, run, _arg(prob, xs), _stack(prob, vss), *dyn)
-        return y, [ts[i] for i in range(len(vss))]
+        prob.fns[TANGENTS] = len(vss)
+        return call(prob, run, _arg(prob, xs), _each(prob, vss), *dyn)
 
     def value_and_vjps(self, prob, xs, ws, ctx, check_w):
-        loose = all(isinstance(w, float) for w in ws)
+        loose, drop = all(isinstance(w, float) for w in ws), prob.op == "vjp"
         ws = [jnp.asarray(w) if isinstance(w, float) else w for w in ws]
         for w in ws[1:]:
             check_w(ws[0], w)  # every cotangent like the first; the first like f(x) below
@@ -343,35 +274,38 @@ class JaxImpl(BackendImpl):
         def make(with_ctx):
             def run(x, ws, *dyn):
                 y, pb = outputs.values(jax.vjp, with_ctx(dyn), x)
-
-                def one(w):
-                    return pb(check_w(y, w.astype(y.dtype) if loose else w))[0]
-
-                return y, jax.vmap(one)(ws)
+                ws = [check_w(y, w.astype(y.dtype) if loose else w) for w in ws]
+                gs = jax.vmap(lambda w: pb(w)[0])(jnp.stack(ws))
+                return (None if drop else y), _split(gs, len(ws))
 
             return run
 
         run, dyn = self._compiled(prob, ("vjps", loose), ctx, make)
-        y, gs = call(prob, run, _arg(prob, xs), jnp.stack(ws), *dyn)
-        return y, _unstack(prob, gs, len(ws))
+        prob.fns[TANGENTS] = len(ws)
+        y, gs = call(prob, run, _arg(prob, xs), tuple(ws), *dyn)
+        return y, [_tuple(prob, g) for g in gs]
 
     def gradient_and_hvps(self, prob, xs, vss, ctx, combo):
         outer, inner = combo or ("forward", "reverse")
+        grad = prob.op != "hvp"  # H v alone compiles to a faster program
 
         def make(with_ctx):
             def run(x, vs, *dyn):
                 gf = _grad_fn(with_ctx(dyn), inner)
                 if outer == "reverse":
                     g, pb = outputs.values(jax.vjp, gf, x)
-                    return g, jax.vmap(lambda v: pb(v)[0])(vs)
-                g, lin = outputs.values(jax.linearize, gf, x)
-                return g, jax.vmap(lin)(vs)
+                    hvs = jax.vmap(lambda v: pb(v)[0])(_stacked(vs))
+                else:
+                    g, lin = outputs.values(jax.linearize, gf, x)
+                    hvs = jax.vmap(lin)(_stacked(vs))
+                return (g if grad else None), _split(hvs, len(vs))
 
             return run
 
-        run, dyn = self._compiled(prob, ("hvps", outer, inner), ctx, make)
-        g, hvs = call(prob, run, _arg(prob, xs), _stack(prob, vss), *dyn)
-        return _tuple(prob, g), _unstack(prob, hvs, len(vss))
+        run, dyn = self._compiled(prob, ("hvps", outer, inner, grad), ctx, make)
+        prob.fns[TANGENTS] = len(vss)
+        g, hvs = call(prob, run, _arg(prob, xs), _each(prob, vss), *dyn)
+        return (None if g is None else _tuple(prob, g)), [_tuple(prob, hv) for hv in hvs]
 
     def compressed(self, prob, ctx, kind, seeds, gather, combo=None, plan=0, value=True):
         """A sparse plan's passes as one compiled call: ``run(xs) -> (f(x), or the gradient
@@ -502,15 +436,13 @@ class JaxImpl(BackendImpl):
                     g, hv = g, pb(v)[0]
                 else:
                     g, hv = outputs.values(jax.jvp, gf, (x,), (v,))
-                return (g, hv) if grad else hv  # H v alone compiles to a faster program
+                return (g if grad else None), hv  # H v alone compiles to a faster program
 
             return run
 
         run, dyn = self._compiled(prob, ("hvp", outer, inner, grad), ctx, make)
-        out = call(prob, run, _arg(prob, xs), _arg(prob, vs), *dyn)
-        if not grad:
-            return None, _tuple(prob, out)
-        return _tuple(prob, out[0]), _tuple(prob, out[1])
+        g, hv = call(prob, run, _arg(prob, xs), _arg(prob, vs), *dyn)
+        return (None if g is None else _tuple(prob, g)), _tuple(prob, hv)
 
     def hvp(self, prob, xs, vs, ctx, combo):
         return self.gradient_and_hvp(prob, xs, vs, ctx, combo, grad=False)[1]
@@ -578,18 +510,25 @@ def _arg(prob, xs: tuple):
     return xs[0] if prob.single else xs
 
 
-def _stack(prob, vss: list):
-    """Directions stacked on a new leading axis (leaf by leaf for a pytree)."""
+def _each(prob, vss: list) -> tuple:
+    """The k directions as a compiled function takes them: each one array (a tuple of
+    leaves for a pytree x)."""
     if prob.single:
-        return jnp.stack([vs[0] for vs in vss])
-    return tuple(jnp.stack(leaves) for leaves in zip(*vss, strict=True))
+        return tuple(vs[0] for vs in vss)
+    return tuple(vss)
 
 
-def _unstack(prob, stacked, n: int) -> list:
-    """The i-th result of a vmapped pass, as a tuple of leaves."""
-    if prob.single:
-        return [(stacked[i],) for i in range(n)]
-    return [tuple(leaf[i] for leaf in stacked) for i in range(n)]
+def _stacked(vs: tuple):
+    """(traced) The k directions stacked on a new leading axis, leaf by leaf."""
+    if isinstance(vs[0], tuple):
+        return tuple(jnp.stack(leaves) for leaves in zip(*vs, strict=True))
+    return jnp.stack(vs)
+
+
+def _split(stacked, k: int) -> tuple:
+    """(traced) The k results of a vmapped pass, leaf by leaf: k outputs of the compiled
+    function (an index of the stacked result outside it would cost k eager calls)."""
+    return tuple(jax.tree_util.tree_map(lambda a, i=i: a[i], stacked) for i in range(k))
 
 
 def _tuple(prob, g):

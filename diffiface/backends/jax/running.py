@@ -1,5 +1,5 @@
-"""Calling JAX's compiled functions: the one compiled for a problem, NumPy in and
-out, and JAX's tracing errors translated into diffiface's."""
+"""Calling JAX's compiled functions: the one compiled for a problem, NumPy arrays as
+jit takes them, and JAX's tracing errors translated into diffiface's."""
 
 from __future__ import annotations
 
@@ -7,7 +7,6 @@ import jax
 import numpy as np
 
 from ... import _checks, _config
-from ...core.backend import SLOW
 
 _CONCRETE = (
     jax.errors.ConcretizationTypeError,
@@ -27,10 +26,14 @@ class Named:
         self.fns, self.single = prob.fns, prob.single
 
 
+TANGENTS = "tangents"  # a memo entry: the number of tangents a Tangents call passed
+
+
 def only_compiled(prob):
-    """The one function compiled for ``prob`` (keys (tag, static); other memo entries,
-    such as the output size, are strings), or None when there are none or several."""
-    runs = [run for key, run in prob.fns.items() if type(key) is tuple]
+    """(tag, function) of the one function compiled for ``prob`` (keys (tag, static);
+    other memo entries, such as the output size, are strings), or None when there are
+    none or several."""
+    runs = [(key[0], run) for key, run in prob.fns.items() if type(key) is tuple]
     return runs[0] if len(runs) == 1 else None
 
 
@@ -50,29 +53,6 @@ def dense(a: np.ndarray) -> np.ndarray:
 
 
 ALIGN = 64  # what XLA's CPU client needs to use a host buffer without a copy
-
-
-def numpy_in_out(run, op):
-    """``run`` for a NumPy x: jit takes it as is (no separate conversion), the results
-    come back as NumPy. float64 and complex128 need x64, checked per call (it is global
-    state); without it the general path explains."""
-    asarray, tracer = np.asarray, jax.core.Tracer
-    if op.startswith("value"):
-
-        def back(out):  # a result an outer trace sees (f closes over it) stays a tracer
-            return tuple(a if isinstance(a, tracer) else asarray(a) for a in out)
-    else:
-
-        def back(out):
-            return out if isinstance(out, tracer) else asarray(out)
-
-    def from_numpy(x):
-        size = x.dtype.itemsize  # float64 (8, "f") or complex128 (16)
-        if (size == 16 or (size == 8 and x.dtype.kind == "f")) and not jax.config.jax_enable_x64:
-            return SLOW
-        return back(run(x if x.flags.forc else dense(x)))
-
-    return from_numpy
 
 
 def call(prob, run, *args):

@@ -1,0 +1,178 @@
+"""The runners of JAX plans: the function the plan's warm-up compiled, called as is.
+
+One array x (a JAX or a NumPy array) without contexts, with its tangent or a
+``Tangents`` of k (one compiled call for all k); or native pytree leaves for the
+gradient. A runner holds f only weakly (the compiled function comes from the
+cache), so a preparation and an unprepared call of the same f use the same one.
+Anything else (a tangent unlike x, another number of tangents, float64 NumPy with
+x64 off) returns SLOW: the general path converts, or explains.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ..._tangents import Tangents
+from ..._tree import unflatten
+from ...core.backend import SLOW
+from .running import TANGENTS, Named, call, dense, only_compiled
+
+# operators whose compiled function returns the result as is
+_AS_IS = frozenset(
+    (
+        "gradient",
+        "value_and_gradient",
+        "jacobian",
+        "value_and_jacobian",
+        "hessian",
+        "value_gradient_and_hessian",
+        "value_derivative_and_second_derivative",
+    )
+)
+
+# operators taking a tangent, whose compiled function returns (first, result): do
+# they return the first output (f(x), or the gradient) too
+_KEEPS = {
+    "jvp": False,
+    "value_and_jvp": True,
+    "vjp": False,
+    "value_and_vjp": True,
+    "hvp": False,
+    "gradient_and_hvp": True,
+}
+_LIKE_X = frozenset(("jvp", "jvps", "hvp", "hvps"))  # tags whose tangents are like x
+_SEVERAL = frozenset(("jvps", "vjps", "hvps"))  # tags of a Tangents call
+_TAGS = frozenset(("jvp", "vjp", "hvp")) | _SEVERAL
+
+
+def single(prob, numpy: bool):
+    """The runner for one array x without contexts (``numpy``: a NumPy x, results as
+    NumPy), or None."""
+    found = only_compiled(prob)
+    if not prob.single or found is None:
+        return None
+    tag, run = found
+    op = prob.op
+    if op in _AS_IS:
+        return _numpy_in_out(run, op.startswith("value")) if numpy else run
+    name = tag[0]
+    if op in _KEEPS and name in _TAGS and tag[1:] != (True,):  # (not a Python float's vjp)
+        k = prob.fns.get(TANGENTS) if name in _SEVERAL else None
+        return _tangents(prob, name, run, numpy, k)
+    if numpy:
+        return None
+    who = Named(prob)
+    if op in ("derivative", "value_and_derivative"):
+        i = slice(None) if op == "value_and_derivative" else 1
+        ones: dict = {}  # the tangent 1, made once per aval (no dispatch per call)
+
+        def derivative(x):
+            key = (x.dtype, getattr(x, "weak_type", False))
+            one = ones.get(key)
+            if one is None:
+                one = ones[key] = jnp.ones_like(x)
+            return call(who, run, x, one)[i]
+
+        return derivative
+    if op == "second_derivative":
+        return lambda x: call(who, run, x)[2]
+    return None
+
+
+def _tangents(prob, name: str, run, numpy: bool, k: int | None = None):
+    """``runner(x, t)`` for a tangent (or, with ``k``, a Tangents of k): each like x
+    for jvp and hvp; a cotangent of x's type for vjp, which the compiled function
+    checks against f(x) (a cotangent of another shape traces anew: ``call`` explains
+    errors and bounds the shapes)."""
+    keep, like_x = _KEEPS[prob.op], name in _LIKE_X
+    if like_x:
+        go = run  # compiled for exactly these arguments: nothing left to catch
+    else:
+        who = Named(prob)
+
+        def go(x, t):
+            return call(who, run, x, t)
+
+    if k is None:
+
+        def one(x, t):
+            if type(t) is not type(x) or (like_x and (t.shape != x.shape or t.dtype != x.dtype)):
+                return SLOW
+            if numpy:
+                x, t = _numpy_arg(x), _numpy_arg(t)
+                if x is None or t is None:
+                    return SLOW
+                first, out = go(x, t)
+                return (_back(first), _back(out)) if keep else _back(out)
+            out = go(x, t)
+            return out if keep else out[1]
+
+        return one
+
+    def several(x, ts):
+        if type(ts) is not Tangents or len(vs := ts._values) != k:  # (diffiface's own)
+            return SLOW
+        for t in vs:
+            if type(t) is not type(x) or (like_x and (t.shape != x.shape or t.dtype != x.dtype)):
+                return SLOW
+        if numpy:
+            x, vs = _numpy_arg(x), tuple(_numpy_arg(t) for t in vs)
+            if x is None or any(t is None for t in vs):
+                return SLOW
+            first, outs = go(x, vs)
+            first, outs = _back(first), [_back(a) for a in outs]
+        else:
+            first, outs = go(x, vs)
+        return (first, Tangents(*outs)) if keep else Tangents(*outs)
+
+    return several
+
+
+def leaves(prob):
+    """For a prepared call of native leaves (x and Constant contexts): the compiled
+    function on the leaves, its gradient put back in the structure of x."""
+    found, treedef = only_compiled(prob), prob.treedef
+    if prob.op not in ("gradient", "value_and_gradient") or found is None:
+        return None
+    run = found[1]
+    if prob.single:
+        return lambda xs, cs, _: run(xs[0], *cs)
+    if prob.op == "gradient":
+        return lambda xs, cs, _: unflatten(treedef, run(xs, *cs))
+
+    def value_and_gradient(xs, cs, _):
+        y, g = run(xs, *cs)
+        return y, unflatten(treedef, g)
+
+    return value_and_gradient
+
+
+def _numpy_in_out(run, value: bool):
+    """``run`` for a NumPy x: jit takes it as is (no separate conversion), the results
+    come back as NumPy (``value``: a tuple of them)."""
+
+    def from_numpy(x):
+        x = _numpy_arg(x)
+        if x is None:
+            return SLOW
+        out = run(x)
+        return tuple(_back(a) for a in out) if value else _back(out)
+
+    return from_numpy
+
+
+def _numpy_arg(a: np.ndarray) -> np.ndarray | None:
+    """``a`` as jit takes it fast (see ``running.dense``), or None where jit would
+    truncate it: float64 and complex128 need x64, checked per call (it is global
+    state); without it the general path explains."""
+    size = a.dtype.itemsize  # float64 (8, "f") or complex128 (16)
+    if (size == 16 or (size == 8 and a.dtype.kind == "f")) and not jax.config.jax_enable_x64:
+        return None
+    return a if a.flags.forc else dense(a)
+
+
+def _back(a):
+    """A result as NumPy; one an outer trace sees (f closes over it) stays a tracer."""
+    return a if a is None or isinstance(a, jax.core.Tracer) else np.asarray(a)

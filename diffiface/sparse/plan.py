@@ -14,7 +14,7 @@ from ..core import convert, direction
 from ..core.backend import size
 from . import coloring as col
 from . import detect
-from .formats import Format, native_index, take
+from .formats import Format, framework_module, native_index, take
 
 KEY = "sparse plan"
 _NUMBERS = itertools.count()  # its key in the problem's memo (a prepared problem keeps it)
@@ -50,8 +50,8 @@ class SparsePlan:
         shape = (*self.x_shape, *self.x_shape) if prob.scalar else (*self.y_shape, *self.x_shape)
         if sparse.dense:
             fmt = "dense"
-        elif fmt_kind == "native" and d.framework in ("jax", "torch"):
-            fmt = d.framework
+        elif fmt_kind == "native" and framework_module(d.framework) is not None:
+            fmt = "native"
         else:
             fmt = "numpy"
         self.format = Format(fmt, p, x, shape, d)
@@ -153,8 +153,13 @@ class SparsePlan:
         if own is not None and self.way(kind)[0]:
             _, stacked, gather, _ = self.way(kind)
             run = own(prob, (), kind, stacked, gather, combo, self.number, value)
-            if run is not None and d.framework == "jax":  # (torch's may hand over: None)
-                return lambda x: run((x,))
+            if run is not None:
+
+                def direct(x):
+                    out = run((x,))  # (None: the passes hand over, as under an outer pass)
+                    return out if out is not None else self.run(prob, (x,), (), kind, combo)
+
+                return direct
         return lambda x: self.run(prob, (x,), (), kind, combo)
 
     # ---- strict: no nonzero outside the pattern ------------------------------

@@ -1,0 +1,31 @@
+"""What diffiface asks of autograd outside its backend: registered on import, which
+imports no autograd. Its arrays are NumPy's; a box is autograd's while it traces."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import numpy as np
+
+from ..._arrays import Framework, register, values
+
+
+class Autograd(Framework):
+    name = "autograd"
+    modules = ("autograd",)
+    testing = "diffiface.backends.autograd.testing"
+    numpy_module = "autograd.numpy"
+    less_memory_strategy = "forward_over_reverse"
+
+    def owns(self, leaf: Any) -> bool:
+        return isinstance(leaf, sys.modules["autograd.tracer"].Box)
+
+    def within_gradient(self, x: Any) -> bool:
+        return True  # a box is traced by autograd's grad
+
+    def values(self, leaf: Any) -> np.ndarray | None:
+        return values(leaf._value)  # the boxed value
+
+
+FRAMEWORK = register(Autograd())

@@ -47,6 +47,13 @@ class Framework:
         values)."""
         return False
 
+    def model_function(self, f: Any, params: Any) -> Any:
+        """``FixedParams(f, params)`` with ``f`` a model object of this framework (a
+        torch.nn.Module): ``f`` as a function of ``(x, params, *contexts)``, ``params``
+        checked against it (``FROM_MODULE``, left out: read from it at each call); None
+        for any other ``f`` (asked about any object: it imports nothing)."""
+        return None
+
     def as_pattern_input(self, p: Any) -> Any:
         """One of its arrays (dense or sparse) given as a sparsity pattern, as a
         ``scipy.sparse`` array or a NumPy array; None for anything else (asked about

@@ -52,6 +52,14 @@ class Torch(Framework):
         except Exception:  # a torch.func wrapper: no values here
             return None
 
+    def model_function(self, f: Any, params: Any) -> Any:
+        torch = sys.modules.get("torch")  # a Module exists only once torch is imported
+        if torch is None or not isinstance(f, torch.nn.Module):
+            return None
+        from .modules import model_function
+
+        return model_function(f, params)
+
     def as_pattern_input(self, p: Any) -> Any:
         import scipy.sparse as sp
 

@@ -17,6 +17,7 @@ class Jax(Framework):
     sparse = "diffiface.backends.jax.sparse"
     testing = "diffiface.backends.jax.testing"
     numpy_module = "jax.numpy"
+    # peak extra memory of the nested loss (benchmarks/nested.py): 17.0 against 17.8 MiB
     less_memory_strategy = "forward_over_reverse"
 
     def owns(self, leaf: Any) -> bool:

@@ -8,9 +8,21 @@ the registered ones. Only frameworks already imported are asked about a leaf.
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 import numpy as np
+
+
+class TreeNode(NamedTuple):
+    """How optree flattens a type that a framework's own registry knows as a pytree
+    node: one level of the framework's flatten, as ``optree.register_pytree_node``
+    takes it, and the static data read from the metadata it returns."""
+
+    flatten: Callable
+    unflatten: Callable
+    path_entry: type
+    static_data: Callable
 
 
 class Framework:
@@ -24,8 +36,10 @@ class Framework:
     sparse: str | None = None
     # its testing module (the matrix's array kinds), imported on use
     testing: str | None = None
-    # the module of its NumPy-like functions, named in error messages
+    # the module of its NumPy-like functions and its backend type, named in error messages
     numpy_module = "numpy"
+    backend_name = ""
+    float_cast = "x.astype(float)"  # how its arrays are cast to floats, in error messages
     # the strategy of a nested call (FixedParams) that keeps the least memory
     less_memory_strategy = "reverse_over_reverse"
 
@@ -46,6 +60,20 @@ class Framework:
         """``leaf`` is traced by an outer transform of this framework (it may hold no
         values)."""
         return False
+
+    def says_foreign_arrays(self, message: str) -> bool:
+        """``message`` (of an error f raised) says f called this framework's functions on
+        arrays they do not take (another framework's)."""
+        return False
+
+    def knows_tree_nodes(self) -> bool:
+        """It has a pytree registry of its own, loaded now (JAX, once imported)."""
+        return False
+
+    def tree_node(self, leaf: Any) -> TreeNode | None:
+        """How to flatten ``leaf``'s type where its registry knows it as a node; None
+        for a leaf. Asked only while :meth:`knows_tree_nodes`."""
+        return None
 
     def model_function(self, f: Any, params: Any) -> Any:
         """``FixedParams(f, params)`` with ``f`` a model object of this framework (a

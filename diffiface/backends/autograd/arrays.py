@@ -16,6 +16,7 @@ class Autograd(Framework):
     modules = ("autograd",)
     testing = "diffiface.backends.autograd.testing"
     numpy_module = "autograd.numpy"
+    backend_name = "AutoAutograd"
     # peak extra memory of the nested loss (benchmarks/nested.py): 26.6 against 32.6 MiB
     less_memory_strategy = "forward_over_reverse"
 

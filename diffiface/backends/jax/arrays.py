@@ -10,6 +10,9 @@ import numpy as np
 
 from ..._arrays import Framework, register
 
+# what jax's errors say when a jax function is given another framework's array
+_FOREIGN_ARRAYS = ("Error interpreting argument", "abstract array", "valid JAX type")
+
 
 class Jax(Framework):
     name = "jax"
@@ -17,6 +20,7 @@ class Jax(Framework):
     sparse = "diffiface.backends.jax.sparse"
     testing = "diffiface.backends.jax.testing"
     numpy_module = "jax.numpy"
+    backend_name = "AutoJax"
     # peak extra memory of the nested loss (benchmarks/nested.py): 17.0 against 17.8 MiB
     less_memory_strategy = "forward_over_reverse"
 
@@ -27,10 +31,21 @@ class Jax(Framework):
     def is_tracer(self, leaf: Any) -> bool:
         return isinstance(leaf, sys.modules["jax"].core.Tracer)
 
+    def says_foreign_arrays(self, message: str) -> bool:
+        return any(s in message for s in _FOREIGN_ARRAYS)
+
     def within_gradient(self, x: Any) -> bool:
         """A tracer of ``jax.grad``, ``jvp``, ``vjp``, ``linearize`` (through ``vmap``
         and ``jit`` tracers wrapped around or inside it)."""
         return self.is_tracer(x) and _differentiated(x)
+
+    def knows_tree_nodes(self) -> bool:
+        return "jax" in sys.modules  # (no JAX node exists before jax is imported)
+
+    def tree_node(self, leaf: Any) -> Any:
+        from .trees import node
+
+        return node(leaf)
 
     def values(self, leaf: Any) -> np.ndarray | None:
         try:

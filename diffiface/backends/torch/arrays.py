@@ -17,6 +17,8 @@ class Torch(Framework):
     sparse = "diffiface.backends.torch.sparse"
     testing = "diffiface.backends.torch.testing"
     numpy_module = "torch"
+    backend_name = "AutoTorch"
+    float_cast = "x.float()"
     # (less_memory_strategy: reverse over reverse, the default; the nested loss of
     # benchmarks/nested.py peaks at 16.0 MiB, forward over reverse at 29.5)
 
@@ -25,6 +27,9 @@ class Torch(Framework):
 
     def is_tracer(self, leaf: Any) -> bool:
         return False  # a torch.func wrapper holds values
+
+    def says_foreign_arrays(self, message: str) -> bool:
+        return "must be Tensor, not" in message
 
     def within_gradient(self, x: Any) -> bool:
         """A tensor that requires grad while grad mode is on; a ``torch.func`` grad

@@ -40,6 +40,9 @@ class Framework:
     numpy_module = "numpy"
     backend_name = ""
     float_cast = "x.astype(float)"  # how its arrays are cast to floats, in error messages
+    # its arrays are NumPy's, boxed while it traces (autograd): NumPy's side of a
+    # crossing between frameworks is its
+    arrays_are_numpy = False
     # the strategy of a nested call (FixedParams) that keeps the least memory
     less_memory_strategy = "reverse_over_reverse"
 
@@ -65,6 +68,11 @@ class Framework:
         """``message`` (of an error f raised) says f called this framework's functions on
         arrays they do not take (another framework's)."""
         return False
+
+    def open_containers(self, args: tuple, leaves: list) -> tuple | None:
+        """``args`` (flattened to ``leaves``) with the containers its trace boxed (an
+        autograd box around a dict or tuple) opened; None when there are none."""
+        return None
 
     def knows_tree_nodes(self) -> bool:
         """It has a pytree registry of its own, loaded now (JAX, once imported)."""

@@ -74,6 +74,15 @@ class Framework:
         autograd box around a dict or tuple) opened; None when there are none."""
         return None
 
+    def use_float64(self) -> None:
+        """Keep float64 arrays float64 in this process (JAX's x64; imports the
+        framework)."""
+
+    def settings(self) -> str | None:
+        """A line on its process-wide settings for ``diffiface info`` (JAX's x64); None
+        where it has none or is not installed."""
+        return None
+
     def knows_tree_nodes(self) -> bool:
         """It has a pytree registry of its own, loaded now (JAX, once imported)."""
         return False
@@ -131,6 +140,12 @@ def framework_of(leaf: Any) -> str | None:
         return "numpy"
     fw = _BY_MODULE.get(type(leaf).__module__.partition(".")[0])
     return fw.name if fw is not None and fw.owns(leaf) else None
+
+
+def foreign_dtype(dtype: Any) -> bool:
+    """``dtype`` is a registered framework's own dtype object (a torch dtype), which
+    NumPy does not take (it takes the name)."""
+    return type(dtype).__module__.partition(".")[0] in _BY_MODULE
 
 
 def foreign(framework: str, leaf: Any) -> bool:

@@ -3,6 +3,7 @@ no jax (only an imported jax is asked)."""
 
 from __future__ import annotations
 
+import importlib.util
 import sys
 from typing import Any
 
@@ -38,6 +39,18 @@ class Jax(Framework):
         """A tracer of ``jax.grad``, ``jvp``, ``vjp``, ``linearize`` (through ``vmap``
         and ``jit`` tracers wrapped around or inside it)."""
         return self.is_tracer(x) and _differentiated(x)
+
+    def use_float64(self) -> None:
+        import jax
+
+        jax.config.update("jax_enable_x64", True)
+
+    def settings(self) -> str | None:
+        if importlib.util.find_spec("jax") is None:
+            return None
+        import jax
+
+        return f"jax x64   {'on' if jax.config.jax_enable_x64 else 'off'}"
 
     def knows_tree_nodes(self) -> bool:
         return "jax" in sys.modules  # (no JAX node exists before jax is imported)

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from .._arrays import framework_of
+from .._arrays import framework_of, named
 from .._errors import DiffifaceValueError
 from .._tree import flatten, unflatten
 
@@ -60,9 +60,8 @@ def namespace(a: Any) -> Any:
         'numpy'
     """
     leaf = flatten(a)[0][0] if not hasattr(a, "shape") else a
-    module = {"jax": "jax.numpy", "torch": "torch", "autograd": "autograd.numpy"}
-    name = module.get(framework_of(leaf))
-    return np if name is None else sys.modules[name]
+    framework = named(framework_of(leaf))
+    return np if framework is None else sys.modules[framework.numpy_module]
 
 
 @dataclasses.dataclass(frozen=True, eq=False)

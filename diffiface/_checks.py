@@ -114,7 +114,9 @@ def mismatch(op: str, backend: Any, name: str, what: str, expected: Any, got: An
 
 def dtype_name(dtype: Any) -> str:
     """``float32`` for numpy, jax and torch dtypes alike."""
-    return str(dtype).removeprefix("torch.")
+    text = str(dtype)
+    module, _, name = text.rpartition(".")  # a torch dtype prints as torch.float32
+    return name if module.isidentifier() else text
 
 
 def _ref(name: str) -> str:

@@ -231,8 +231,8 @@ def _dtype(a: Any) -> np.dtype:
 def is_sparse(a: Any) -> bool:
     """A sparse matrix of one of the frameworks (BCOO, torch sparse, scipy.sparse)."""
     layout = getattr(a, "layout", None)
-    if layout is not None:  # torch
-        return str(layout) != "torch.strided"
+    if layout is not None:  # torch: a layout other than strided (dense)
+        return str(layout).rpartition(".")[2] != "strided"
     return type(a).__name__ == "BCOO" or hasattr(a, "tocsr")
 
 

@@ -8,6 +8,7 @@ Examples:
     array([2., 4.])
 """
 
+from . import backends as backends  # (each framework registers its array hooks)
 from ._backend_types import AbstractBackend as AbstractBackend
 from ._backend_types import AutoAutograd as AutoAutograd
 from ._backend_types import AutoFiniteDifferences as AutoFiniteDifferences

@@ -73,7 +73,7 @@ class AutoJax(AbstractBackend):
 
     mode: str | None = None
     framework: ClassVar[str] = "jax"
-    package: ClassVar[str | None] = "diffiface.backends.jax"
+    package: ClassVar[str | None] = "diffiface.backends.jax.backend"
     needs: ClassVar[str | None] = "jax"
 
     def __post_init__(self) -> None:
@@ -94,7 +94,7 @@ class AutoTorch(AbstractBackend):
 
     mode: str | None = None
     framework: ClassVar[str] = "torch"
-    package: ClassVar[str | None] = "diffiface.backends.torch"
+    package: ClassVar[str | None] = "diffiface.backends.torch.backend"
     needs: ClassVar[str | None] = "torch"
 
     def __post_init__(self) -> None:
@@ -115,7 +115,7 @@ class AutoAutograd(AbstractBackend):
 
     mode: str | None = None
     framework: ClassVar[str] = "autograd"
-    package: ClassVar[str | None] = "diffiface.backends.autograd"
+    package: ClassVar[str | None] = "diffiface.backends.autograd.backend"
     needs: ClassVar[str | None] = "autograd"
 
     def __post_init__(self) -> None:

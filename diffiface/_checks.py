@@ -12,7 +12,7 @@ import warnings
 import weakref
 from typing import Any, NoReturn
 
-from ._arrays import framework_of
+from ._arrays import framework_of, named, registered
 from ._backend_types import AbstractBackend, AutoSparse, SecondOrder
 from ._errors import (
     DiffifaceTypeError,
@@ -119,7 +119,9 @@ def mismatch(op: str, backend: Any, name: str, what: str, expected: Any, got: An
 
 def dtype_name(dtype: Any) -> str:
     """``float32`` for numpy, jax and torch dtypes alike."""
-    return str(dtype).removeprefix("torch.")
+    text = str(dtype)
+    module, _, name = text.rpartition(".")  # a torch dtype prints as torch.float32
+    return name if module.isidentifier() else text
 
 
 def _ref(name: str) -> str:
@@ -169,10 +171,6 @@ def left_framework(op: str, backend: Any, cause: BaseException) -> DiffifaceType
     )
 
 
-_OPS = {"jax": "jax.numpy", "torch": "torch", "autograd": "autograd.numpy"}
-_BACKEND = {"jax": "AutoJax", "torch": "AutoTorch", "autograd": "AutoAutograd"}
-
-
 def framework_error(op: str, backend: Any, exc: BaseException) -> DiffifaceTypeError | None:
     """A clear error for a raw framework error that says f used another framework's
     functions, or changed its input in place under autograd; None for any other (and
@@ -187,11 +185,8 @@ def framework_error(op: str, backend: Any, exc: BaseException) -> DiffifaceTypeE
             "differentiate. Your x is unchanged; build a new array instead (e.g. "
             "np.concatenate, or x * mask) or use AutoJax() / AutoTorch()."
         )
-    if "must be Tensor, not" in msg:
-        used = "torch"
-    elif any(s in msg for s in ("Error interpreting argument", "abstract array", "valid JAX type")):
-        used = "jax"
-    else:
+    used = next((fw.name for fw in registered() if fw.says_foreign_arrays(msg)), None)
+    if used is None:
         return None
     return foreign_f(op, backend, used, msg.strip().splitlines()[0])
 
@@ -210,13 +205,15 @@ def foreign_f(op: str, backend: Any, used: str, what: str) -> DiffifaceTypeError
     error that names the backend for it and the bridge (None when ``used`` is the
     backend's own framework)."""
     own = getattr(backend, "framework", "")
-    if used == own or used not in _BACKEND:
+    fw, mine = named(used), named(own)
+    if used == own or fw is None:
         return None
+    ops = "numpy" if mine is None else mine.numpy_module
     return DiffifaceTypeError(
         f"{call_form(op, backend)}: f calls {used} functions on the arrays of "
-        f"{type(backend).__name__}() ({what}). Write f with {_OPS.get(own, 'numpy')} for "
-        f"this backend, pass {_BACKEND[used]}() to differentiate a {used} f, or wrap it as "
-        f"di.differentiate_with(f, {_BACKEND[used]}()) to call it from another framework."
+        f"{type(backend).__name__}() ({what}). Write f with {ops} for "
+        f"this backend, pass {fw.backend_name}() to differentiate a {used} f, or wrap it as "
+        f"di.differentiate_with(f, {fw.backend_name}()) to call it from another framework."
     )
 
 
@@ -338,14 +335,15 @@ def compiled_new_function(f: Any) -> None:
     )
 
 
-_INTERNAL = ("diffiface", "jax", "jaxlib", "torch", "autograd", "contextlib", "functools")
+_INTERNAL = ("diffiface", "contextlib", "functools")
 
 
 def _caller():
     """The innermost frame outside diffiface and the frameworks: where the user called."""
+    internal = {*_INTERNAL, *(m for fw in registered() for m in fw.modules)}
     frame = sys._getframe(1)
     while frame.f_back is not None and (
-        frame.f_globals.get("__name__", "").split(".")[0] in _INTERNAL
+        frame.f_globals.get("__name__", "").split(".")[0] in internal
     ):
         frame = frame.f_back
     return frame

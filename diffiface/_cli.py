@@ -9,7 +9,7 @@ import json
 import os
 import sys
 
-from ._backend_types import AutoJax
+from ._arrays import named, registered
 from .core.registry import FRAMEWORKS
 
 # command-line name -> (backend type, framework or None)
@@ -68,10 +68,11 @@ def _check(args) -> int:
     from .testing import OPERATORS, check, default_scenarios
 
     backends = _backends(args.backends)
-    if not args.no_x64 and any(isinstance(b, AutoJax) for b in backends):
-        import jax
-
-        jax.config.update("jax_enable_x64", True)  # this command's process only
+    if not args.no_x64:
+        for b in backends:
+            framework = named(b.framework)
+            if framework is not None:
+                framework.use_float64()  # this command's process only (JAX's x64)
     ops = tuple(o.strip() for o in args.operators.split(",")) if args.operators else OPERATORS
     unknown = [o for o in ops if o not in OPERATORS]
     if unknown:
@@ -175,10 +176,10 @@ def _info(args) -> int:
         found = importlib.util.find_spec(module) is not None
         state = f"available ({module} {_version(module)})" if found else "not installed"
         print(f"{name:<9} {state}")
-    if importlib.util.find_spec("jax") is not None:
-        import jax
-
-        print(f"jax x64   {'on' if jax.config.jax_enable_x64 else 'off'}")
+    for framework in registered():
+        line = framework.settings()
+        if line is not None:
+            print(line)
     return 0
 
 

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from . import _checks
-from ._arrays import framework_of
+from ._arrays import values as _values
 from ._contexts import Constant, FixedParams
 from ._tangents import Tangents
 from ._tree import flatten, paths
@@ -49,24 +49,3 @@ def _check_tree(op: str, backend: Any, name: str, tree: Any) -> None:
                 f"{index} and check_finite is on. Pass finite values, or turn check_finite "
                 "off to let NaN and inf propagate."
             )
-
-
-def _values(leaf: Any) -> np.ndarray | None:
-    """The values of a leaf as NumPy, or None where they are not available."""
-    while framework_of(leaf) == "autograd":
-        leaf = leaf._value  # an autograd box
-    if isinstance(leaf, np.ndarray | np.generic | float):
-        return np.asarray(leaf)
-    framework = framework_of(leaf)
-    try:
-        if framework == "torch":
-            t = leaf.detach().cpu().resolve_conj()
-            if t.is_floating_point() and t.element_size() < 4:  # bfloat16, float16
-                t = t.float()
-            return t.numpy()
-        if framework == "jax":
-            a = np.asarray(leaf)
-            return a.astype(np.float32) if a.dtype.kind == "V" else a  # bfloat16
-    except Exception:  # traced (jax tracer, torch.func wrapper): no values yet
-        return None
-    return None

@@ -20,19 +20,20 @@ the types already known to be plain leaves), and none before ``jax`` is imported
 from __future__ import annotations
 
 import collections
-import sys
 import threading
 from typing import Any
 
 import numpy as np
 import optree
 
+from ._arrays import registered
 from ._errors import DiffifaceValueError
 
 NAMESPACE = "diffiface"
 MAX_DEPTH = getattr(optree, "MAX_RECURSION_DEPTH", 1000)  # optree flattens no deeper
 
-# leaf types known not to be JAX pytree nodes (filled once jax is imported)
+# leaf types known to be no framework's pytree nodes (filled once such a framework is
+# imported)
 _PLAIN: set = {float, int, bool, complex, str, bytes, np.ndarray, np.float64, np.float32}
 _LOCK = threading.Lock()
 
@@ -114,77 +115,45 @@ _BUILTIN_NODES = {
 
 
 def _static_of(cls: type, meta: Any) -> Any:
-    if cls in _BRIDGED:  # the one-level JAX treedef: (type, aux data)
-        return meta.node_data()[1]
-    return meta
+    static = _STATIC.get(cls)  # (a framework's node: its static data from its metadata)
+    return meta if static is None else static(meta)
 
 
-# ---------------------------------------------------------------- JAX nodes
-_BRIDGED: set = set()  # the JAX node types registered here
+# ------------------------------------------------ nodes of a framework's own registry
+_STATIC: dict = {}  # node type registered here -> its static data from optree's metadata
 
 
 def _bridge(leaves: list) -> bool:
-    """Register the JAX node types among ``leaves`` in diffiface's namespace; True when
-    one was (the tree is then flattened again)."""
-    jax = sys.modules.get("jax")
-    tree_util = getattr(jax, "tree_util", None)
-    if tree_util is None:  # no JAX node exists before jax is imported
+    """Register in diffiface's namespace the types among ``leaves`` that a framework's
+    own pytree registry flattens as nodes (JAX's); True when one was (the tree is then
+    flattened again)."""
+    frameworks = [fw for fw in registered() if fw.knows_tree_nodes()]
+    if not frameworks:  # no such node exists before its framework is imported
         return False
     new = False
     for cls, leaf in {type(v): v for v in leaves if type(v) not in _PLAIN}.items():
-        if _is_jax_node(tree_util, leaf):
-            with _LOCK:
-                if optree.register_pytree_node.get(cls, namespace=NAMESPACE) is None:
-                    optree.register_pytree_node(
-                        cls,
-                        _flatten_jax,
-                        _unflatten_jax,
-                        path_entry_type=_JaxKey,
-                        namespace=NAMESPACE,
-                    )
-                    _BRIDGED.add(cls)
-            new = True
-        else:
+        node = next((n for fw in frameworks if (n := fw.tree_node(leaf)) is not None), None)
+        if node is None:
             _PLAIN.add(cls)
+            continue
+        with _LOCK:
+            if optree.register_pytree_node.get(cls, namespace=NAMESPACE) is None:
+                optree.register_pytree_node(
+                    cls,
+                    node.flatten,
+                    node.unflatten,
+                    path_entry_type=node.path_entry,
+                    namespace=NAMESPACE,
+                )
+                _STATIC[cls] = node.static_data
+        new = True
     return new
 
 
-def _is_jax_node(tree_util: Any, leaf: Any) -> bool:
-    """JAX flattens ``leaf``'s type as a node (a static one too: no leaves at all)."""
-    try:
-        return tree_util.tree_structure(leaf) != tree_util.tree_structure(0.0)
-    except Exception:  # a type whose JAX flatten fails: a leaf, as to optree
-        return False
-
-
-def _flatten_jax(node: Any) -> tuple:
-    """One level of JAX's flatten: children, the one-level treedef (the static data,
-    compared by ==, not hashed), and the children's JAX keys (for readable paths)."""
-    pairs, jdef = sys.modules["jax"].tree_util.tree_flatten_with_path(
-        node, is_leaf=lambda n: n is not node
-    )
-    return [v for _, v in pairs], jdef, [k[0] for k, _ in pairs]
-
-
-def _unflatten_jax(jdef: Any, children: Any) -> Any:
-    return jdef.unflatten(children)
-
-
-class _JaxKey(optree.PyTreeEntry):
-    """A path entry that is a JAX key (GetAttrKey, DictKey, SequenceKey, FlattenedIndexKey):
-    written as JAX writes it, ``.w``, ``['a']``, ``[0]``."""
-
-    def __call__(self, obj: Any) -> Any:
-        key = self.entry
-        kind = type(key).__name__
-        if kind == "GetAttrKey":
-            return getattr(obj, key.name)
-        if kind == "DictKey":
-            return obj[key.key]
-        if kind == "SequenceKey":
-            return obj[key.idx]
-        children, _ = sys.modules["jax"].tree_util.tree_flatten(obj, is_leaf=lambda n: n is not obj)
-        return children[key.key]  # a FlattenedIndexKey: the key-th child
-
-    def codify(self, node: str = "") -> str:
-        return node + str(self.entry)
+def late_node(leaf: Any) -> str | None:
+    """The framework whose own registry flattens ``leaf``'s type as a node (registered
+    there after diffiface met the type as a leaf); None for a leaf."""
+    for fw in registered():
+        if fw.knows_tree_nodes() and fw.tree_node(leaf) is not None:
+            return fw.name
+    return None

@@ -22,7 +22,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .. import _checks
-from .._arrays import framework_of
+from .._arrays import framework_of, named, registered
 from .._tree import TooDeep, flatten, unflatten
 
 _LOCK = threading.RLock()
@@ -30,7 +30,7 @@ _LOCK = threading.RLock()
 
 def module(framework: str) -> Any:
     """The bridge module of ``framework`` (imported on first use)."""
-    name = "autograd" if framework == "numpy" else framework  # NumPy's kit: autograd's
+    name = _numpy_kit() if framework == "numpy" else framework
     where = f"diffiface.backends.{name}"
     try:
         return importlib.import_module(f"{where}.bridge")
@@ -151,8 +151,24 @@ def _held(node: Node, keep: Any) -> Node:
     return node if keep is None else Held(node, keep)
 
 
-def _container_box(leaf: Any) -> bool:
-    return framework_of(leaf) == "autograd" and isinstance(leaf._value, dict | list | tuple)
+def _numpy_kit() -> str:
+    """The framework whose bridge side is NumPy's: the one whose arrays are NumPy's."""
+    return next((fw.name for fw in registered() if fw.arrays_are_numpy), "numpy")
+
+
+def _on_numpy(framework: str) -> bool:
+    fw = named(framework)
+    return fw is not None and fw.arrays_are_numpy
+
+
+def _open_containers(args: tuple, leaves: list) -> tuple | None:
+    """``args`` with containers a framework's trace boxed (a dict or tuple autograd
+    boxed) opened; None when there are none."""
+    for fw in registered():
+        opened = fw.open_containers(args, leaves)
+        if opened is not None:
+            return opened
+    return None
 
 
 def framework_key(backend: Any) -> str:
@@ -229,16 +245,15 @@ class Bridged:
         return self._call(args, leaves, tree, keep)
 
     def _call(self, args: tuple, leaves: list, tree: Any, keep: Any) -> Any:
-        if any(_container_box(leaf) for leaf in leaves):  # a dict or tuple autograd boxed
-            from ..backends.autograd.impl import open_boxes
-
-            args = open_boxes(args)
+        opened = _open_containers(args, leaves)
+        if opened is not None:
+            args = opened
             leaves, tree = flatten(args)
         arrays, static = [], []
         for leaf in leaves:
             (static if framework_of(leaf) is None else arrays).append(leaf)
         outer = outer_of(leaves, f"{self!r}(...)")
-        if outer == self.inner or (outer == "numpy" and self.inner == "autograd"):
+        if outer == self.inner or (outer == "numpy" and _on_numpy(self.inner)):
             return self.f(*args)  # the same framework: no crossing
         where = tuple(i for i, leaf in enumerate(leaves) if framework_of(leaf) is not None)
         node = self._node(tree, tuple(static), where)

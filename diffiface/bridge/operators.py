@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .. import _checks
-from .._arrays import framework_of, is_jax_tracer
+from .._arrays import framework_of, is_tracer
 from .._backend_types import AutoSparse, SecondOrder
 from .._cache import FunctionCache
 from .._contexts import Constant, FixedParams
@@ -78,7 +78,7 @@ def _fd_over_arrays(exc: Foreign, op: Callable, f: Callable, backend: Any, args,
     leaves = flatten((params, values))[0]
     if all(framework_of(a) in (None, "numpy") for a in leaves):
         raise exc
-    if any(within_gradient(a) or is_jax_tracer(a) for a in leaves):
+    if any(within_gradient(a) or is_tracer(a) for a in leaves):
         name = op.__name__
         raise _checks.DiffifaceTypeError(
             f"{name}(f, {backend!r}, ...): finite differences cannot run on arrays that an "

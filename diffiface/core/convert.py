@@ -14,11 +14,11 @@ from typing import Any
 import numpy as np
 
 from .. import _checks
-from .._arrays import foreign, framework_of
+from .._arrays import foreign, framework_of, named
 from .._contexts import Constant
 from .._errors import Foreign
 from .._tangents import Tangents
-from .._tree import flatten, paths, unflatten
+from .._tree import flatten, late_node, paths, unflatten
 from .operator import names
 
 NATIVE, NUMPY, PYTHON = 0, 1, 2
@@ -96,12 +96,13 @@ def _raise_leaf(op: str, impl: Any, tree: Any, i: int, leaf: Any):
         fix = f"Differentiate with respect to floats only: pass {float(leaf)!r} for a number, "
         fix += "or pass it as di.Constant(...)."
     elif hasattr(leaf, "dtype") and not _is_floating(leaf):
-        cast = "x.float()" if framework_of(leaf) == "torch" else "x.astype(float)"
+        owner = named(framework_of(leaf))
+        cast = "x.astype(float)" if owner is None else owner.float_cast
         fix = f"Differentiate with respect to floats only: cast it (e.g. {cast}) "
         fix += "or pass it as di.Constant(...)."
-    elif _jax_node(leaf):  # registered with JAX after diffiface met the type as a leaf
+    elif (late := late_node(leaf)) is not None:  # registered after diffiface met the type
         fix = (
-            f"{type(leaf).__name__} was registered as a JAX pytree node after diffiface "
+            f"{type(leaf).__name__} was registered as a {late} pytree node after diffiface "
             "first met it as a leaf: register the type before its first use (or with optree "
             "under namespace='diffiface')."
         )
@@ -125,16 +126,6 @@ def _raise_leaf(op: str, impl: Any, tree: Any, i: int, leaf: Any):
         )
         fix = f"{type(impl.backend).__name__}() takes {kinds} or Python floats; convert the leaf."
     raise _checks.bad_leaf(op, impl.backend, path, leaf, fix)
-
-
-def _jax_node(leaf: Any) -> bool:
-    """``leaf`` is an instance of a type registered as a JAX pytree node."""
-    jax = sys.modules.get("jax")
-    if jax is None:
-        return False
-    return jax.tree_util.tree_structure(leaf).num_leaves != 1 or not jax.tree_util.all_leaves(
-        [leaf]
-    )
 
 
 def _is_floating(leaf: Any) -> bool:

@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from .. import _checks
+from .._arrays import foreign_dtype
 from .._cache import FunctionCache
 from .._tree import flatten, unflatten
 from .operator import names
@@ -267,7 +268,7 @@ def cast(a: Any, dtype: Any) -> Any:
     if have == want:
         return a
     if hasattr(a, "astype"):
-        return a.astype(want if type(dtype).__module__ == "torch" else dtype)
+        return a.astype(want if foreign_dtype(dtype) else dtype)
     return a.to(dtype)
 
 

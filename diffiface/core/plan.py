@@ -16,7 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .. import _checks
-from .._arrays import framework_of
+from .._arrays import framework_of, owner
 from .._contexts import Constant, FixedParams, unfix
 from .._tangents import Tangents
 from .._tree import flatten, paths, static_data
@@ -41,8 +41,11 @@ def _kind(leaf: Any) -> str:
     cls = type(leaf)
     kind = _KINDS.get(cls)
     if kind is None:
-        kind = framework_of(leaf)  # a box is autograd's, NumPy's under an outer pass
-        kind = "numpy" if kind == "autograd" else kind or cls.__name__
+        fw = owner(leaf)  # a box is autograd's, NumPy's under an outer pass
+        if fw is not None and fw.arrays_are_numpy:
+            kind = "numpy"
+        else:
+            kind = framework_of(leaf) or cls.__name__
         _KINDS[cls] = kind
     return kind
 

@@ -7,6 +7,7 @@ registers its implementation class for its backend type.
 from __future__ import annotations
 
 import importlib
+import sys
 import threading
 from typing import Any
 
@@ -36,7 +37,7 @@ def register(backend_type: type):
 
 
 def register_rule(framework: str, method: str):
-    """Decorator: ``@register_rule("jax", "gradient")`` makes the function the
+    """Decorator: ``@register_rule(framework, "gradient")`` makes the function the
     forward-over-reverse nested-AD rule of that inner operator under that framework.
     A rule takes ``(impl, *args)``, the arguments of the implementation method."""
 
@@ -73,8 +74,9 @@ def implementation(backend: Any) -> Any:
 
 
 def load(backend_type: type) -> type:
-    if backend_type not in _IMPLS:
-        module, extra = backend_type.package, backend_type.needs
+    module, extra = backend_type.package, backend_type.needs
+    # (its package also when the implementation came in alone: the nested rules with it)
+    if backend_type not in _IMPLS or (module is not None and module not in sys.modules):
         if module is None:
             raise TypeError(
                 f"{backend_type.__name__} has no registered implementation. A new backend "

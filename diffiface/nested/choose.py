@@ -24,7 +24,7 @@ nesting:
 
 ``strategy="min_memory"`` compares the peak memory of the same pass where it can be
 measured without running f (XLA's memory analysis of the compiled passes, JAX), and
-otherwise follows the framework's table ``LESS_MEMORY``.
+otherwise follows the framework's ``less_memory_strategy``.
 """
 
 from __future__ import annotations
@@ -37,6 +37,7 @@ import warnings
 from collections import OrderedDict
 
 from .. import _checks
+from .._arrays import named
 from .._cache import FunctionCache, code_of
 from ..core.operator import names
 
@@ -50,11 +51,14 @@ MOST_CALLS = 12  # real calls timed at most (a call is timed once its outer pass
 KEPT = 4096  # measurements kept (by code and signature)
 NEW_OBJECTS = 5  # warn when a function that cannot share its measurement arrives anew
 
-# Where a backend cannot measure memory without running f: peak extra memory of the
-# nested loss (benchmarks/nested.py, docs/nested_results.md, medium and large sizes):
-# forward over reverse allocates less on JAX (17.0 against 17.8 MiB) and autograd
-# (26.6 against 32.6 MiB), more on torch (29.5 against 16.0).
-LESS_MEMORY = {"jax": FOR, "autograd": FOR, "torch": ROR}
+
+def less_memory(impl) -> str:
+    """Where a backend cannot measure memory without running f: the strategy its
+    framework declares (``Framework.less_memory_strategy``, from the peak extra memory
+    of the nested loss in benchmarks/nested.py); reverse over reverse for others."""
+    framework = named(impl.framework)
+    return ROR if framework is None else framework.less_memory_strategy
+
 
 # framework -> how it measures: Marks (timed real calls) or a converter (stand-ins);
 # EAGER: framework -> whether an outer pass runs eagerly (JAX outside jit), where its
@@ -192,10 +196,9 @@ def forget() -> None:
 
 def unmeasured(impl, fixed) -> Choice:
     """The choice for an inner operator that is not measured (not a gradient, or a
-    pytree x): the framework's own nesting, or for "min_memory" the table."""
-    return Choice(
-        LESS_MEMORY.get(impl.framework, ROR) if fixed.strategy == "min_memory" else ROR, {}
-    )
+    pytree x): the framework's own nesting, or for "min_memory" the framework's
+    less-memory strategy."""
+    return Choice(less_memory(impl) if fixed.strategy == "min_memory" else ROR, {})
 
 
 def measure(impl, fixed, x, ctx: tuple):
@@ -482,7 +485,7 @@ def stand_in_memory(impl, passes: dict) -> Choice:
             lambda xp, w, inner=inner: di.vjp(inner, backend, xp, w), args
         )
     if any(v is None for v in got.values()):
-        return Choice(LESS_MEMORY.get(impl.framework, ROR), {})
+        return Choice(less_memory(impl), {})
     less = len(got) == 2 and got[FOR] < got[ROR]
     return Choice(FOR if less else ROR, got, "bytes")
 

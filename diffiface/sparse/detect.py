@@ -13,6 +13,7 @@ from .._backend_types import AutoSparse, SecondOrder
 from .._errors import DiffifaceTypeError, DiffifaceValueError, SparsityWarning
 from ..core import direction
 from ..core.backend import size
+from .formats import framework_module
 from .patterns import as_pattern
 
 LOCAL_POINTS = 3  # x itself and two random points near it
@@ -47,26 +48,15 @@ def pattern(sparse: AutoSparse, d: Any, prob: Any, x: Any, ctx: tuple, m: int, c
 
 def global_pattern(framework: str, prob: Any, x: Any, ctx: tuple) -> sp.csr_array:
     """The pattern valid at every x, from the program f traces to."""
-    f = prob.f
-    if framework == "jax":
-        import jax.numpy as jnp
-
-        from . import detect_jax as module
-
-        x = x if hasattr(x, "aval") else jnp.asarray(x)
-    elif framework == "torch":
-        import torch
-
-        from . import detect_torch as module
-
-        x = x if isinstance(x, torch.Tensor) else torch.as_tensor(x)  # (finite differences over)
-    else:
+    f, module = prob.f, framework_module(framework)
+    if module is None:
         raise DiffifaceTypeError(
             f"{_form(prob)}: sparsity_detector='global' reads the program f traces to, which "
             f"JAX and torch have and {framework} has not. Use sparsity_detector='local' "
             "(the nonzeros at x and two nearby points: valid near x only), or pass the "
             "pattern itself."
         )
+    x = module.as_input(x)  # (a NumPy x: finite differences over the framework)
 
     def fn(x):
         return f(x, *ctx)

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import sys
-
 import numpy as np
 import scipy.sparse as sp
 
+from .._arrays import registered
 from .._errors import DiffifaceTypeError, DiffifaceValueError
 
 
@@ -69,27 +68,12 @@ def given_pattern(p) -> sp.csr_array:
 
 
 def _as_scipy_or_numpy(p):
-    """A torch tensor (sparse or on a device) or a JAX sparse array as a scipy.sparse
-    COO array or a NumPy array; anything else as it is."""
-    torch = sys.modules.get("torch")
-    if torch is not None and isinstance(p, torch.Tensor):
-        t = p.detach().cpu()
-        if t.layout == torch.strided:
-            return t.numpy()
-        t = t.to_sparse_coo().coalesce()
-        if t.sparse_dim() != 2 or t.dense_dim() != 0:  # batched or hybrid: its dense form
-            return t.to_dense().numpy()
-        row, col = t.indices().numpy()
-        return sp.coo_array((t.values().numpy(), (row, col)), shape=tuple(t.shape))
-    jsparse = sys.modules.get("jax.experimental.sparse")
-    if jsparse is not None and isinstance(p, jsparse.JAXSparse):
-        bcoo = p if isinstance(p, jsparse.BCOO) else getattr(p, "to_bcoo", lambda: None)()
-        if bcoo is None or bcoo.ndim != 2 or bcoo.n_batch or bcoo.n_dense:
-            return np.asarray(p.todense())
-        row, col = np.asarray(bcoo.indices).T
-        data = np.asarray(bcoo.data)
-        real = (row < bcoo.shape[0]) & (col < bcoo.shape[1])  # JAX pads with out-of-range
-        return sp.coo_array((data[real], (row[real], col[real])), shape=bcoo.shape)
+    """A framework's array (sparse, or on a device) as a scipy.sparse COO array or a
+    NumPy array, as its backend package reads it; anything else as it is."""
+    for framework in registered():
+        got = framework.as_pattern_input(p)
+        if got is not None:
+            return got
     return p
 
 

@@ -11,10 +11,10 @@ import scipy.sparse as sp
 
 from .._errors import DiffifaceValueError
 from ..core import convert, direction
-from ..core.backend import size
+from ..core.backend import SLOW, size
 from . import coloring as col
 from . import detect
-from .formats import Format, native_index, take
+from .formats import Format, framework_module, native_index, take
 
 KEY = "sparse plan"
 _NUMBERS = itertools.count()  # its key in the problem's memo (a prepared problem keeps it)
@@ -51,8 +51,8 @@ class SparsePlan:
         shape = (*self.x_shape, *self.x_shape) if prob.scalar else (*self.y_shape, *self.x_shape)
         if sparse.dense:
             fmt = "dense"
-        elif fmt_kind == "native" and d.framework in ("jax", "torch"):
-            fmt = d.framework
+        elif fmt_kind == "native" and framework_module(d.framework) is not None:
+            fmt = "native"
         else:
             fmt = "numpy"
         self.format = Format(fmt, p, x, shape, d)
@@ -155,9 +155,16 @@ class SparsePlan:
         own = getattr(d, "compressed", None)
         if own is not None and self.way(kind)[0]:
             _, stacked, gather, _ = self.way(kind)
-            run = own(prob, (), kind, stacked, gather, combo, self.number, value)
-            if run is not None and d.framework == "jax":  # (torch's may hand over: None)
-                return lambda x: run((x,))
+            run = own(prob, (), kind, stacked, gather, combo, self.number, value, weak)
+            if run is not None:
+
+                def direct(x):
+                    out = run((x,))  # (None: the passes hand over, as under an outer pass)
+                    if out is not None:
+                        return out
+                    return SLOW if weak else self.run(prob, (x,), (), kind, combo)
+
+                return direct
         if weak:
             return None
         return lambda x: self.run(prob, (x,), (), kind, combo)

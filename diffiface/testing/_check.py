@@ -11,12 +11,13 @@ from typing import Any
 import numpy as np
 
 from .. import _checks
-from .._backend_types import AutoFiniteDifferences, AutoJax, AutoSparse, SecondOrder
+from .._backend_types import AutoFiniteDifferences, AutoSparse, SecondOrder
 from .._contexts import Constant
 from .._errors import DiffifaceValueError
 from .._tree import flatten, unflatten
 from ..core.plan import FAMILY
 from ..core.registry import FRAMEWORKS, implementation
+from ._kit import kit
 from ._report import Report, Result
 from ._scenario import OPERATORS, SECOND, Scenario, flat_result, is_sparse
 
@@ -81,11 +82,8 @@ def skip_reason(backend: Any, scenario: Scenario, op: str) -> str | None:
     if isinstance(backend, SecondOrder) and op not in SECOND:
         return "a SecondOrder backend is for second-order operators"
     base = backend.inner if isinstance(backend, SecondOrder) else backend
-    if isinstance(base, AutoJax) and scenario.dtype == np.float64:
-        import jax
-
-        if not jax.config.jax_enable_x64:
-            return "jax x64 is off (jax.config.update('jax_enable_x64', True))"
+    if scenario.dtype == np.float64 and (note := kit(base.framework).float64_note()):
+        return note
     if _is_fd(backend) and op in SECOND and scenario.dtype == np.float32:
         return "finite differences of finite differences in float32 keep no digits"
     if all(e is None for e in scenario.expected(op)):

@@ -15,11 +15,12 @@ from typing import Any
 
 import numpy as np
 
-from .._backend_types import AutoSparse, SecondOrder
+from .._backend_types import AbstractBackend, AutoSparse, SecondOrder
 from .._errors import DiffifaceValueError
 from ..core.plan import FAMILY
 from . import _matrix_builtins
 from ._check import SPARSE, available_backends
+from ._kit import kit
 from ._matrix_case import NODE_OPS, TANGENT, MatrixCase, Spec
 from ._scenario import SECOND
 
@@ -59,7 +60,6 @@ CORE = (
     "hessian",
     "batched_jacobian",
 )
-_NUMPY_NATIVE = ("autograd", "finite_differences")
 _S0 = 0.8
 
 
@@ -201,10 +201,11 @@ def consistency_matrix(
     for b in backends:
         if isinstance(b, AutoSparse) and isinstance(b.backend, SecondOrder):
             b = b.backend  # (refused below)
-        if getattr(b, "framework", None) not in ("jax", "torch", "autograd", *_NUMPY_NATIVE):
+        if not isinstance(b, AbstractBackend) or isinstance(b, SecondOrder):
             raise DiffifaceValueError(
-                f"consistency_matrix(backends=...): {b!r} is not one of AutoJax(), AutoTorch(), "
-                "AutoAutograd(), AutoFiniteDifferences() (a SecondOrder picks no array kind)."
+                f"consistency_matrix(backends=...): {b!r} is no backend of one framework, such "
+                "as AutoJax(), AutoTorch(), AutoAutograd(), AutoFiniteDifferences() (a "
+                "SecondOrder picks no array kind)."
             )
     for label, given, known in (("kinds", kinds, KINDS), ("contexts", contexts, CONTEXTS)):
         unknown = set(given or ()) - set(known)
@@ -239,22 +240,13 @@ def consistency_matrix(
 
 
 def _runs(backend: Any, spec: Spec) -> bool:
-    if backend.framework == "jax" and spec.x.dtype == np.float64:
-        import jax
-
-        return bool(jax.config.jax_enable_x64)
-    return True
+    return spec.x.dtype != np.float64 or kit(backend.framework).float64_note() is None
 
 
 def _kinds(backend: Any, spec: Spec) -> tuple:
-    fw, nd = backend.framework, spec.x.ndim
-    if nd == 0:
-        out = ["0d", "float"]
-    else:
-        out = ["C"]
-        if fw != "jax":
-            out += ["F", "T", "strided"] if fw in _NUMPY_NATIVE else ["F", "strided"]
-    if fw not in _NUMPY_NATIVE:
+    arrays, nd = kit(backend.framework), spec.x.ndim
+    out = ["0d", "float"] if nd == 0 else ["C", *arrays.kinds]
+    if not arrays.numpy_native:
         out += ["numpy", "numpy_F"] if nd >= 2 else ["numpy"]
     if not isinstance(backend, AutoSparse):
         out.append("node")  # x in a registered pytree node
@@ -273,12 +265,12 @@ def _contexts(backend: Any, spec: Spec, op: str, kind: str, full: bool, first: b
             continue  # a third difference keeps no digits
         if where.endswith("outer") and spec.dref is None:
             continue  # no closed form for the outer derivative
-        if where.startswith("fw_") and fd:
+        if where.startswith("fw_") and not kit(backend.framework).outer_pass:
             continue  # finite differences have no outer pass of their own
         if where.endswith("tangent") and op not in TANGENT:
             continue
-        if context.endswith("+module") and backend.framework != "torch":
-            continue  # FixedParams(model) of a torch.nn.Module
+        if context.endswith("+module") and not kit(backend.framework).has_modules:
+            continue  # FixedParams(model) of a model object (a torch.nn.Module)
         if kind == "node" and FAMILY[op] not in NODE_OPS:
             continue  # an operator of one array x
         if context.endswith("+tree") and FAMILY[op] not in TREE_OPS:

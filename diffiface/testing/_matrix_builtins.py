@@ -3,12 +3,12 @@ framework, with their closed forms (``closed(s, d=True)``: differentiated in s).
 
 from __future__ import annotations
 
-import sys
 from typing import Any
 
 import numpy as np
 
 from .._arrays import framework_of
+from ._kit import kit
 from ._scenario import namespace
 
 QC = np.array([[0.5, -1.0, 0.25], [1.5, 0.75, -0.5]])
@@ -20,9 +20,7 @@ SA = np.array([1.0, -2.0, 0.5])
 
 def like(c: np.ndarray, z: Any) -> Any:
     """A NumPy constant usable with ``z`` (a torch tensor needs a tensor)."""
-    if framework_of(z) == "torch":
-        return sys.modules["torch"].as_tensor(c, dtype=z.dtype, device=z.device)
-    return c
+    return kit(framework_of(z)).constant(c, z)
 
 
 def sin_quad(x, s):

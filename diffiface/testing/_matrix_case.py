@@ -18,6 +18,7 @@ from .._contexts import Constant, FixedParams
 from .._errors import DiffifaceValueError, SparsityWarning
 from ..core.plan import FAMILY
 from ._check import relative_error, short_name, tolerance
+from ._kit import kit
 from ._matrix_builtins import like
 from ._scenario import Scenario, is_sparse, outputs
 
@@ -143,16 +144,7 @@ class MatrixCase:
         float (torch: ``torch.get_default_dtype()``; JAX: float64 under x64)."""
         if self.kind != "float":
             return self.spec.x.dtype
-        fw = self._framework
-        if fw == "torch":
-            import torch
-
-            return np.dtype(str(torch.get_default_dtype()).split(".")[-1])
-        if fw == "jax":
-            import jax
-
-            return np.dtype(np.float64 if jax.config.jax_enable_x64 else np.float32)
-        return np.dtype(np.float64)
+        return kit(self._framework).default_float()
 
     def _tolerance(self) -> float:
         if self._where == "plain":
@@ -179,7 +171,7 @@ class MatrixCase:
         if via == "tree":
             return (lambda z: _twice(f(z, s))), ()
         if via == "module":  # FixedParams(model): s a parameter of a torch module
-            return FixedParams(_module(f, s, self.dtype)), ()
+            return FixedParams(kit(self._framework).module(f, s, self.dtype)), ()
         return FixedParams(f, s), ()
 
     def _prepare(self, s: Any, x: Any, t: Any, fn: Any = None) -> Any:
@@ -314,25 +306,7 @@ class MatrixCase:
 
         if self._where.startswith("di_"):
             return di.gradient(fn, self.backend, at)
-        fw = self._framework
-        if fw == "jax":
-            import jax
-            import jax.numpy as jnp
-
-            return jax.jit(jax.grad(fn))(jnp.asarray(at))  # a compiled step, as in training
-        if fw == "torch":
-            import torch
-
-            if isinstance(at, torch.Tensor):
-                a = at.detach().clone()
-            else:  # a NumPy array or a float (kinds numpy, float)
-                a = torch.tensor(np.asarray(at, dtype=self.dtype))
-            a.requires_grad_(True)
-            (g,) = torch.autograd.grad(fn(a), a)
-            return g
-        import autograd
-
-        return autograd.grad(fn)(at)
+        return kit(self._framework).outer_gradient(fn, at, self.dtype)
 
     def _compare_outputs(self, outs: tuple, x: Any, tol: float) -> MatrixResult:
         expected = self.spec.ref.expected(self.op)
@@ -368,7 +342,7 @@ class MatrixCase:
         if self.kind in ("float", "numpy", "numpy_F"):
             want = np.ndarray
         else:
-            want = type(x) if self._framework != "jax" else _jax_array()
+            want = kit(self._framework).result_type(x)
         if not isinstance(out, want):
             return f"is {type(out).__name__}, not {want.__name__}"
         dtype = str(out.dtype).split(".")[-1]
@@ -381,10 +355,7 @@ class MatrixCase:
         zero where the reference is."""
         from ._scenario import flat_result
 
-        numpy = self.kind in ("float", "numpy", "numpy_F") or self._framework not in (
-            "jax",
-            "torch",
-        )
+        numpy = self.kind in ("float", "numpy", "numpy_F") or not kit(self._framework).native_sparse
         ok = hasattr(out, "tocsr") if numpy else is_sparse(out) and not hasattr(out, "tocsr")
         if not ok:
             return f"is {type(out).__name__}, not the sparse matrix of x's kind"
@@ -407,21 +378,6 @@ class Point:
     """x in a pytree node registered with optree (globally): kind "node"."""
 
     v: Any
-
-
-def _module(f: Callable, s: Any, dtype: np.dtype) -> Any:
-    """A torch module whose forward is ``f(x, s)``, s its parameter."""
-    import torch
-
-    class Scaled(torch.nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.s = torch.nn.Parameter(torch.as_tensor(float(s), dtype=getattr(torch, dtype.name)))
-
-        def forward(self, z: Any) -> Any:
-            return f(z, self.s)
-
-    return Scaled()
 
 
 def _on_point(f: Callable) -> Callable:
@@ -490,19 +446,13 @@ def _show(a: Any) -> str:
     return np.array2string(np.ravel(np.asarray(a, dtype=np.float64)), precision=6, threshold=8)
 
 
-def _jax_array() -> type:
-    import jax
-
-    return jax.Array
-
-
 def arrange(kind: str, framework: str, a: np.ndarray) -> Any:
     """``a`` (NumPy) as an array of ``kind`` for a backend of ``framework``.
 
-    C / 0d: the backend's own array; F: column-major (NumPy ``asfortranarray``, torch
-    ``.mT.contiguous().mT``); T: a transposed view of a C array; strided: ``big[::2]``
-    of a twice larger array; float: a Python float when 0-d (NumPy otherwise);
-    numpy / numpy_F: a NumPy array (C / Fortran order) for any backend.
+    C / 0d: the backend's own array; F: column-major; T: a transposed view of a C
+    array; strided: ``big[::2]`` of a twice larger array (these four by the
+    framework's kit, ``ArrayKit.arrange``); float: a Python float when 0-d (NumPy
+    otherwise); numpy / numpy_F: a NumPy array (C / Fortran order) for any backend.
     """
     a = np.asarray(a)
     if kind == "node":
@@ -515,28 +465,4 @@ def arrange(kind: str, framework: str, a: np.ndarray) -> Any:
         return np.array(a)
     if kind == "numpy_F":
         return np.asfortranarray(a)
-    if kind == "T":
-        base = np.ascontiguousarray(a.T)
-        if framework == "torch":
-            import torch
-
-            return torch.from_numpy(base).permute(*reversed(range(a.ndim)))
-        return base.T
-    if kind == "strided":
-        big = np.zeros((2 * a.shape[0], *a.shape[1:]), dtype=a.dtype)
-        big[::2] = a
-        if framework == "torch":
-            import torch
-
-            return torch.from_numpy(big)[::2]
-        return big[::2]
-    if framework == "jax":
-        import jax.numpy as jnp
-
-        return jnp.asarray(np.array(a))
-    if framework == "torch":
-        import torch
-
-        t = torch.from_numpy(np.array(a))
-        return t.mT.contiguous().mT if kind == "F" else t
-    return np.asfortranarray(a) if kind == "F" else np.array(a)
+    return kit(framework).arrange(kind, a)

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from .._arrays import framework_of
+from .._arrays import framework_of, named
 from .._errors import DiffifaceValueError
 from .._tree import flatten, unflatten
 
@@ -60,9 +60,8 @@ def namespace(a: Any) -> Any:
         'numpy'
     """
     leaf = flatten(a)[0][0] if not hasattr(a, "shape") else a
-    module = {"jax": "jax.numpy", "torch": "torch", "autograd": "autograd.numpy"}
-    name = module.get(framework_of(leaf))
-    return np if name is None else sys.modules[name]
+    framework = named(framework_of(leaf))
+    return np if framework is None else sys.modules[framework.numpy_module]
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -232,8 +231,8 @@ def _dtype(a: Any) -> np.dtype:
 def is_sparse(a: Any) -> bool:
     """A sparse matrix of one of the frameworks (BCOO, torch sparse, scipy.sparse)."""
     layout = getattr(a, "layout", None)
-    if layout is not None:  # torch
-        return str(layout) != "torch.strided"
+    if layout is not None:  # torch: a layout other than strided (dense)
+        return str(layout).rpartition(".")[2] != "strided"
     return type(a).__name__ == "BCOO" or hasattr(a, "tocsr")
 
 

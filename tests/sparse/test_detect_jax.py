@@ -1,4 +1,4 @@
-"""Global sparsity detection for JAX (diffiface.sparse.detect_jax).
+"""Global sparsity detection for JAX (diffiface.backends.jax.sparse.detect).
 
 The essential property: the detected pattern contains the nonzeros of the dense
 Jacobian (jax.jacfwd) at random points. Where the exact global pattern is known it is
@@ -18,7 +18,7 @@ import jax.numpy as jnp  # noqa: E402
 from jax import lax  # noqa: E402
 
 from diffiface._errors import SparsityWarning  # noqa: E402
-from diffiface.sparse.detect_jax import hessian_pattern, jacobian_pattern  # noqa: E402
+from diffiface.backends.jax.sparse.detect import hessian_pattern, jacobian_pattern  # noqa: E402
 from diffiface.testing._sparse import brusselator as _brusselator  # noqa: E402
 
 try:
@@ -395,7 +395,7 @@ CONCRETE = [
 
 def test_concrete_evaluation_matches_jax():
     """Values that do not depend on x are computed exactly (NumPy versions of the ops)."""
-    from diffiface.sparse.detect_jax import _Interpreter
+    from diffiface.backends.jax.sparse.detect import _Interpreter
 
     a = np.arange(24, dtype=np.float32).reshape(4, 6)
     for fn in CONCRETE:

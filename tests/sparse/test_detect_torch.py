@@ -1,4 +1,4 @@
-"""The global torch sparsity detector (diffiface.sparse.detect_torch) against dense jacrev.
+"""The global torch sparsity detector (diffiface.backends.torch.sparse.detect) against dense jacrev.
 
 The essential property: the detected pattern contains every nonzero of the Jacobian at
 random points. Where the pattern is known (or equals the union of dense patterns at a few
@@ -16,7 +16,7 @@ torch = pytest.importorskip("torch")
 sp = pytest.importorskip("scipy.sparse")
 
 from diffiface._errors import DiffifaceValueError, SparsityWarning  # noqa: E402
-from diffiface.sparse.detect_torch import hessian_pattern, jacobian_pattern  # noqa: E402
+from diffiface.backends.torch.sparse.detect import hessian_pattern, jacobian_pattern  # noqa: E402
 from diffiface.testing._sparse import brusselator as bruss  # noqa: E402
 
 F = torch.nn.functional

@@ -1,4 +1,5 @@
-"""The jax backend: its implementation, nested-AD rules and bridge side."""
+"""The jax backend: its implementation, nested-AD rules, bridge side, sparsity detector
+and testing helpers. Importing the package registers its array hooks and imports no jax;
+``backend`` (imported on first use) imports jax."""
 
-from . import impl as impl
-from . import nested as nested
+from . import arrays as arrays

@@ -307,12 +307,15 @@ class JaxImpl(BackendImpl):
         g, hvs = call(prob, run, _arg(prob, xs), _each(prob, vss), *dyn)
         return (None if g is None else _tuple(prob, g)), [_tuple(prob, hv) for hv in hvs]
 
-    def compressed(self, prob, ctx, kind, seeds, gather, combo=None, plan=0, value=True):
+    def compressed(
+        self, prob, ctx, kind, seeds, gather, combo=None, plan=0, value=True, weak=False
+    ):
         """A sparse plan's passes as one compiled call: ``run(xs) -> (f(x), or the gradient
         leaves for "star", or None without ``value``; and the nonzeros B.ravel()[gather])``
         where B holds one product per seed (the seeds S stacked on the first axis): Jv
         ("column"), wᵀJ ("row") or Hv ("star"). The seeds and the gather are compiled in
-        as constants (``plan``: their plan's unique number)."""
+        as constants (``plan``: their plan's unique number). It holds f weakly: any
+        ``weak`` (a kept plan of unprepared calls) takes it."""
         outer, inner = combo or ("forward", "reverse")
         s, idx = seeds, gather
 

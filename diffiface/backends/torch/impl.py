@@ -277,11 +277,14 @@ class TorchImpl(BackendImpl):
         ]
         return (y if attached else y.detach()), [tuple(g[i] for g in gs) for i in range(n)]
 
-    def compressed(self, prob, ctx, kind, seeds, gather, combo=None, plan=0, value=True):
+    def compressed(
+        self, prob, ctx, kind, seeds, gather, combo=None, plan=0, value=True, weak=False
+    ):
         """A sparse plan's row pass (see ``JaxImpl.compressed``): one forward and one
         batched backward along the stacked seeds, gathered without unstacking. None (the
-        generic passes) for the other kinds; a call under an outer pass returns None."""
-        if kind != "row":
+        generic passes) for the other kinds, and for ``weak`` (it holds f); a call under
+        an outer pass returns None."""
+        if kind != "row" or weak:
             return None
         fn = prob.flat()
 

@@ -1,11 +1,11 @@
-"""The table of aten ops and their rules (``diffiface.sparse._aten_rules``), by op
+"""The table of aten ops and their rules (``rules``), by op
 packet; ``rule_for`` also reads torch's tags (pointwise, reduction)."""
 
 from __future__ import annotations
 
 import torch
 
-from ._aten_rules import (
+from .rules import (
     adjoint,
     along,
     convolution,

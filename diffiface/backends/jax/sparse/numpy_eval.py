@@ -1,4 +1,4 @@
-"""NumPy versions of JAX primitives, for the global sparsity detector (``detect_jax``).
+"""NumPy versions of JAX primitives, for the global sparsity detector (``detect``).
 
 Data-movement primitives run on index arrays (out[k] <- operand[map[k]], -1 for none)
 and on concrete values alike; ``numpy_eval`` evaluates the common primitives on

@@ -1,4 +1,4 @@
-"""Dependence rules for aten ops, used by the global torch detector (``detect_torch``).
+"""Dependence rules for aten ops, used by the global torch detector (``detect``).
 
 A value that depends on x is a :class:`Sym`: its (fake) tensor metadata and a bool csr
 matrix ``p`` of shape ``(numel, n)`` whose row k holds the inputs element k may depend on.

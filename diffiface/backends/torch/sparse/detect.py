@@ -3,7 +3,7 @@
 ``make_fx`` traces ``fn`` on a fake ``x`` (the graph does not depend on x's values), and
 through ``functionalize`` again when the graph writes in place. The graph is then
 interpreted op by op: values that do not depend on x are computed (constant index tensors
-are known exactly); a value that does is a :class:`~diffiface.sparse._aten_rules.Sym`
+are known exactly); a value that does is a :class:`~diffiface.backends.torch.sparse.rules.Sym`
 holding a bool csr matrix of the inputs each of its elements may depend on, for any x.
 The result is a superset of every local Jacobian pattern. An op without a rule is run
 through torch's decomposition of it when there is one; otherwise each of its outputs is
@@ -22,10 +22,10 @@ from torch._decomp import decomposition_table
 from torch.fx.experimental.proxy_tensor import make_fx
 from torch.utils import _pytree as pytree
 
-from diffiface._errors import DiffifaceValueError, SparsityWarning
-from diffiface.sparse import _aten_rules as rules
-from diffiface.sparse._aten_rules import Call, Sym
-from diffiface.sparse._aten_table import rule_for
+from ...._errors import DiffifaceValueError, SparsityWarning
+from . import rules
+from .rules import Call, Sym
+from .table import rule_for
 
 __all__ = ["hessian_pattern", "jacobian_pattern"]
 

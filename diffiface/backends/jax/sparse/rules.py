@@ -1,4 +1,4 @@
-"""Per-primitive rules of the global JAX sparsity detector (used by ``detect_jax``).
+"""Per-primitive rules of the global JAX sparsity detector (used by ``detect``).
 
 A value is either concrete (a NumPy array that does not depend on x) or a pattern: a
 bool ``csr_array`` of shape (value.size, x.size), canonical, whose row k holds the
@@ -14,7 +14,7 @@ import jax
 import numpy as np
 import scipy.sparse as sp
 
-from ._jaxpr_numpy import MOVES, clamped_starts, gather_map
+from .numpy_eval import MOVES, clamped_starts, gather_map
 
 # Patterns -------------------------------------------------------------------------
 

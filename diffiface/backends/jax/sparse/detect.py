@@ -6,7 +6,7 @@ index arithmetic: indices are known exactly), or a pattern, a bool ``csr_array``
 shape (var.size, x.size) whose row k holds the inputs that element k may depend on for
 some value of x. Integer and bool values that depend on x carry no derivative (empty
 rows), but an index that is not concrete makes its indexing operation conservative.
-The per-primitive rules are in ``_jaxpr_rules``; calls and control flow are here.
+The per-primitive rules are in ``rules``; calls and control flow are here.
 
 Exact: elementwise ops, data movement and indexing with known indices (the primitive's
 NumPy version run on index arrays), reductions, cumulative ops, dot_general (a constant
@@ -31,9 +31,9 @@ import numpy as np
 import scipy.sparse as sp
 from jax.extend.core import ClosedJaxpr, Literal
 
-from .._errors import SparsityWarning
-from . import _jaxpr_rules as R
-from ._jaxpr_numpy import numpy_eval
+from ...._errors import SparsityWarning
+from . import rules as R
+from .numpy_eval import numpy_eval
 
 __all__ = ["hessian_pattern", "jacobian_pattern"]
 

@@ -1,0 +1,9 @@
+"""JAX's side of AutoSparse (imported on use; imports jax): the global sparsity
+detector, read from the jaxpr, and results as ``jax.experimental.sparse.BCOO``."""
+
+from .detect import hessian_pattern as hessian_pattern
+from .detect import jacobian_pattern as jacobian_pattern
+from .formats import Format as Format
+from .formats import as_input as as_input
+from .formats import index as index
+from .formats import scatter as scatter

@@ -1,0 +1,5 @@
+"""The torch backend itself (imported on first use; imports torch): its implementation and
+nested-AD rules."""
+
+from . import impl as impl
+from . import nested as nested

@@ -1,0 +1,9 @@
+"""torch's side of AutoSparse (imported on use; imports torch): the global sparsity
+detector, read from the traced aten graph, and results as sparse CSR tensors."""
+
+from .detect import hessian_pattern as hessian_pattern
+from .detect import jacobian_pattern as jacobian_pattern
+from .formats import Format as Format
+from .formats import as_input as as_input
+from .formats import index as index
+from .formats import scatter as scatter

@@ -156,13 +156,13 @@ class SparsePlan:
         if own is not None and self.way(kind)[0]:
             _, stacked, gather, _ = self.way(kind)
             run = own(prob, (), kind, stacked, gather, combo, self.number, value, weak)
+            if run is not None and weak:  # (holds no problem: f only weakly)
+                return lambda x: _or_slow(run((x,)))
             if run is not None:
 
                 def direct(x):
                     out = run((x,))  # (None: the passes hand over, as under an outer pass)
-                    if out is not None:
-                        return out
-                    return SLOW if weak else self.run(prob, (x,), (), kind, combo)
+                    return out if out is not None else self.run(prob, (x,), (), kind, combo)
 
                 return direct
         if weak:
@@ -206,6 +206,10 @@ class SparsePlan:
                 f"against {want[i]:.6g} from the pattern). The pattern is too small: use "
                 "sparsity_detector='global', or pass a pattern that holds every nonzero."
             )
+
+
+def _or_slow(out: Any) -> Any:
+    return SLOW if out is None else out
 
 
 def _seed_major(gather: np.ndarray, colors: np.ndarray, rows: int) -> np.ndarray:

@@ -158,7 +158,7 @@ class AutogradImpl(BackendImpl):
                 y = f(xb)
                 if not (isinstance(y, Box) and y._trace == xb._trace):
                     seen.append(False)
-                    return _link(y, xb)  # the general path warns
+                    return link_out(y, xb)  # the general path warns
                 return y
 
             try:
@@ -169,7 +169,7 @@ class AutogradImpl(BackendImpl):
                 return SLOW
             if np.ndim(y) or y.dtype.kind != "f":
                 return SLOW
-            g = _like(pb(np.ones((), dtype=y.dtype)), x)
+            g = like_x(pb(np.ones((), dtype=y.dtype)), x)
             return (np.asarray(y), g) if value else g
 
         return run
@@ -178,20 +178,22 @@ class AutogradImpl(BackendImpl):
     def value_and_pullback(self, prob, xs, ctx):
         fn = prob.flat()
         if not xs:  # an empty pytree: nothing to differentiate (autograd cannot box it)
-            return _array(_call(prob, lambda: fn((), *ctx))), lambda w: ()
+            return _array(call_f(prob, lambda: fn((), *ctx))), lambda w: ()
         if prob.single:
-            pb, y = _call(prob, lambda: make_vjp(lambda x: _link(fn((x,), *ctx), x), xs[0]))
-            return _array(y), lambda w: (_like(pb(w), xs[0]),)
-        pb, y = _call(prob, lambda: make_vjp(lambda xs: _link(fn(xs, *ctx), xs[0]), xs))
-        return _array(y), lambda w: tuple(_like(g, x) for g, x in zip(pb(w), xs, strict=True))
+            pb, y = call_f(prob, lambda: make_vjp(lambda x: link_out(fn((x,), *ctx), x), xs[0]))
+            return _array(y), lambda w: (like_x(pb(w), xs[0]),)
+        pb, y = call_f(prob, lambda: make_vjp(lambda xs: link_out(fn(xs, *ctx), xs[0]), xs))
+        return _array(y), lambda w: tuple(like_x(g, x) for g, x in zip(pb(w), xs, strict=True))
 
     def value_and_jvp(self, prob, xs, vs, ctx):
         fn = prob.flat()
         if prob.single:
-            y, t = _call(prob, lambda: make_jvp(lambda x: _link(fn((x,), *ctx), x), xs[0])(vs[0]))
+            y, t = call_f(
+                prob, lambda: make_jvp(lambda x: link_out(fn((x,), *ctx), x), xs[0])(vs[0])
+            )
         else:
-            y, t = _call(prob, lambda: make_jvp(lambda xs: _link(fn(xs, *ctx), xs[0]), xs)(vs))
-        return _array(y), _like(t, y)
+            y, t = call_f(prob, lambda: make_jvp(lambda xs: link_out(fn(xs, *ctx), xs[0]), xs)(vs))
+        return _array(y), like_x(t, y)
 
     # ---- second order ------------------------------------------------------------
     def gradient_and_hvp(self, prob, xs, vs, ctx, combo):
@@ -199,21 +201,21 @@ class AutogradImpl(BackendImpl):
         fn = prob.flat()
         if prob.single:  # differentiate the array itself, not a 1-tuple
             x, v = xs[0], vs[0]
-            gf = _grad_fn(lambda x: fn((x,), *ctx), inner)
+            gf = grad_fn(lambda x: fn((x,), *ctx), inner)
         else:
             if inner == "forward":
                 raise _checks.not_single_array(prob.op, prob.backend, len(xs))
             x, v = xs, vs
-            gf = _grad_fn(lambda xs: fn(xs, *ctx), inner)
+            gf = grad_fn(lambda xs: fn(xs, *ctx), inner)
         if outer == "reverse":
-            pb, g = _call(prob, lambda: make_vjp(gf, x))
+            pb, g = call_f(prob, lambda: make_vjp(gf, x))
             hv = pb(v)
         else:
-            g, hv = _call(prob, lambda: make_jvp(gf, x)(v))
+            g, hv = call_f(prob, lambda: make_jvp(gf, x)(v))
         if prob.single:
             g, hv = (g,), (hv,)
-        return tuple(_like(a, x) for a, x in zip(g, xs, strict=True)), tuple(
-            _like(a, x) for a, x in zip(hv, xs, strict=True)
+        return tuple(like_x(a, x) for a, x in zip(g, xs, strict=True)), tuple(
+            like_x(a, x) for a, x in zip(hv, xs, strict=True)
         )
 
     def value_gradient_and_hessian(self, prob, xs, ctx, combo):
@@ -222,23 +224,23 @@ class AutogradImpl(BackendImpl):
         fn = prob.flat()
         (x,) = xs
         f1 = lambda x: fn((x,), *ctx)  # noqa: E731
-        gf = _grad_fn(f1, inner)
+        gf = grad_fn(f1, inner)
         basis = np.eye(x.size, dtype=x.dtype).reshape((x.size, *x.shape))
         if outer == "reverse":
-            pb, g = _call(prob, lambda: make_vjp(gf, x))
+            pb, g = call_f(prob, lambda: make_vjp(gf, x))
             rows = [pb(e) for e in basis]
         else:
             jvp = make_jvp(gf, x)
             g, rows = None, []
             for e in basis:
-                g, col = _call(prob, lambda e=e: jvp(e))
+                g, col = call_f(prob, lambda e=e: jvp(e))
                 rows.append(col)  # columns of a symmetric matrix
             g = gf(x) if g is None else g
         y = f1(x)
         if not rows:
-            return _array(y), (_like(g, x),), np.zeros((*x.shape, *x.shape), dtype=x.dtype)
+            return _array(y), (like_x(g, x),), np.zeros((*x.shape, *x.shape), dtype=x.dtype)
         h = anp.reshape(anp.stack(rows), (*x.shape, *x.shape))  # boxes inside an outer pass
-        return _array(y), (_like(g, x),), _like(h, np.empty((*x.shape, *x.shape), x.dtype))
+        return _array(y), (like_x(g, x),), like_x(h, np.empty((*x.shape, *x.shape), x.dtype))
 
     def value_derivative_and_second_derivative(self, prob, xs, ctx):
         fn = prob.flat()
@@ -248,12 +250,12 @@ class AutogradImpl(BackendImpl):
         def d(x):
             return touch(make_jvp(lambda x: fn((x,), *ctx), x)(one)[1], x)
 
-        y = _array(_call(prob, lambda: fn((x,), *ctx)))
-        d1, d2 = _call(prob, lambda: make_jvp(d, x)(one))
-        return y, _like(d1, y), _like(d2, y)
+        y = _array(call_f(prob, lambda: fn((x,), *ctx)))
+        d1, d2 = call_f(prob, lambda: make_jvp(d, x)(one))
+        return y, like_x(d1, y), like_x(d2, y)
 
 
-def _grad_fn(fn, inner: str):
+def grad_fn(fn, inner: str):
     """x -> gradient of the scalar fn, by reverse mode or by forward mode (n jvps)."""
     if inner == "forward":
 
@@ -280,7 +282,7 @@ def touch(g: Any, x: Any) -> Any:
     return g + 0 * x
 
 
-def _link(y: Any, x: Any) -> Any:
+def link_out(y: Any, x: Any) -> Any:
     """y, tied to x by ``+ 0 * sum(x)`` when f's output does not depend on x
     (diffiface has warned): autograd then gives the zeros without a second warning."""
     if not isinstance(x, Box) or (isinstance(y, Box) and y._trace == x._trace):
@@ -312,7 +314,7 @@ def _array(y: Any) -> Any:
     return y if isinstance(y, Box) else np.asarray(y)
 
 
-def _like(g: Any, ref: Any) -> Any:
+def like_x(g: Any, ref: Any) -> Any:
     """Keep the reference dtype and shape (autograd promotes and returns scalars)."""
     dtype = ref.dtype
     if isinstance(g, Box):
@@ -323,7 +325,7 @@ def _like(g: Any, ref: Any) -> Any:
     return g.reshape(np.shape(ref))
 
 
-def _call(prob, thunk):
+def call_f(prob, thunk):
     try:
         return thunk()
     except TypeError as exc:

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 from autograd.tracer import getval
 
-from .impl import _call, _grad_fn, _like, _link
+from .impl import call_f, grad_fn, like_x, link_out
 from .traces import make_vjp
 
 
@@ -30,7 +30,7 @@ def _f1(prob, xs: tuple, ctx: tuple, seen: list | None = None):
     fn = prob.flat()
 
     def f1(x):
-        y = _link(fn((x,) if prob.single else x, *ctx), x if prob.single else x[0])
+        y = link_out(fn((x,) if prob.single else x, *ctx), x if prob.single else x[0])
         if seen is not None:
             seen.append(y)
         return y
@@ -40,29 +40,29 @@ def _f1(prob, xs: tuple, ctx: tuple, seen: list | None = None):
 
 def _leaves(prob, out: Any, xs: tuple) -> tuple:
     out = (out,) if prob.single else out
-    return tuple(_like(a, x) for a, x in zip(out, xs, strict=True))
+    return tuple(like_x(a, x) for a, x in zip(out, xs, strict=True))
 
 
 def hvp(impl, prob, xs: tuple, ctx: tuple) -> tuple:
     seen: list = []
     f1, x = _f1(prob, xs, ctx, seen)
-    pb, g = _call(prob, lambda: make_vjp(_grad_fn(f1, "reverse"), x))
+    pb, g = call_f(prob, lambda: make_vjp(grad_fn(f1, "reverse"), x))
     y = np.asarray(getval(seen[-1]))
 
     def one(vs: tuple) -> tuple:
-        return _leaves(prob, _call(prob, lambda: pb(vs[0] if prob.single else vs)), xs)
+        return _leaves(prob, call_f(prob, lambda: pb(vs[0] if prob.single else vs)), xs)
 
     return _at(y, _leaves(prob, g, xs)), one, _loop(one)
 
 
 def jvp(impl, prob, xs: tuple, ctx: tuple) -> tuple:
     f1, x = _f1(prob, xs, ctx)
-    pb, y = _call(prob, lambda: make_vjp(f1, x))
+    pb, y = call_f(prob, lambda: make_vjp(f1, x))
     y = np.asarray(y)
-    twice, _ = _call(prob, lambda: make_vjp(pb, np.zeros_like(y)))
+    twice, _ = call_f(prob, lambda: make_vjp(pb, np.zeros_like(y)))
 
     def one(vs: tuple) -> Any:
-        return _like(_call(prob, lambda: twice(vs[0] if prob.single else vs)), y)
+        return like_x(call_f(prob, lambda: twice(vs[0] if prob.single else vs)), y)
 
     return _at(y, None), one, _loop(one)
 

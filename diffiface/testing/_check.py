@@ -15,15 +15,14 @@ from .._backend_types import AutoFiniteDifferences, AutoSparse, SecondOrder
 from .._contexts import Constant
 from .._errors import DiffifaceValueError
 from .._tree import flatten, unflatten
-from ..core.plan import FAMILY
+from ..core.operator import FAMILY, OPS, names
 from ..core.registry import FRAMEWORKS, implementation
 from ._kit import kit
 from ._report import Report, Result
 from ._scenario import OPERATORS, SECOND, Scenario, flat_result, is_sparse
 
-_TANGENT = {"jvp": "v", "value_and_jvp": "v", "hvp": "v", "gradient_and_hvp": "v"}
-_TANGENT |= {"vjp": "w", "value_and_vjp": "w"}
-SPARSE = ("jacobian", "value_and_jacobian", "hessian", "value_gradient_and_hessian")
+_TANGENT = {name: d.tangent for name, d in OPS.items() if d.tangent is not None}
+SPARSE = names(sparse=True)
 
 
 def available_backends() -> list:

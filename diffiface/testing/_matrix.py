@@ -17,7 +17,7 @@ import numpy as np
 
 from .._backend_types import AbstractBackend, AutoSparse, SecondOrder
 from .._errors import DiffifaceValueError
-from ..core.plan import FAMILY
+from ..core.operator import FAMILY
 from . import _matrix_builtins
 from ._check import SPARSE, available_backends
 from ._kit import kit

@@ -16,14 +16,13 @@ from .._backend_types import AutoSparse
 from .._checks import DisconnectedWarning
 from .._contexts import Constant, FixedParams
 from .._errors import DiffifaceValueError, SparsityWarning
-from ..core.plan import FAMILY
+from ..core.operator import FAMILY, OPS, SHAPED_LIKE_F
 from ._check import relative_error, short_name, tolerance
 from ._kit import kit
 from ._matrix_builtins import like
 from ._scenario import Scenario, is_sparse, outputs
 
-TANGENT = {"jvp": "v", "value_and_jvp": "v", "hvp": "v", "gradient_and_hvp": "v"}
-TANGENT |= {"vjp": "w", "value_and_vjp": "w"}
+TANGENT = {name: d.tangent for name, d in OPS.items() if d.tangent is not None}
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -206,7 +205,7 @@ class MatrixCase:
         outs = out if len(self.spec.ref.expected(self.op)) > 1 else (out,)
         if via == "tree":
             outs = tuple(
-                _first_of_twice(o, name) if name in _F_SHAPED else o
+                _first_of_twice(o, name) if name in SHAPED_LIKE_F else o
                 for o, name in zip(outs, outputs(self.op), strict=True)
             )
         if self.kind == "node":
@@ -368,7 +367,6 @@ class MatrixCase:
         return ""
 
 
-_F_SHAPED = ("value", "derivative", "jacobian", "jvp", "batched_jacobian")
 # the operators that take x in a registered node (x-shaped results come back as one)
 NODE_OPS = ("gradient", "jacobian", "jvp", "vjp", "hvp")
 

@@ -7,7 +7,7 @@ import dataclasses
 import io
 import json
 
-from ..core.plan import FAMILY
+from ..core.operator import FAMILY
 from ._scenario import OPERATORS
 
 # the table has one column per operator family (value_and_ variants included)

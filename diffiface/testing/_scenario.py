@@ -21,6 +21,7 @@ import numpy as np
 from .._arrays import framework_of, named
 from .._errors import DiffifaceValueError
 from .._tree import flatten, unflatten
+from ..core.operator import OPS
 
 FIRST = (
     "derivative",
@@ -181,22 +182,10 @@ class Scenario:
         return np.stack([j4[i, :, i, :] for i in range(b)]).reshape(-1)
 
 
-_OUTPUTS = {
-    "value_and_derivative": ("value", "derivative"),
-    "value_and_gradient": ("value", "gradient"),
-    "value_and_jacobian": ("value", "jacobian"),
-    "value_and_jvp": ("value", "jvp"),
-    "value_and_vjp": ("value", "vjp"),
-    "value_and_batched_jacobian": ("value", "batched_jacobian"),
-    "gradient_and_hvp": ("gradient", "hvp"),
-    "value_gradient_and_hessian": ("value", "gradient", "hessian"),
-    "value_derivative_and_second_derivative": ("value", "derivative", "second_derivative"),
-}
-
-
 def outputs(op: str) -> tuple:
     """The names of ``op``'s outputs, in order (``("value", "gradient")``, ...)."""
-    return _OUTPUTS.get(op, (op,))
+    d = OPS.get(op)
+    return (op,) if d is None else d.returns
 
 
 def applicable(s: Scenario) -> tuple:

@@ -46,6 +46,10 @@ class Problem:
         self.fns: dict = {}  # compiled functions (and choices) memoized on the problem
         self.prepared = False  # a Prep's problem: worth one-time work
 
+    def named(self) -> Named:
+        """What a runner held weakly under f keeps of this problem: see ``Named``."""
+        return Named(self)
+
     def without_f(self) -> Problem:
         """This problem without f (for a function built once for many objects of f's
         code, which gets each object through ``flat(fget)``)."""
@@ -120,6 +124,18 @@ class Problem:
             return check(y, xs)
 
         return finish
+
+
+class Named:
+    """What a runner kept under f (held weakly) needs of its problem: the names its
+    errors give, the compiled functions, never f (``f`` is None)."""
+
+    __slots__ = ("aux", "backend", "fns", "op", "single")
+    f = None
+
+    def __init__(self, prob: Problem) -> None:
+        self.op, self.backend, self.aux = prob.op, prob.backend, prob.aux
+        self.fns, self.single = prob.fns, prob.single
 
 
 def _output_check(op: str, backend: Any, impl: Any, scalar: bool) -> Callable:

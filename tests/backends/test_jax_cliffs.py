@@ -6,10 +6,9 @@ times, and checks every result against JAX's own transform in float64."""
 
 from __future__ import annotations
 
-import sys
-
 import numpy as np
 import pytest
+from helpers import python_calls
 
 import diffiface as di
 from diffiface.core import shell
@@ -292,24 +291,6 @@ def test_shared_function_never_stale_for_unprepared_calls():
         SCALE = old
 
 
-def _python_calls(fn) -> int:
-    root = di.__file__.rsplit("/", 1)[0]
-    fn()
-    fn()
-    n = [0]
-
-    def prof(frame, event, arg):
-        if event == "call" and frame.f_code.co_filename.startswith(root):
-            n[0] += 1
-
-    sys.setprofile(prof)
-    try:
-        fn()
-    finally:
-        sys.setprofile(None)
-    return n[0]
-
-
 def test_python_calls_of_warm_prepared_calls():
     """The prepared gradient stays within 6 Python calls in diffiface (issue 29); a
     prepared jvp, hvp and Tangents jvp (JAX and NumPy) within 8."""
@@ -317,10 +298,10 @@ def test_python_calls_of_warm_prepared_calls():
     x, v = jnp.asarray(XN), jnp.asarray(VN[0])
     ts = di.Tangents(*(jnp.asarray(a) for a in VN))
     pg = di.prepare_gradient(s, B, x)
-    assert _python_calls(lambda: di.gradient(s, B, x, prep=pg)) <= 6
+    assert python_calls(lambda: di.gradient(s, B, x, prep=pg)) <= 6
     pj, pn = di.prepare_jvp(f, B, x, v), di.prepare_jvp(f, B, XN, VN[0])
     ph, pt = di.prepare_hvp(s, B, x, v), di.prepare_jvp(f, B, x, ts)
-    assert _python_calls(lambda: di.jvp(f, B, x, v, prep=pj)) <= 8
-    assert _python_calls(lambda: di.jvp(f, B, XN, VN[0], prep=pn)) <= 8
-    assert _python_calls(lambda: di.hvp(s, B, x, v, prep=ph)) <= 8
-    assert _python_calls(lambda: di.jvp(f, B, x, ts, prep=pt)) <= 8
+    assert python_calls(lambda: di.jvp(f, B, x, v, prep=pj)) <= 8
+    assert python_calls(lambda: di.jvp(f, B, XN, VN[0], prep=pn)) <= 8
+    assert python_calls(lambda: di.hvp(s, B, x, v, prep=ph)) <= 8
+    assert python_calls(lambda: di.jvp(f, B, x, ts, prep=pt)) <= 8

@@ -5,10 +5,9 @@ each test proves the runner answered (the general path made to fail)."""
 
 from __future__ import annotations
 
-import sys
-
 import numpy as np
 import pytest
+from helpers import python_calls
 
 import diffiface as di
 
@@ -243,31 +242,10 @@ def test_unprepared_runner_of_a_once_differentiable_function():
             di.gradient(f, B, x)
 
 
-def _count_calls(fn) -> int:
-    """Python calls inside diffiface during ``fn()`` (as tools/count_calls.py)."""
-    import os
-
-    root = os.path.dirname(di.__file__)
-    fn()
-    fn()
-    n = [0]
-
-    def prof(frame, event, arg):
-        if event == "call" and frame.f_code.co_filename.startswith(root):
-            n[0] += 1
-
-    sys.setprofile(prof)
-    try:
-        fn()
-    finally:
-        sys.setprofile(None)
-    return n[0]
-
-
 def test_a_warm_prepared_torch_gradient_runs_few_python_calls():
     x = torch.tensor(X)
     prep = di.prepare_gradient(loss, B, x)
     g = di.gradient(loss, B, x, prep=prep)
     np.testing.assert_allclose(g, _torch_own("gradient", x), rtol=1e-12)
-    assert _count_calls(lambda: di.gradient(loss, B, x, prep=prep)) <= 10
-    assert _count_calls(lambda: di.gradient(loss, B, x)) <= 15
+    assert python_calls(lambda: di.gradient(loss, B, x, prep=prep)) <= 10
+    assert python_calls(lambda: di.gradient(loss, B, x)) <= 15

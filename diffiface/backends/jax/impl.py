@@ -20,7 +20,7 @@ from ...core.registry import register
 from . import closures, runners
 from .aux import WithAux
 from .contexts import join_contexts, split_contexts
-from .running import TANGENTS, Named, call, dense
+from .running import TANGENTS, call, dense
 
 CACHE = FunctionCache()
 
@@ -338,7 +338,7 @@ class JaxImpl(BackendImpl):
 
         tag = ("compressed", kind, outer, inner, plan, value)
         run, dyn = self._compiled(prob, tag, ctx, make)
-        named = Named(prob)  # (a kept plan's runner holds f weakly: not the problem)
+        named = prob.named()  # (a kept plan's runner holds f weakly: not the problem)
         if kind != "star" or not value:
             return lambda xs: call(named, run, xs[0], *dyn)
 

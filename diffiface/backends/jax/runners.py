@@ -17,7 +17,7 @@ import numpy as np
 from ..._tangents import Tangents
 from ..._tree import unflatten
 from ...core.backend import SLOW
-from .running import TANGENTS, Named, call, dense, only_compiled
+from .running import TANGENTS, call, dense, only_compiled
 
 # operators whose compiled function returns the result as is
 _AS_IS = frozenset(
@@ -63,7 +63,7 @@ def single(prob, numpy: bool):
         return _tangents(prob, name, run, numpy, k)
     if numpy:
         return None
-    who = Named(prob)
+    who = prob.named()
     if op in ("derivative", "value_and_derivative"):
         i = slice(None) if op == "value_and_derivative" else 1
         ones: dict = {}  # the tangent 1, made once per aval (no dispatch per call)
@@ -90,7 +90,7 @@ def _tangents(prob, name: str, run, numpy: bool, k: int | None = None):
     if like_x:
         go = run  # compiled for exactly these arguments: nothing left to catch
     else:
-        who = Named(prob)
+        who = prob.named()
 
         def go(x, t):
             return call(who, run, x, t)

@@ -15,17 +15,6 @@ _CONCRETE = (
 )
 
 
-class Named:
-    """What a runner of an unprepared call keeps of its problem: the names its messages
-    need and the compiled functions, not f (the plan table holds f weakly)."""
-
-    __slots__ = ("aux", "backend", "fns", "op", "single")
-
-    def __init__(self, prob) -> None:
-        self.op, self.backend, self.aux = prob.op, prob.backend, prob.aux
-        self.fns, self.single = prob.fns, prob.single
-
-
 TANGENTS = "tangents"  # a memo entry: the number of tangents a Tangents call passed
 
 

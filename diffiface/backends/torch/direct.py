@@ -22,7 +22,7 @@ from ..._tree import unflatten
 from ...core import direction
 from ...core.backend import OUT_SIZE, SLOW
 from .forward import FORWARD_LOCK
-from .graph import CHECKED, Named, finished, grads, leaf
+from .graph import CHECKED, finished, grads, leaf
 
 
 def runner(prob, combo, f, weak: bool):
@@ -50,8 +50,8 @@ def runner(prob, combo, f, weak: bool):
 
 def _named(prob, weak: bool):
     """What a runner's checks name: ``prob``, or where the runner holds f weakly, its
-    operator and backend only (``graph.Named``)."""
-    return Named(prob) if weak else prob
+    operator and backend only (``Problem.named``)."""
+    return prob.named() if weak else prob
 
 
 def _plain_copy(x):

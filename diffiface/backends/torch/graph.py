@@ -197,22 +197,11 @@ _ONCE_CODE = torch.autograd.function.once_differentiable(lambda ctx: None).__cod
 _TWICE = CodeFacts()
 
 
-class Named:
-    """What a runner kept under f (held weakly) names in its errors: the operator and
-    the backend, not f (``f`` is None)."""
-
-    __slots__ = ("backend", "op")
-    f = None
-
-    def __init__(self, prob) -> None:
-        self.op, self.backend = prob.op, prob.backend
-
-
 def check_twice(prob, y, xg: tuple) -> None:
     """Raise where a derivative of f's derivative would pass through a backward marked
     ``@once_differentiable`` (see ``once_differentiable``); looked for on f's first such
     call (every call under strict, and every call of a runner that holds f weakly:
-    ``Named``)."""
+    ``Problem.named``)."""
     f = prob.f
     name = None if f is None or _config.strict() else _TWICE.get(f)
     if name is None:

@@ -17,12 +17,12 @@ import numpy as np
 from .. import _checks
 from . import convert as _convert
 from . import direction
-from . import outputs as _outputs
 from .fallbacks import DerivedSecondOrder
 from .problem import Problem
+from .signature import SLOW as SLOW
+from .signature import leaf_signature
 
 OUT_SIZE = "output size"  # the key of the memoized output size in a problem's fns
-SLOW = object()  # returned by a direct runner that must hand over to the general path
 
 
 class BackendImpl(DerivedSecondOrder):
@@ -89,7 +89,7 @@ class BackendImpl(DerivedSecondOrder):
     def leaf_signature(self, a: Any) -> Any:
         """What of a leaf of x or of the contexts decides the structure of f(x) (shape and
         dtype), the same for a value and for the tracer the framework makes of it."""
-        return _outputs.leaf_signature(a)
+        return leaf_signature(a)
 
     def settle(self, tree: Any, result: Any) -> Any:
         """Values f computed inside this backend's own pass (its aux, its value), as the

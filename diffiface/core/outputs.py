@@ -34,6 +34,7 @@ from .._arrays import foreign_dtype
 from .._cache import FunctionCache
 from .._tree import flatten, unflatten
 from .operator import names
+from .signature import entered, leaf_signature
 
 # ---- auxiliary outputs ------------------------------------------------------------
 _LOCAL = threading.local()
@@ -356,17 +357,4 @@ def signature(
     other values as they are (their type where they cannot be hashed), has_aux, and the
     operator's axis (batched_jacobian ravels per sample). ``leaf``: the backend's
     ``leaf_signature``, the same for a value and for its tracer (JAX traces a float)."""
-    leaves, tree = flatten((xs, ctx))
-    leaf = leaf or leaf_signature
-    return (tree, tuple(leaf(a) for a in leaves), bool(aux), "batched" in op)
-
-
-def leaf_signature(a: Any) -> Any:
-    shape = getattr(a, "shape", None)
-    if shape is not None and hasattr(a, "dtype"):
-        return (tuple(shape), str(a.dtype))
-    try:
-        hash(a)
-    except TypeError:
-        return type(a)
-    return a
+    return (*entered(leaf or leaf_signature, xs, ctx), bool(aux), "batched" in op)

@@ -40,6 +40,7 @@ from .. import _checks
 from .._arrays import named
 from .._cache import FunctionCache, code_of
 from ..core.operator import names
+from ..core.signature import entered
 
 ROR, FOR = "reverse_over_reverse", "forward_over_reverse"
 MARGIN = 0.97  # forward over reverse must take under 97% of the time of the native nesting
@@ -106,19 +107,11 @@ class Choice:
 # ------------------------------------------------------------------ keys
 
 
-def signature(impl, xs: tuple, ctx: tuple, params: list | None = None) -> tuple:
-    """Shapes and dtypes of the arrays (the same for a tracer and its value);
-    ``params``: the leaves of ``ctx[0]`` where the caller has them."""
-    from .._tree import flatten
-
-    if params is None:
-        params = flatten(ctx[0])[0] if ctx else []
-    rest = flatten(ctx[1:])[0] if len(ctx) > 1 else []
-    leaves = (*xs, *params, *rest)
-    try:  # arrays only (the usual case): one pass without a generator
-        return (impl.framework, *[(a.shape, a.dtype) for a in leaves])
-    except AttributeError:
-        return (impl.framework, *(_leaf(a) for a in leaves))
+def signature(impl, xs: tuple, ctx: tuple) -> tuple:
+    """The framework, and shapes and dtypes of the arrays (the same for a tracer and its
+    value), other values by their type (a measurement holds for every value): the one
+    signature of entered arguments (``core.signature.entered``)."""
+    return (impl.framework, *entered(_leaf, xs, ctx))
 
 
 def _leaf(a) -> tuple:

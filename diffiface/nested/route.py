@@ -104,7 +104,7 @@ def route(
     if op in _FORWARD:  # already forward mode inside: the outer pass is reverse over forward
         strategy = "native"
     elif strategy in ("auto", "min_memory"):
-        got = planned(impl, fixed, op, xs, ctx, aux, single, params)
+        got = planned(impl, fixed, op, xs, ctx, aux, single)
         if type(got) is Trial:  # measuring: this call runs the strategy whose turn it is
             strategy, sample = got.take()
         else:
@@ -150,20 +150,18 @@ def route(
     return view if sample is None else Timed(view, impl, got, sample)
 
 
-def planned(
-    impl, fixed, op: str, xs: tuple, ctx: tuple, aux: bool, single: bool, params=None
-) -> Choice | Trial:
+def planned(impl, fixed, op: str, xs: tuple, ctx: tuple, aux: bool, single: bool) -> Choice | Trial:
     """The strategy "auto" or "min_memory" stands for in this call: the framework's own
     nesting where no rule can run (aux, no forward mode, inside torch.func, no rule
     for ``op``), else the one ``choose`` measured for f's code and this signature, or
-    the measurement under way (a Trial; ``params``: ctx[0]'s leaves)."""
+    the measurement under way (a Trial)."""
     method = METHOD.get(op)
     if aux or op in _FORWARD or method is None or _registry.rule(impl.framework, method) is None:
         return Choice(ROR, {})
     if eager(impl, fixed, xs[0]):
         return Choice(ROR, {})
     if op in MEASURED and single:
-        key = (fixed.strategy, *signature(impl, xs, ctx, params))
+        key = (fixed.strategy, *signature(impl, xs, ctx))
         got = lookup(impl, fixed, key, xs[0], ctx)
     else:
         got = unmeasured(impl, fixed)

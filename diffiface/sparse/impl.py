@@ -17,6 +17,7 @@ from .._cache import FunctionCache
 from .._reads import fingerprint
 from ..core import convert, registry
 from ..core.operator import OPS, names
+from ..core.signature import entered, leaf
 from . import detect
 from .plan import KEY, SparsePlan
 
@@ -147,9 +148,7 @@ def _key(impl: SparseImpl, c, combo) -> tuple | None:
     pattern is taken at x (each call detects anew, as it warns)."""
     if not detect.everywhere(impl.backend) or len(c.xs) != 1:
         return None
-    prob, x = c.prob, c.xs[0]
-    ctx = tuple((type(v), getattr(v, "shape", None), getattr(v, "dtype", None)) for v in c.ctx)
-    sig = (type(x), tuple(x.shape), x.dtype, c.kinds[0], ctx)
+    prob, sig = c.prob, (c.kinds[0], *entered(leaf, c.xs, c.ctx))
     return (KEY, impl.backend, prob.scalar, prob.aux, combo, sig, fingerprint(prob.f))
 
 

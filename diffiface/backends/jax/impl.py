@@ -17,6 +17,7 @@ from ..._tree import tree_map
 from ...core import direction, outputs
 from ...core.backend import BackendImpl
 from ...core.registry import register
+from ...core.signature import leaf_signature
 from . import closures, runners
 from .aux import WithAux
 from .contexts import join_contexts, split_contexts
@@ -119,9 +120,12 @@ class JaxImpl(BackendImpl):
         return jnp.ones_like(a)
 
     def leaf_signature(self, a: Any) -> Any:
-        if isinstance(a, jax.Array | np.ndarray | np.generic | float):
-            return str(jax.typeof(a))  # a Python float and its tracer: "~float64[]"
-        return outputs.leaf_signature(a)
+        if isinstance(a, jax.Array):  # an array or a tracer
+            return (a.shape, a.dtype, a.weak_type)
+        if isinstance(a, np.ndarray | np.generic | float):  # a Python float: weakly typed
+            t = jax.typeof(a)
+            return (t.shape, t.dtype, t.weak_type)
+        return leaf_signature(a)
 
     def concat(self, arrays: list, axis: int = 0) -> Any:
         return jnp.concatenate(arrays, axis=axis) if len(arrays) > 1 else arrays[0]

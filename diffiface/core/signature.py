@@ -1,0 +1,263 @@
+"""The one signature of a call: what a plan depends on in its arguments.
+
+A :class:`Signature` holds x's tree and leaves, the contexts' and the tangent's, each
+leaf by one rule (:func:`leaf`): an array by its kind, shape and dtype, anything else by
+its kind. Preparations and the plans kept for unprepared calls compare a call with it:
+:meth:`Signature.run` is a runner's cheap check (one array: type, shape and dtype;
+native leaves: one flatten and one list comparison), ``==`` the full comparison, and
+:func:`rows` the mismatch report.
+
+Tables keyed on the *entered* arguments (converted to the backend's arrays, or its
+tracers) use :func:`entered`: output layouts, the nested choice, sparse plans. Its leaf
+rule is the backend's ``leaf_signature``, the same for a value and for its tracer.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .._arrays import framework_of, owner
+from .._checks import dtype_name
+from .._contexts import Constant
+from .._tangents import Tangents
+from .._tree import flatten, paths, static_data
+from . import convert
+
+SLOW = object()  # returned by a runner that must hand over to the general path
+ARRAY, NUMPY, LEAVES = "array", "numpy", "leaves"  # how a runner takes x (BackendImpl.runner)
+
+_KINDS: dict = {}
+
+
+def kind(a: Any) -> str:
+    """The array kind of a leaf: a JAX tracer counts as a jax array, an autograd box as
+    NumPy, a torch.func wrapper as a tensor, so prepared calls work under transforms."""
+    cls = type(a)
+    got = _KINDS.get(cls)
+    if got is None:
+        fw = owner(a)  # a box is autograd's, NumPy's under an outer pass
+        got = "numpy" if fw is not None and fw.arrays_are_numpy else framework_of(a)
+        got = got or cls.__name__
+        _KINDS[cls] = got
+    return got
+
+
+def leaf(a: Any) -> tuple:
+    """(kind, shape, dtype) of an array, (kind,) of anything else: no strings built."""
+    dtype = getattr(a, "dtype", None)
+    if dtype is not None and not isinstance(a, type):
+        try:
+            return (kind(a), tuple(a.shape), dtype)
+        except TypeError:  # a dtype-like object without a shape
+            pass
+    return (kind(a),)
+
+
+def tree(t: Any) -> tuple:
+    """(treedef, leaf signatures) of a pytree."""
+    leaves, treedef = flatten(t)
+    return treedef, tuple(leaf(v) for v in leaves)
+
+
+def contexts(cs: tuple) -> tuple:
+    """A Constant by its value's tree, any other context by its type."""
+    return tuple(("Constant", tree(c.value)) if isinstance(c, Constant) else (type(c),) for c in cs)
+
+
+def tangent(t: Any) -> tuple | None:
+    if t is None:
+        return None
+    if isinstance(t, Tangents):
+        return ("Tangents", tuple(tree(v) for v in t))
+    return ("one", tree(t))
+
+
+def one(x: Any) -> tuple:
+    """(type, shape, dtype) of one array: compared on every call."""
+    return (type(x), tuple(x.shape), x.dtype)
+
+
+class Signature:
+    """x, the contexts and the tangent of a call, with the forms a runner checks.
+
+    ``x``, ``ctx`` and ``t`` compare calls (:func:`tree`, :func:`contexts`,
+    :func:`tangent`); ``one`` is x's (type, shape, dtype) where x is one native or NumPy
+    array (``single``: x is one leaf); ``x_native`` and ``c_native`` are the native-leaf
+    forms of x and of Constant contexts (see :func:`native`), None where a leaf is not a
+    native array.
+    """
+
+    __slots__ = ("c_native", "ctx", "many", "numpy", "one", "t", "x", "x_native")
+
+    def __init__(self, impl: Any, x: Any, kinds: tuple, cs: tuple, t: Any, single: bool):
+        self.x, self.ctx, self.t = tree(x), contexts(cs), tangent(t)
+        self.many = isinstance(t, Tangents)
+        native_or_numpy = kinds[0] in (convert.NATIVE, convert.NUMPY) if kinds else False
+        self.one = one(x) if single and native_or_numpy else None
+        self.numpy = bool(kinds) and kinds[0] == convert.NUMPY
+        self.x_native = native(impl, x) if all(k == convert.NATIVE for k in kinds) else None
+        constants = cs and all(type(c) is Constant for c in cs)
+        self.c_native = native(impl, tuple(c.value for c in cs)) if constants else None
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Signature):
+            return NotImplemented
+        return (self.x, self.ctx, self.t) == (other.x, other.ctx, other.t)
+
+    def __hash__(self) -> int:
+        return hash((self.x, self.ctx, self.t))
+
+    def form(self) -> str | None:
+        """How a runner takes calls like this one: one array (ARRAY, NUMPY) without
+        contexts, native leaves (LEAVES) with native Constant contexts; None: no runner."""
+        if self.one is not None and not self.ctx:
+            return NUMPY if self.numpy else ARRAY
+        if self.x_native is not None and (self.c_native is not None or not self.ctx):
+            return LEAVES
+        return None
+
+    def run(self, form: str, run: Any, x: Any, cs: tuple, t: tuple) -> Any:
+        """``run`` on this call when x and the contexts match, else SLOW (``t``:
+        ``(tangent,)`` or ``()``)."""
+        if form == LEAVES:
+            got = leaves_of(x, cs, self.x_native, self.c_native)
+            return SLOW if got is None else run(*got)
+        s = self.one
+        if cs or type(x) is not s[0] or x.shape != s[1] or x.dtype != s[2]:
+            return SLOW
+        return run(x, *t)
+
+    def takes(self, t: Any) -> bool:
+        """Whether a tangent has this signature's count (one, or Tangents of as many)."""
+        if self.t is None or isinstance(t, Tangents) != self.many:
+            return False
+        return not self.many or len(t) == len(self.t[1])
+
+
+def native(impl: Any, t: Any) -> tuple | None:
+    """(flatten, treedef, [(type, shape, dtype)]) when every leaf is a native array,
+    else None. ``flatten`` is the backend's faster one (``jax.tree_util``) where it gives
+    the same leaves in the same order as diffiface's."""
+    leaves, treedef = flatten(t)
+    if not all(impl.is_native(v) and not impl.is_traced(v) for v in leaves):
+        return None
+    fast = impl.flatten_fast
+    if fast is not None:
+        other, other_def = fast(t)
+        if len(other) == len(leaves) and all(a is b for a, b in zip(other, leaves, strict=True)):
+            return fast, other_def, [(type(v), v.shape, v.dtype) for v in leaves]
+    return flatten, treedef, [(type(v), v.shape, v.dtype) for v in leaves]
+
+
+def matches_native(t: Any, sig: Any) -> tuple | None:
+    """The leaves of ``t`` when they match ``sig`` (from :func:`native`), else None."""
+    if sig is None:
+        return None
+    leaves, treedef = sig[0](t)
+    if treedef != sig[1] or [(type(v), v.shape, v.dtype) for v in leaves] != sig[2]:
+        return None
+    return tuple(leaves)
+
+
+def constant_leaves(cs: tuple, sig: Any) -> tuple | None:
+    """(leaves, values) of Constant contexts that match ``sig``, else None."""
+    if sig is None or any(type(c) is not Constant for c in cs):
+        return None
+    values = tuple(c.value for c in cs)
+    leaves = matches_native(values, sig)
+    return None if leaves is None else (leaves, values)
+
+
+def leaves_of(x: Any, cs: tuple, x_sig: Any, c_sig: Any) -> tuple | None:
+    """(x leaves, context leaves, context values) when x and the contexts match the
+    native signatures (``c_sig`` None: no contexts), else None."""
+    xs = matches_native(x, x_sig)
+    if xs is None:
+        return None
+    if c_sig is None:
+        return None if cs else (xs, (), ())
+    got = constant_leaves(cs, c_sig)
+    return None if got is None else (xs, *got)
+
+
+def entered(leaf_rule: Any, xs: tuple, ctx: tuple) -> tuple:
+    """(treedef, leaves) of entered arguments (x's leaves and the contexts' values in the
+    backend's arrays, or its tracers): what decides the structure of f(x). ``leaf_rule``:
+    the backend's ``leaf_signature`` (the same for a value and for its tracer)."""
+    leaves, treedef = flatten((xs, ctx))
+    return treedef, tuple(leaf_rule(a) for a in leaves)
+
+
+def leaf_signature(a: Any) -> Any:
+    """The default leaf rule of :func:`entered`: shape and dtype of an array, other
+    values as they are (their type where they cannot be hashed)."""
+    shape = getattr(a, "shape", None)
+    if shape is not None and hasattr(a, "dtype"):
+        return (tuple(shape), str(a.dtype))
+    try:
+        hash(a)
+    except TypeError:
+        return type(a)
+    return a
+
+
+# ------------------------------------------------------------------ mismatch report
+
+
+def rows(want: Signature, x: Any, cs: tuple, t: Any) -> list[tuple]:
+    """(name, same, got, prepared) for x, the contexts and (where the plan has one) the
+    tangent of a call, described for a mismatch report."""
+    got_x, got_c = tree(x), contexts(cs)
+    out = [
+        ("x", got_x == want.x, *_described(got_x, want.x, _describe_tree)),
+        ("contexts", got_c == want.ctx, *_described(got_c, want.ctx, _describe_ctx)),
+    ]
+    if want.t is not None:
+        got_t = tangent(t)
+        same = got_t is not None and want.takes(t)
+        out.append(("tangent", same, _describe_t(got_t), _describe_t(want.t)))
+    return out
+
+
+def _describe_tree(sig: tuple) -> str:
+    treedef, leaves = sig
+    parts = []
+    for path, a in zip(paths(treedef), leaves, strict=True):
+        shape = str(a[1]) if len(a) > 1 else ""
+        what = f"{a[0]} {dtype_name(a[2])}" if len(a) > 2 else a[0]
+        where = f"{path} " if path != "x" else ""
+        parts.append(f"{where}{shape} {what}".strip())
+    return ", ".join(p.strip() for p in parts) or "empty"
+
+
+def _described(got: tuple, want: tuple, describe: Any) -> tuple[str, str]:
+    """The descriptions of two signatures; where they read the same but differ, with
+    the first static data (of a registered pytree node) that differs."""
+    a, b = describe(got), describe(want)
+    if a == b and got != want:
+        for s, t in zip(_static(got), _static(want), strict=False):
+            if s != t:
+                return f"{a}, static data {s[0]} {s[1]!r}", f"{b}, static data {t[0]} {t[1]!r}"
+    return a, b
+
+
+def _static(sig: tuple) -> list:
+    """(node type name, static data) of the custom nodes of a tree or context signature."""
+    if sig and not isinstance(sig[0], tuple):  # a tree signature: (treedef, leaves)
+        return static_data(sig[0])
+    return [s for c in sig if len(c) > 1 for s in static_data(c[1][0])]
+
+
+def _describe_ctx(sig: tuple) -> str:
+    return f"{len(sig)} context(s)" + (
+        ": " + "; ".join(_describe_tree(c[1]) if len(c) > 1 else c[0].__name__ for c in sig)
+        if sig
+        else ""
+    )
+
+
+def _describe_t(sig: Any) -> str:
+    if sig is None:
+        return "none"
+    what, body = sig
+    return f"Tangents of {len(body)}" if what == "Tangents" else "one tangent"

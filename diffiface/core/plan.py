@@ -32,6 +32,16 @@ class MismatchError(_checks.DiffifaceValueError):
     """The arguments of a prepared call differ from those of the preparation."""
 
 
+class OwnPlan:
+    """A plan that runs the calls made with it itself (a same-point preparation): the
+    shell hands it every call whose ``prep=`` it is."""
+
+    __slots__ = ()
+
+    def run_call(self, op, f, backend, x, t, contexts: tuple, chunk_size, has_aux) -> Any:
+        raise NotImplementedError
+
+
 class Prep:
     """The result of a ``prepare_<operator>`` call; pass it as ``prep=`` to the operator."""
 

@@ -6,12 +6,14 @@ backend, and a ``run`` function on a :class:`Call`) and a thin public function
 that hands its arguments to :func:`call`. The shell does the rest, the same way for
 every operator:
 
-1. the plan: a prepared call runs the plan the user holds, an unprepared one the
+1. the plan: a prepared call runs the plan the user holds (a same-point plan, an
+   ``OwnPlan``, runs the call itself), an unprepared one the
    plan kept weakly on f by the last call like it (``core.unprepared``); both run
    the backend's runner and nothing else when the call matches;
 2. enter: the boundary checks, the backend's implementation, x and the contexts
    converted, the Problem, a FixedParams routed to its nested-AD rule;
-3. run, then keep the plan of an unprepared call for the next one like it;
+3. run, then keep the plan of an unprepared call for the next one like it (with
+   ``has_aux``, the general path runs inside a sink that catches f's aux);
 4. arrays of another framework raise ``Foreign`` while converting: the shell hands
    the call to the bridge, the one hook through which the layer above is reached.
 """
@@ -30,7 +32,7 @@ from ..nested.route import planned, route
 from . import convert, outputs, registry, unprepared
 from .backend import SLOW
 from .operator import OPS
-from .plan import Prep
+from .plan import OwnPlan, Prep
 from .problem import Problem
 
 
@@ -143,14 +145,15 @@ def call(
 ) -> Any:
     """The public operator ``op`` on these arguments (``t``: its tangent, for an
     operator that takes one); with ``has_aux``, ``(its result, f's aux)``."""
-    if prep is not None and type(prep) is not Prep and hasattr(prep, "run_same_point"):
-        return prep.run_same_point(op, f, backend, x, t, contexts, chunk_size, has_aux)
+    if prep is not None and type(prep) is not Prep and isinstance(prep, OwnPlan):
+        return prep.run_call(op, f, backend, x, t, contexts, chunk_size, has_aux)
     if chunk_size is not None:
         _checks.check_chunk_size(op.name, backend, chunk_size)
-    if has_aux is not False or (prep is not None and getattr(prep, "aux", False)):
-        return _with_aux(op, f, backend, x, t, contexts, prep, chunk_size, has_aux)
+    aux = has_aux is not False or (prep is not None and getattr(prep, "aux", False))
+    if aux:
+        _check_aux(op, backend, prep, has_aux)
     try:
-        if chunk_size is None and not _config.checking():
+        if not aux and chunk_size is None and not _config.checking():
             args = (t,) if op.tangent else ()
             if prep is not None:  # the user's plan
                 plan = prep if type(prep) is Prep else prepared(prep, op, backend)  # (raises)
@@ -161,6 +164,15 @@ def call(
                 out = SLOW
             if out is not SLOW:  # (SLOW: the general path runs, and explains)
                 return out
+        if aux:  # f's aux caught in a sink around the call
+            with outputs.Sink() as sink:
+                c = enter(op, f, backend, x, contexts, prep, t, aux=True)
+                out = op.run(c, t, chunk_size)
+            if not sink.box:  # f never ran (a result known without calling it)
+                raise _checks.DiffifaceValueError(
+                    f"{_checks.call_form(op.name, backend)}: f was not called, so it has no aux."
+                )
+            return out, c.impl.settle(sink.aux, out)
         c = enter(op, f, backend, x, contexts, prep, t)
         out = op.run(c, t, chunk_size)
         if prep is None and chunk_size is None and c.impl.keeps_plans:
@@ -169,7 +181,7 @@ def call(
             )
         return out
     except Foreign as exc:  # arrays of another framework: the call crosses a bridge
-        return _cross(exc, op, f, backend, x, t, contexts, prep, chunk_size, False)
+        return _cross(exc, op, f, backend, x, t, contexts, prep, chunk_size, aux)
     except TooDeep:
         raise _too_deep(op, backend, x, t, contexts) from None
 
@@ -200,8 +212,8 @@ def _cross(exc, op: Operator, f, backend, x, t, contexts, prep, chunk_size, has_
     return hook(exc, op.public, f, backend, args, kw)
 
 
-def _with_aux(op: Operator, f, backend, x, t, contexts, prep, chunk_size, has_aux) -> Any:
-    """``(result, aux)``: the general path, f's aux caught in a sink around the call."""
+def _check_aux(op: Operator, backend, prep, has_aux) -> None:
+    """has_aux is True, and the preparation's; AutoSparse takes none."""
     if prep is not None and bool(getattr(prep, "aux", False)) != bool(has_aux):
         raise _checks.DiffifaceValueError(
             f"{_checks.call_form(op.name, backend)}: has_aux={has_aux!r} differs from the "
@@ -219,19 +231,6 @@ def _with_aux(op: Operator, f, backend, x, t, contexts, prep, chunk_size, has_au
             "its sparsity detection traces f's output alone. Compute the aux in a separate "
             "call of f, or use the dense backend (AutoSparse(...).backend) with has_aux."
         )
-    try:
-        with outputs.Sink() as sink:
-            c = enter(op, f, backend, x, contexts, prep, t, aux=True)
-            out = op.run(c, t, chunk_size)
-        if not sink.box:  # f never ran (a result known without calling it)
-            raise _checks.DiffifaceValueError(
-                f"{_checks.call_form(op.name, backend)}: f was not called, so it has no aux."
-            )
-        return out, c.impl.settle(sink.aux, out)
-    except Foreign as exc:
-        return _cross(exc, op, f, backend, x, t, contexts, prep, chunk_size, True)
-    except TooDeep:
-        raise _too_deep(op, backend, x, t, contexts) from None
 
 
 def prepared(prep: Any, op: Operator, backend: Any) -> Prep:

@@ -43,11 +43,11 @@ from .._tangents import Tangents
 from .._tree import TooDeep, flatten
 from ..core import convert, outputs, shell
 from ..core.operator import FAMILY
-from ..core.plan import MismatchError, Prep
+from ..core.plan import MismatchError, OwnPlan, Prep
 from . import first_order, second_order
 
 
-class SamePoint:
+class SamePoint(OwnPlan):
     """The result of a ``prepare_*_same_point`` call: pass it as ``prep=`` to the
     operators of its family, at the x it was prepared at."""
 
@@ -62,8 +62,8 @@ class SamePoint:
     def __repr__(self) -> str:
         return f"<diffiface same-point prep for {self.family}(f, {self.backend!r}, x)>"
 
-    def run_same_point(self, op, f, backend, x, t, contexts: tuple, chunk_size, has_aux):
-        """The result of ``op`` at the prepared point (the shell's hook calls this)."""
+    def run_call(self, op, f, backend, x, t, contexts: tuple, chunk_size, has_aux):
+        """The result of ``op`` at the prepared point (the shell hands it the call)."""
         if self._fast is not None and not contexts and chunk_size is None and has_aux is False:
             out = self._run_fast(op.name, f, backend, x, t)
             if out is not None:

@@ -153,6 +153,7 @@ class BackendImpl(DerivedSecondOrder):
             if started:
                 tracemalloc.stop()
 
+    runs_aux = False  # its runners hand f's aux to the open sink, as the caller sees it
     flatten_fast = None  # a faster pytree flatten of the framework, if it has one
     hermitian_vjp = False  # the native pullback of a complex output conjugates w (torch)
     reverse_combo = ("reverse", "reverse")  # second order without forward mode

@@ -79,13 +79,16 @@ class Prep:
 
     def finalize(self, x: Any = None) -> Prep:
         """Build the runners (after the warm-up call ``prepare`` made at ``x`` compiled
-        what they use); none for an f with aux; for a pytree output, the runners of one
+        what they use); for an f with aux, only where the backend's runners hand the aux
+        to the sink (``runs_aux``); for a pytree output, the runners of one
         native array on a backend that compiles (see ``tree_runner``)."""
         f = unfix(self.f, ())[0]
         form, sig = self.sig.form(), self.sig
-        if self.aux or form is None:
-            return self
+        if form is None or (self.aux and (not self.impl.runs_aux or form == LEAVES)):
+            return self  # (runs_aux: the backend's runners hand f's aux to the sink)
         if outputs.returns_tree(f):
+            if self.aux:
+                return self
             if form != ARRAY or type(self.f) is FixedParams or sig.many:
                 return self
             for op, prob in self._probs.items():

@@ -48,13 +48,14 @@ class Operator:
     f): the backend's runner decides which calls it runs.
     """
 
-    __slots__ = ("family", "name", "public", "resolve", "run", "scalar", "tangent")
+    __slots__ = ("aux_name", "family", "name", "public", "resolve", "run", "scalar", "tangent")
 
     def __init__(self, name, run, *, resolve=None):
         facts = OPS[name]  # (the one declaration of its facts: core.operator)
         self.name, self.family, self.run, self.scalar = name, facts.family, run, facts.scalar
         self.tangent = facts.tangent is not None  # a tangent or cotangent after x
         self.resolve = resolve
+        self.aux_name = unprepared.aux_key(name)  # its kept plans for an f with aux
         self.public: Callable | None = None  # set by ``public``
 
     def __repr__(self) -> str:
@@ -153,29 +154,30 @@ def call(
     if aux:
         _check_aux(op, backend, prep, has_aux)
     try:
-        if not aux and chunk_size is None and not _config.checking():
-            args = (t,) if op.tangent else ()
-            if prep is not None:  # the user's plan
-                plan = prep if type(prep) is Prep else prepared(prep, op, backend)  # (raises)
-                out = plan.run_direct(op.name, f, backend, x, contexts, *args)
-            elif type(backend) in registry.KEEPS_PLANS:  # the plan kept from a call like it
-                out = unprepared.run(op.name, f, backend, x, contexts, args)
-            else:
-                out = SLOW
-            if out is not SLOW:  # (SLOW: the general path runs, and explains)
-                return out
+        planned = chunk_size is None and not _config.checking()
         if aux:  # f's aux caught in a sink around the call
             with outputs.Sink() as sink:
-                c = enter(op, f, backend, x, contexts, prep, t, aux=True)
-                out = op.run(c, t, chunk_size)
+                out = _planned(op, f, backend, x, t, contexts, prep, True) if planned else SLOW
+                ran = out is not SLOW  # a runner: it hands the aux over as the caller sees it
+                if not ran:
+                    c = enter(op, f, backend, x, contexts, prep, t, aux=True)
+                    out = op.run(c, t, chunk_size)
+                    if prep is None and planned and c.impl.keeps_plans:
+                        unprepared.remember(
+                            op.name, f, backend, c.impl, c.prob, c.combo, x, c.kinds, contexts, t
+                        )
             if not sink.box:  # f never ran (a result known without calling it)
                 raise _checks.DiffifaceValueError(
                     f"{_checks.call_form(op.name, backend)}: f was not called, so it has no aux."
                 )
-            return out, c.impl.settle(sink.aux, out)
+            return out, (sink.aux if ran else c.impl.settle(sink.aux, out))
+        if planned:
+            out = _planned(op, f, backend, x, t, contexts, prep, False)
+            if out is not SLOW:  # (SLOW: the general path runs, and explains)
+                return out
         c = enter(op, f, backend, x, contexts, prep, t)
         out = op.run(c, t, chunk_size)
-        if prep is None and chunk_size is None and c.impl.keeps_plans:
+        if prep is None and planned and c.impl.keeps_plans:
             unprepared.remember(
                 op.name, f, backend, c.impl, c.prob, c.combo, x, c.kinds, contexts, t
             )
@@ -184,6 +186,18 @@ def call(
         return _cross(exc, op, f, backend, x, t, contexts, prep, chunk_size, aux)
     except TooDeep:
         raise _too_deep(op, backend, x, t, contexts) from None
+
+
+def _planned(op: Operator, f, backend, x, t, contexts: tuple, prep, aux: bool) -> Any:
+    """The result by the runner of the user's plan, or of the plan kept from a call like
+    this one; else SLOW (the general path runs, and explains)."""
+    args = (t,) if op.tangent else ()
+    if prep is not None:  # the user's plan
+        plan = prep if type(prep) is Prep else prepared(prep, op, backend)  # (raises)
+        return plan.run_direct(op.name, f, backend, x, contexts, *args)
+    if type(backend) in registry.KEEPS_PLANS:  # the plan kept from a call like it
+        return unprepared.run(op.aux_name if aux else op.name, f, backend, x, contexts, args)
+    return SLOW
 
 
 def _too_deep(
@@ -299,7 +313,7 @@ def prepare(op: Operator, f, backend, x, contexts: tuple, t=None, has_aux=False)
             plan.nested = planned(c.impl, f, op.name, c.xs, c.ctx, has_aux, c.prob.single)
         call(op, f, backend, x, t, contexts, plan, has_aux=has_aux)
         plan.finalize(x)
-        if not has_aux and c.impl.keeps_plans:  # the next unprepared call like it runs it too
+        if c.impl.keeps_plans:  # the next unprepared call like it runs it too
             prob = plan.problem(op.name)
             unprepared.remember(op.name, f, backend, c.impl, prob, c.combo, x, c.kinds, contexts, t)
     except TooDeep:

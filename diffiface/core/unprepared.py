@@ -64,13 +64,16 @@ def remember(op: str, f, backend, impl, prob, combo, x, kinds, contexts, t) -> N
         return  # a nested-AD rule
     sig = Signature(impl, x, kinds, contexts, t, prob.single)
     form = sig.form()
-    if form is None or (form == LEAVES and t is not None):
+    if form is None or (form == LEAVES and (t is not None or prob.aux)):
         return
-    old = TABLE.peek(f, op)
+    if prob.aux and not impl.runs_aux:
+        return  # its runners do not hand f's aux to the sink
+    key = aux_key(op) if prob.aux else op
+    old = TABLE.peek(f, key)
     if old is not None and old.run is None and old.form == form and old.sig == sig:
         return  # the backend has no runner for calls like this one
     tree = outputs.returns_tree(prob.f)
-    if tree and form != ARRAY:
+    if tree and (form != ARRAY or prob.aux):
         return  # a pytree output of pytree or NumPy arguments: the general path splits it
     registry.KEEPS_PLANS.add(type(backend))  # a SecondOrder of a backend that keeps plans
     reads = _reads(f) if impl.bakes_reads else None
@@ -78,7 +81,12 @@ def remember(op: str, f, backend, impl, prob, combo, x, kinds, contexts, t) -> N
     if tree:
         run = tree_runner(impl, prob.f, op, x, run)
     if run is not None or form != LEAVES:
-        TABLE.put(f, op, Kept(backend, form, sig, reads, run))
+        TABLE.put(f, key, Kept(backend, form, sig, reads, run))
+
+
+def aux_key(op: str) -> str:
+    """The key of the kept plans of ``op`` for an f with aux (``has_aux=True``)."""
+    return f"{op} has_aux"
 
 
 def entries(f: Any) -> int:

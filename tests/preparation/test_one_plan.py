@@ -332,3 +332,35 @@ def test_pytree_outputs_run_the_plan_on_jax(monkeypatch):
     value = di.value_and_jvp(g, b, x, v)[0]
     np.testing.assert_allclose(value["b"], y["b"], rtol=1e-12)
     assert general.count == 0
+
+
+@pytest.mark.parametrize("prepared", [False, True])
+def test_jax_has_aux_calls_run_the_plan_and_give_fresh_aux(monkeypatch, prepared):
+    """An f with aux: after the first call, prepared and unprepared calls on JAX run the
+    compiled runner (the general path is not entered), and each returns its own aux."""
+    b, asarray, sin, total = _framework("jax")
+    jnp = pytest.importorskip("jax.numpy")
+
+    def f(x):
+        return total(sin(x) * x), {"norm": jnp.sqrt(total(x * x)), "first": x[0]}
+
+    def g(x):
+        return sin(x) * x[0], x * 2
+
+    grad = lambda a: np.cos(a) * a + np.sin(a)  # noqa: E731
+    prep_g = di.prepare_gradient(f, b, asarray(X), has_aux=True) if prepared else None
+    prep_j = di.prepare_jvp(g, b, asarray(X), asarray(V), has_aux=True) if prepared else None
+    di.gradient(f, b, asarray(X), has_aux=True, prep=prep_g)  # keeps the plan
+    di.jvp(g, b, asarray(X), asarray(V), has_aux=True, prep=prep_j)
+    general = _GeneralPath(monkeypatch)
+    for k in range(3):
+        a = X + 0.1 * k
+        got, aux = di.gradient(f, b, asarray(a), has_aux=True, prep=prep_g)
+        np.testing.assert_allclose(_np(got), grad(a), rtol=1e-12)
+        np.testing.assert_allclose(_np(aux["norm"]), np.linalg.norm(a), rtol=1e-12)
+        assert float(aux["first"]) == a[0]
+        t, aux = di.jvp(g, b, asarray(a), asarray(V), has_aux=True, prep=prep_j)
+        want = np.cos(a) * a[0] * V + np.sin(a) * V[0]
+        np.testing.assert_allclose(_np(t), want, rtol=1e-12)
+        np.testing.assert_allclose(_np(aux), 2 * a, rtol=1e-12)
+    assert general.count == 0

@@ -67,6 +67,7 @@ class JaxImpl(BackendImpl):
     native_kind = "jax arrays"
     output_kind = "a jax array"
 
+    runs_aux = True  # the compiled function restores f's aux into the sink (WithAux)
     flatten_fast = staticmethod(jax.tree_util.tree_flatten)
 
     def is_native(self, leaf: Any) -> bool:

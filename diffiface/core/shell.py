@@ -27,6 +27,7 @@ from .. import _checks, _config, _finite
 from .._backend_types import AutoSparse
 from .._contexts import Constant, FixedParams, unfix
 from .._errors import Foreign
+from .._tangents import Tangents
 from .._tree import TooDeep, flatten, too_deep, tree_map, unflatten
 from ..nested.route import planned, route
 from . import convert, outputs, registry, unprepared
@@ -48,7 +49,17 @@ class Operator:
     f): the backend's runner decides which calls it runs.
     """
 
-    __slots__ = ("aux_name", "family", "name", "public", "resolve", "run", "scalar", "tangent")
+    __slots__ = (
+        "aux_name",
+        "family",
+        "many_name",
+        "name",
+        "public",
+        "resolve",
+        "run",
+        "scalar",
+        "tangent",
+    )
 
     def __init__(self, name, run, *, resolve=None):
         facts = OPS[name]  # (the one declaration of its facts: core.operator)
@@ -56,6 +67,7 @@ class Operator:
         self.tangent = facts.tangent is not None  # a tangent or cotangent after x
         self.resolve = resolve
         self.aux_name = unprepared.aux_key(name)  # its kept plans for an f with aux
+        self.many_name = unprepared.tangents_key(name)  # and for calls with Tangents
         self.public: Callable | None = None  # set by ``public``
 
     def __repr__(self) -> str:
@@ -153,51 +165,47 @@ def call(
     aux = has_aux is not False or (prep is not None and getattr(prep, "aux", False))
     if aux:
         _check_aux(op, backend, prep, has_aux)
+    sink = outputs.Sink() if aux else None  # f's aux caught around the call
     try:
+        if sink is not None:
+            sink.__enter__()
         planned = chunk_size is None and not _config.checking()
-        if aux:  # f's aux caught in a sink around the call
-            with outputs.Sink() as sink:
-                out = _planned(op, f, backend, x, t, contexts, prep, True) if planned else SLOW
-                ran = out is not SLOW  # a runner: it hands the aux over as the caller sees it
-                if not ran:
-                    c = enter(op, f, backend, x, contexts, prep, t, aux=True)
-                    out = op.run(c, t, chunk_size)
-                    if prep is None and planned and c.impl.keeps_plans:
-                        unprepared.remember(
-                            op.name, f, backend, c.impl, c.prob, c.combo, x, c.kinds, contexts, t
-                        )
-            if not sink.box:  # f never ran (a result known without calling it)
-                raise _checks.DiffifaceValueError(
-                    f"{_checks.call_form(op.name, backend)}: f was not called, so it has no aux."
-                )
-            return out, (sink.aux if ran else c.impl.settle(sink.aux, out))
         if planned:
-            out = _planned(op, f, backend, x, t, contexts, prep, False)
+            args = (t,) if op.tangent else ()
+            if prep is not None:  # the user's plan
+                plan = prep if type(prep) is Prep else prepared(prep, op, backend)  # (raises)
+                out = plan.run_direct(op.name, f, backend, x, contexts, *args)
+            elif type(backend) in registry.KEEPS_PLANS:  # the plan kept from a call like it
+                name = op.aux_name if aux else op.many_name if type(t) is Tangents else op.name
+                out = unprepared.run(name, f, backend, x, contexts, args)
+            else:
+                out = SLOW
             if out is not SLOW:  # (SLOW: the general path runs, and explains)
-                return out
-        c = enter(op, f, backend, x, contexts, prep, t)
+                return out if sink is None else (out, _aux(op, backend, sink))
+        c = enter(op, f, backend, x, contexts, prep, t, aux)
         out = op.run(c, t, chunk_size)
         if prep is None and planned and c.impl.keeps_plans:
             unprepared.remember(
                 op.name, f, backend, c.impl, c.prob, c.combo, x, c.kinds, contexts, t
             )
-        return out
+        return out if sink is None else (out, c.impl.settle(_aux(op, backend, sink), out))
     except Foreign as exc:  # arrays of another framework: the call crosses a bridge
         return _cross(exc, op, f, backend, x, t, contexts, prep, chunk_size, aux)
     except TooDeep:
         raise _too_deep(op, backend, x, t, contexts) from None
+    finally:
+        if sink is not None:
+            sink.__exit__()
 
 
-def _planned(op: Operator, f, backend, x, t, contexts: tuple, prep, aux: bool) -> Any:
-    """The result by the runner of the user's plan, or of the plan kept from a call like
-    this one; else SLOW (the general path runs, and explains)."""
-    args = (t,) if op.tangent else ()
-    if prep is not None:  # the user's plan
-        plan = prep if type(prep) is Prep else prepared(prep, op, backend)  # (raises)
-        return plan.run_direct(op.name, f, backend, x, contexts, *args)
-    if type(backend) in registry.KEEPS_PLANS:  # the plan kept from a call like it
-        return unprepared.run(op.aux_name if aux else op.name, f, backend, x, contexts, args)
-    return SLOW
+def _aux(op: Operator, backend, sink: outputs.Sink) -> Any:
+    """f's aux, which the call's run of f put in the sink (a runner hands it over as the
+    caller sees it: runs_aux)."""
+    if not sink.box:  # f never ran (a result known without calling it)
+        raise _checks.DiffifaceValueError(
+            f"{_checks.call_form(op.name, backend)}: f was not called, so it has no aux."
+        )
+    return sink.aux
 
 
 def _too_deep(

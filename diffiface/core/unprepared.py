@@ -55,11 +55,14 @@ def run(op: str, f: Any, backend: Any, x: Any, contexts: tuple, t: tuple) -> Any
 
 def remember(op: str, f, backend, impl, prob, combo, x, kinds, contexts, t) -> None:
     """Keep the runner of a plain call (or of a preparation) for the next call like it:
-    one native or NumPy array without contexts, with a tangent that is one array of
+    one native or NumPy array without contexts, with a tangent (or ``Tangents``) of
     x's type; or native pytree leaves with Constant contexts of native leaves, without
-    a tangent."""
-    if t is not None and (isinstance(t, Tangents) or type(t) is not type(x)):
-        return  # several tangents: another compiled function; a tangent to convert
+    a tangent. Calls with aux, and with ``Tangents``, keep theirs under their own key."""
+    many = isinstance(t, Tangents)
+    if t is not None and not many and type(t) is not type(x):
+        return  # a tangent to convert
+    if many and (prob.aux or not all(type(v) is type(x) for v in t)):
+        return
     if impl is not prob.impl or type(f) is FixedParams:
         return  # a nested-AD rule
     sig = Signature(impl, x, kinds, contexts, t, prob.single)
@@ -68,7 +71,7 @@ def remember(op: str, f, backend, impl, prob, combo, x, kinds, contexts, t) -> N
         return
     if prob.aux and not impl.runs_aux:
         return  # its runners do not hand f's aux to the sink
-    key = aux_key(op) if prob.aux else op
+    key = aux_key(op) if prob.aux else tangents_key(op) if many else op
     old = TABLE.peek(f, key)
     if old is not None and old.run is None and old.form == form and old.sig == sig:
         return  # the backend has no runner for calls like this one
@@ -87,6 +90,12 @@ def remember(op: str, f, backend, impl, prob, combo, x, kinds, contexts, t) -> N
 def aux_key(op: str) -> str:
     """The key of the kept plans of ``op`` for an f with aux (``has_aux=True``)."""
     return f"{op} has_aux"
+
+
+def tangents_key(op: str) -> str:
+    """The key of the kept plans of ``op`` for calls with ``Tangents`` (their runner is
+    another compiled function)."""
+    return f"{op} Tangents"
 
 
 def entries(f: Any) -> int:

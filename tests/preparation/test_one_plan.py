@@ -364,3 +364,36 @@ def test_jax_has_aux_calls_run_the_plan_and_give_fresh_aux(monkeypatch, prepared
         np.testing.assert_allclose(_np(t), want, rtol=1e-12)
         np.testing.assert_allclose(_np(aux), 2 * a, rtol=1e-12)
     assert general.count == 0
+
+
+def test_jax_unprepared_tangents_calls_run_the_kept_plan(monkeypatch):
+    """Unprepared calls with ``Tangents`` keep their plan (under a key of their own, so
+    one-tangent calls of the same f keep theirs too); results match jax's transforms."""
+    jax = pytest.importorskip("jax")
+    b, asarray, sin, total = _framework("jax")
+    f = lambda x: total(sin(x) * x)  # noqa: E731
+    g = lambda x: sin(x) * x[0]  # noqa: E731
+    vs = [V, np.roll(V, 1), -V]
+
+    def tangents():
+        return di.Tangents(*[asarray(v) for v in vs])
+
+    di.hvp(f, b, asarray(X), tangents())
+    di.jvp(g, b, asarray(X), tangents())
+    di.vjp(g, b, asarray(X), tangents())
+    di.jvp(g, b, asarray(X), asarray(V))  # a one-tangent call of the same f: its own plan
+    general = _GeneralPath(monkeypatch)
+    for k in range(3):
+        x = asarray(X + 0.1 * k)
+        hvps = di.hvp(f, b, x, tangents())
+        jvps = di.jvp(g, b, x, tangents())
+        vjps = di.vjp(g, b, x, tangents())
+        one = di.jvp(g, b, x, asarray(V))
+        for v, h, j, w in zip(vs, hvps, jvps, vjps, strict=True):
+            v = asarray(v)
+            want_h = jax.jvp(jax.grad(f), (x,), (v,))[1]
+            np.testing.assert_allclose(_np(h), _np(want_h), rtol=1e-12)
+            np.testing.assert_allclose(_np(j), _np(jax.jvp(g, (x,), (v,))[1]), rtol=1e-12)
+            np.testing.assert_allclose(_np(w), _np(jax.vjp(g, x)[1](v)[0]), rtol=1e-12)
+        np.testing.assert_allclose(_np(one), _np(jax.jvp(g, (x,), (asarray(V),))[1]), rtol=1e-12)
+    assert general.count == 0

@@ -50,6 +50,8 @@ class Prep:
         "_kinds",
         "_probs",
         "_runners",
+        "_tree",
+        "_tried",
         "aux",
         "backend",
         "combo",
@@ -76,37 +78,50 @@ class Prep:
             p.prepared = True
         self._runners: dict = {}  # op -> the backend's runner, taking calls in one form:
         self._form: str | None = None  # one array (x, *t), or native leaves (see Signature)
+        self._tree = False  # f returns a pytree: runners split its output
+        self._tried: set = set()  # operators whose runner was looked for after a call
 
     def finalize(self, x: Any = None) -> Prep:
         """Build the runners (after the warm-up call ``prepare`` made at ``x`` compiled
-        what they use); for an f with aux, only where the backend's runners hand the aux
-        to the sink (``runs_aux``); for a pytree output, the runners of one
-        native array on a backend that compiles (see ``tree_runner``)."""
-        f = unfix(self.f, ())[0]
-        form, sig = self.sig.form(), self.sig
-        if form is None or (self.aux and (not self.impl.runs_aux or form == LEAVES)):
-            return self  # (runs_aux: the backend's runners hand f's aux to the sink)
-        if outputs.returns_tree(f):
-            if self.aux:
-                return self
-            if form != ARRAY or type(self.f) is FixedParams or sig.many:
-                return self
-            for op, prob in self._probs.items():
-                run = tree_runner(self.impl, f, op, x, self.impl.runner(prob, form, self.combo))
+        what they use)."""
+        self._form = self._takes()
+        if self._form is not None:
+            for op in self._probs:
+                run = self._runner(op, x)
                 if run is not None:
                     self._runners[op] = run
-        elif form != LEAVES:  # (a runner checks its tangents)
-            for op, prob in self._probs.items():
-                run = self.impl.runner(prob, form, self.combo)
-                if run is not None:
-                    self._runners[op] = run
-        elif sig.t is None and type(self.f) is not FixedParams:  # native pytree leaves
-            for op, prob in self._probs.items():
-                run = self.impl.runner(prob, LEAVES)
-                if run is not None:
-                    self._runners[op] = run
-        self._form = form
         return self
+
+    def learn(self, op: str) -> None:
+        """The runner of ``op`` after its first call ran the general path (a sibling
+        operator, e.g. value_and_jvp on a jvp prep: it compiled what its runner uses)."""
+        if self._form is None or self._tree or op in self._runners or op in self._tried:
+            return
+        self._tried.add(op)
+        run = self._runner(op)
+        if run is not None:
+            self._runners[op] = run
+
+    def _takes(self) -> str | None:
+        """The form in which the backend's runners take this plan's calls, or None (the
+        general path runs them): for an f with aux, one array and only where the runners
+        hand the aux to the sink (``runs_aux``); for a pytree output, one native array
+        (see ``tree_runner``); native pytree leaves without a tangent."""
+        form, sig, f = self.sig.form(), self.sig, unfix(self.f, ())[0]
+        if form is None or (self.aux and (not self.impl.runs_aux or form == LEAVES)):
+            return None
+        if outputs.returns_tree(f):
+            if self.aux or form != ARRAY or type(self.f) is FixedParams or sig.many:
+                return None
+            self._tree = True
+        elif form == LEAVES and (sig.t is not None or type(self.f) is FixedParams):
+            return None
+        return form
+
+    def _runner(self, op: str, x: Any = None) -> Callable | None:
+        form, prob = self._form, self._probs[op]
+        run = self.impl.runner(prob, form, None if form == LEAVES else self.combo)
+        return tree_runner(self.impl, prob.f, op, x, run) if self._tree else run
 
     def problem(self, op: str) -> Problem:
         """The plan's problem for ``op`` (its compiled functions, once it ran)."""

@@ -184,10 +184,13 @@ def call(
                 return out if sink is None else (out, _aux(op, backend, sink))
         c = enter(op, f, backend, x, contexts, prep, t, aux)
         out = op.run(c, t, chunk_size)
-        if prep is None and planned and c.impl.keeps_plans:
-            unprepared.remember(
-                op.name, f, backend, c.impl, c.prob, c.combo, x, c.kinds, contexts, t
-            )
+        if prep is None:
+            if planned and c.impl.keeps_plans:
+                unprepared.remember(
+                    op.name, f, backend, c.impl, c.prob, c.combo, x, c.kinds, contexts, t
+                )
+        elif planned and type(prep) is Prep:
+            prep.learn(op.name)
         return out if sink is None else (out, c.impl.settle(_aux(op, backend, sink), out))
     except Foreign as exc:  # arrays of another framework: the call crosses a bridge
         return _cross(exc, op, f, backend, x, t, contexts, prep, chunk_size, aux)

@@ -76,7 +76,7 @@ def remember(op: str, f, backend, impl, prob, combo, x, kinds, contexts, t) -> N
     if old is not None and old.run is None and old.form == form and old.sig == sig:
         return  # the backend has no runner for calls like this one
     tree = outputs.returns_tree(prob.f)
-    if tree and (form != ARRAY or prob.aux):
+    if tree and (form != ARRAY or prob.aux or many):
         return  # a pytree output of pytree or NumPy arguments: the general path splits it
     registry.KEEPS_PLANS.add(type(backend))  # a SecondOrder of a backend that keeps plans
     reads = _reads(f) if impl.bakes_reads else None

@@ -397,3 +397,37 @@ def test_jax_unprepared_tangents_calls_run_the_kept_plan(monkeypatch):
             np.testing.assert_allclose(_np(w), _np(jax.vjp(g, x)[1](v)[0]), rtol=1e-12)
         np.testing.assert_allclose(_np(one), _np(jax.jvp(g, (x,), (asarray(V),))[1]), rtol=1e-12)
     assert general.count == 0
+
+
+@pytest.mark.parametrize("name", ["jax", "torch"])
+def test_sibling_operators_get_a_runner_after_their_first_call(monkeypatch, name):
+    """value_and_jvp on a jvp prep (and the other siblings): the first call runs the
+    general path, the next ones the runner it left (results against closed forms)."""
+    b, asarray, sin, total = _framework(name)
+    f = lambda x: total(sin(x) * x)  # noqa: E731
+    g = lambda x: sin(x) * x[0]  # noqa: E731
+    x0, v = asarray(X), asarray(V)
+    pj, pg = di.prepare_jvp(g, b, x0, v), di.prepare_gradient(f, b, x0)
+    ph = di.prepare_hvp(f, b, x0, v)
+    calls = [
+        (lambda x: di.value_and_jvp(g, b, x, v, prep=pj), "jvp"),
+        (lambda x: di.value_and_gradient(f, b, x, prep=pg), "gradient"),
+        (lambda x: di.gradient_and_hvp(f, b, x, v, prep=ph), "hvp"),
+    ]
+    for call, _ in calls:
+        call(x0)
+    general = _GeneralPath(monkeypatch)
+    for k in range(3):
+        a = X + 0.1 * k
+        for call, what in calls:
+            first, second = call(asarray(a))
+            if what == "jvp":
+                want = (np.sin(a) * a[0], np.cos(a) * a[0] * V + np.sin(a) * V[0])
+            elif what == "gradient":
+                want = (np.sum(np.sin(a) * a), np.cos(a) * a + np.sin(a))
+            else:
+                hess_v = (2 * np.cos(a) - a * np.sin(a)) * V
+                want = (np.cos(a) * a + np.sin(a), hess_v)
+            np.testing.assert_allclose(_np(first), want[0], rtol=1e-12)
+            np.testing.assert_allclose(_np(second), want[1], rtol=1e-12)
+    assert general.count == 0

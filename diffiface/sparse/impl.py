@@ -17,7 +17,7 @@ from .._cache import FunctionCache
 from .._reads import fingerprint
 from ..core import convert, registry
 from ..core.operator import OPS, names
-from ..core.signature import entered, leaf
+from ..core.signature import entered, leaf, one
 from . import detect
 from .plan import KEY, SparsePlan
 
@@ -86,7 +86,7 @@ class SparseImpl:
 
         def value_gradient_and_hessian(x):
             g, data = run(x)
-            return fn((x,)), g[0], fmt(data)
+            return _value(fn((x,))), g[0], fmt(data)
 
         return value_gradient_and_hessian
 
@@ -112,8 +112,7 @@ class SparseImpl:
             plan.check(prob, xs, ctx, data, c.combo)
         y = None
         if value:
-            y = prob.flat()(xs, *ctx)
-            y = c.back(np.asarray(y) if isinstance(y, np.generic) else y)  # (a NumPy sum)
+            y = c.back(_value(prob.flat()(xs, *ctx)))
         return y, c.like_x(g), self._out(c, plan, data)
 
     def _plan(self, c, combo, value=None) -> SparsePlan:
@@ -143,12 +142,17 @@ class SparseImpl:
         return c.back(out) if self.backend.dense else out
 
 
+def _value(y: Any) -> Any:
+    """f(x) as the value of a sparse Hessian call: an array (a NumPy sum is a scalar)."""
+    return np.asarray(y) if isinstance(y, np.generic) else y
+
+
 def _key(impl: SparseImpl, c, combo) -> tuple | None:
     """What an unprepared call's plan depends on, or None where it is not kept: a local
     pattern is taken at x (each call detects anew, as it warns)."""
     if not detect.everywhere(impl.backend) or len(c.xs) != 1:
         return None
-    prob, sig = c.prob, (c.kinds[0], *entered(leaf, c.xs, c.ctx))
+    prob, sig = c.prob, (c.kinds[0], one(c.xs[0]), entered(leaf, (), c.ctx))  # (x's type too)
     return (KEY, impl.backend, prob.scalar, prob.aux, combo, sig, fingerprint(prob.f))
 
 

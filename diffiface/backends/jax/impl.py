@@ -36,9 +36,9 @@ _MET = ("run once uncompiled",)  # a CACHE key: the object was met
 
 
 def _liftable(prob) -> bool:
-    """An unprepared call whose f returns one array, without aux: a closure made per
-    call may run its code's compilation (see ``closures``)."""
-    return not prob.prepared and not prob.aux and prob.op not in outputs.TREE_OPS
+    """An unprepared call without aux: a closure made per call may run its code's
+    compilation (see ``closures``)."""
+    return not prob.prepared and not prob.aux
 
 
 def _eager_outer(prob, xs: tuple) -> bool:

@@ -25,6 +25,8 @@ from .backend import SLOW
 from .plan import ARRAY, LEAVES, fast_sig, native_sig, run_form, tree_runner
 
 TABLE = FunctionCache(per_function=16)
+PYTHON = "python"  # the form of a Python float x (``BackendImpl.runner``)
+_FORMS = {convert.NATIVE: ARRAY, convert.NUMPY: "numpy", convert.PYTHON: PYTHON}
 
 
 class Kept:
@@ -50,18 +52,21 @@ def run(op: str, f: Any, backend: Any, x: Any, contexts: tuple, t: tuple) -> Any
     reads = kept.reads
     if reads is not None and snapshot(reads[0]) != reads[1]:
         return SLOW
+    if kept.form == PYTHON:  # a Python float x: its runner checks the dtype policy
+        return SLOW if contexts or type(x) is not float else kept.run(x, *t)
     return run_form(kept.form, kept.run, kept.x_sig, kept.c_sig, x, contexts, t)
 
 
 def remember(op: str, f, backend, impl, prob, combo, x, kinds, contexts, t) -> None:
     """Keep the runner of a plain call (or of a preparation) for the next call like it:
-    one native or NumPy array without contexts, with a tangent that is one array of
-    x's type; or native pytree leaves with Constant contexts of native leaves."""
+    one native or NumPy array or Python float without contexts, with a tangent of x's
+    type; or native pytree leaves with Constant contexts of native leaves."""
     if t is not None and (isinstance(t, Tangents) or type(t) is not type(x)):
         return  # several tangents: another compiled function; a tangent to convert
-    one = prob.single and not contexts and kinds[0] in (convert.NATIVE, convert.NUMPY)
+    one = prob.single and not contexts and kinds[0] in _FORMS
     if one:
-        form, sig = "numpy" if kinds[0] == convert.NUMPY else ARRAY, fast_sig(x)
+        form = _FORMS[kinds[0]]
+        sig = (float, (), None) if form == PYTHON else fast_sig(x)  # (never a float's value)
         old = TABLE.peek(f, op)
         if old is not None and old.run is None and old.form == form and old.x_sig == sig:
             return  # the backend has no runner for calls like this one

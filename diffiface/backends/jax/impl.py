@@ -219,6 +219,8 @@ class JaxImpl(BackendImpl):
         call get the same one."""
         if form == "leaves":
             return runners.leaves(prob)
+        if form == "python":
+            return runners.python_float(prob)
         return runners.single(prob, form == "numpy")
 
     def value_and_jvp(self, prob, xs, vs, ctx):

@@ -22,6 +22,7 @@ from .running import TANGENTS, call, dense, only_compiled
 # operators whose compiled function returns the result as is
 _AS_IS = frozenset(
     (
+        "value_and_batched_jacobian",
         "gradient",
         "value_and_gradient",
         "jacobian",
@@ -79,6 +80,37 @@ def single(prob, numpy: bool):
     if op == "second_derivative":
         return lambda x: call(who, run, x)[2]
     return None
+
+
+def python_float(prob):
+    """The runner for a Python float x (and tangents): each passed to the compiled
+    function as the scalar the general path makes of it (the default float dtype, not
+    weakly typed: no other compilation), each result back as the general path gives it
+    (a float for a 0-d result); SLOW once the default float dtype changed (x64)."""
+    run = single(prob, False)
+    if run is None:
+        return None
+    scalar = np.dtype(jnp.result_type(float)).type  # (np.float64 with x64, else float32)
+    x64 = jax.config.jax_enable_x64
+
+    def from_float(x, *t):
+        if jax.config.jax_enable_x64 != x64 or (t and type(t[0]) is not float):
+            return SLOW
+        out = run(scalar(x), *(scalar(a) for a in t))
+        if type(out) is tuple:
+            return tuple(_python(a) for a in out)
+        return out if out is SLOW else _python(out)
+
+    return from_float
+
+
+def _python(a):
+    """A result for a Python float x: a float where it is 0-d, else NumPy (as
+    ``convert.back``); None stays None."""
+    if a is None or isinstance(a, jax.core.Tracer):
+        return a
+    a = np.asarray(a)
+    return a.item() if a.ndim == 0 else a
 
 
 def _tangents(prob, name: str, run, numpy: bool, k: int | None = None):

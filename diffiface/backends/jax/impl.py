@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any
 
@@ -124,7 +125,13 @@ class JaxImpl(BackendImpl):
         return outputs.leaf_signature(a)
 
     def concat(self, arrays: list, axis: int = 0) -> Any:
-        return jnp.concatenate(arrays, axis=axis) if len(arrays) > 1 else arrays[0]
+        return _concat(tuple(arrays), axis) if len(arrays) > 1 else arrays[0]
+
+    def reshape(self, a: Any, shape: tuple) -> Any:
+        """``a`` itself where it has the shape already (a vector raveled: no dispatch)."""
+        if shape == (-1,) and a.ndim == 1 or a.shape == shape:
+            return a
+        return a.reshape(shape)
 
     def stack(self, arrays: list, axis: int) -> Any:
         return jnp.stack(arrays, axis=axis)
@@ -498,6 +505,13 @@ class JaxImpl(BackendImpl):
 
         run, dyn = self._compiled(prob, ("d2",), ctx, make)
         return call(prob, run, xs[0], *dyn)
+
+
+@functools.partial(jax.jit, static_argnums=1)
+def _concat(arrays: tuple, axis: int):
+    """One compiled call (``jnp.concatenate`` itself costs about four times the dispatch
+    in Python before it runs: a cotangent raveled per call)."""
+    return jnp.concatenate(arrays, axis=axis)
 
 
 def _vg(fn, x):

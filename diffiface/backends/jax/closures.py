@@ -32,7 +32,7 @@ from ...core import outputs
 _ARRAY = object()  # a cell part passed as an argument
 _FLAGS = (bool, int, float, str, type(None))
 _SEEN: OrderedDict = OrderedDict()  # code -> True once an object of it compiled
-_LIFTED: OrderedDict = OrderedDict()  # key -> its _Entry (the jitted function of (cell arrays, *args))
+_LIFTED: OrderedDict = OrderedDict()  # key -> its _Entry (jitted on (cell arrays, *args))
 MAX = 256
 _LOCK = threading.Lock()
 

@@ -129,7 +129,7 @@ class JaxImpl(BackendImpl):
 
     def reshape(self, a: Any, shape: tuple) -> Any:
         """``a`` itself where it has the shape already (a vector raveled: no dispatch)."""
-        if shape == (-1,) and a.ndim == 1 or a.shape == shape:
+        if (shape == (-1,) and a.ndim == 1) or a.shape == shape:
             return a
         return a.reshape(shape)
 

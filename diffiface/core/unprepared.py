@@ -14,6 +14,8 @@ rebound is not used after it.
 
 from __future__ import annotations
 
+import functools
+from types import FunctionType
 from typing import Any
 
 from .._cache import FunctionCache
@@ -45,6 +47,9 @@ def run(op: str, f: Any, backend: Any, x: Any, contexts: tuple, t: tuple) -> Any
     """The result of the kept plan of ``f`` for ``op`` when this call matches it, else
     SLOW (``t``: ``(tangent,)`` for an operator that takes one, else ``()``)."""
     kept = TABLE.peek(f, op)
+    by_code = kept is None and type(f) is FunctionType  # a closure made anew per call:
+    if by_code:  # the plan of its code, whose runner takes f (``per_code``)
+        kept = TABLE.peek(f.__code__, op)
     if kept is None or kept.run is None:
         return SLOW
     if backend is not kept.backend and backend != kept.backend:
@@ -52,9 +57,10 @@ def run(op: str, f: Any, backend: Any, x: Any, contexts: tuple, t: tuple) -> Any
     reads = kept.reads
     if reads is not None and snapshot(reads[0]) != reads[1]:
         return SLOW
+    go = functools.partial(kept.run, f) if by_code else kept.run
     if kept.form == PYTHON:  # a Python float x: its runner checks the dtype policy
-        return SLOW if contexts or type(x) is not float else kept.run(x, *t)
-    return run_form(kept.form, kept.run, kept.x_sig, kept.c_sig, x, contexts, t)
+        return SLOW if contexts or type(x) is not float else go(x, *t)
+    return run_form(kept.form, go, kept.x_sig, kept.c_sig, x, contexts, t)
 
 
 def remember(op: str, f, backend, impl, prob, combo, x, kinds, contexts, t) -> None:
@@ -79,9 +85,10 @@ def remember(op: str, f, backend, impl, prob, combo, x, kinds, contexts, t) -> N
     reads = _reads(f) if impl.bakes_reads else None
     if one:
         run = impl.runner(prob, form, combo, weak=True)
+        owner = f.__code__ if getattr(run, "per_code", False) else f  # (its reads: its own)
         if tree:
             run = tree_runner(impl, prob.f, op, x, run)
-        TABLE.put(f, op, Kept(backend, form, sig, None, reads, run))
+        TABLE.put(owner, op, Kept(backend, form, sig, None, reads if owner is f else None, run))
         return
     if t is not None or not all(k == convert.NATIVE for k in kinds):
         return

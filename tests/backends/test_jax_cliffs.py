@@ -6,6 +6,9 @@ times, and checks every result against JAX's own transform in float64."""
 
 from __future__ import annotations
 
+import gc
+import weakref
+
 import numpy as np
 import pytest
 from helpers import python_calls
@@ -478,3 +481,56 @@ def test_batched_jacobian_runs_the_compiled_function(numpy, prepared, monkeypatc
     np.testing.assert_allclose(np.asarray(got2), np.asarray(want), rtol=1e-12)
     if y is not None:
         np.testing.assert_allclose(np.asarray(y), np.asarray(_per_sample(jnp.asarray(xn))))
+
+
+PER_CODE = [("gradient", False), ("value_and_gradient", False), ("hvp", False)]
+PER_CODE += [("jvp", False), ("value_and_jvp", False), ("vjp", False), ("jvp", True)]
+
+
+@pytest.mark.parametrize(("op", "tree"), PER_CODE)
+def test_closures_per_call_run_their_codes_plan(op, tree, monkeypatch):
+    """From the third object of a code on, a closure made per call runs the plan kept
+    for its code (the general path made to fail): no compilation, its own cell's
+    values, and the plan holds no object of f."""
+    scalar = "gradient" in op or "hvp" in op
+    make = _make_closure(tree, scalar)
+    x, v = jnp.asarray(XN[:8]), jnp.asarray(VN[0][:8])
+    fn = getattr(di, op)
+    args = (x,) if "gradient" in op and op != "gradient_and_hvp" else (x, v)
+    for k in range(2):
+        fn(make(jnp.asarray(1.0 + k)), B, *args)
+    before = compiles()
+    monkeypatch.setattr(shell, "enter", _no_general_path)
+    ws = [jnp.asarray(3.0 + k) for k in range(3)]
+    gots = [fn(make(w), B, *args) for w in ws]
+    assert compiles() == before
+    monkeypatch.undo()
+    for w, got in zip(ws, gots, strict=True):
+        f = make(w)
+        if "gradient" in op:
+            want = jax.value_and_grad(f)(x)
+            want = want if op.startswith("value") else want[1]
+        else:
+            want = _native_result(op, f, x, v)
+        assert jax.tree.structure(got) == jax.tree.structure(want)
+        for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(want), strict=True):
+            np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-12)
+    f = make(jnp.asarray(9.0))
+    fn(f, B, *args)
+    ref = weakref.ref(f)
+    del f
+    gc.collect()
+    assert ref() is None  # the code's plan holds no object of it
+
+
+def test_code_plan_hands_over_for_other_cells():
+    """A closure of the same code whose cell holds another shape or flag value runs the
+    general path (never the plan of other cells): its own result."""
+
+    def make(w, c):
+        return lambda x: c * jnp.sum(w * x**2)
+
+    x = jnp.asarray(XN[:6])
+    for w, c in [(1.0, 1.0), (2.0, 1.0), (3.0, 1.0), (np.ones(6), 1.0), (2.0, 5.0), (4.0, 1.0)]:
+        got = di.gradient(make(jnp.asarray(w), c), B, x)
+        np.testing.assert_allclose(got, 2 * c * np.asarray(w) * XN[:6], rtol=1e-12)

@@ -51,7 +51,7 @@ def lift(f: Any) -> tuple | None:
         if isinstance(v, np.ndarray) or (
             isinstance(v, jax.Array) and not isinstance(v, jax.core.Tracer)
         ):
-            parts.append((_ARRAY, str(jax.typeof(v))))
+            parts.append((_ARRAY, None))  # (its shape and dtype: jit keys its own cache on them)
             arrays.append(v)
         elif type(v) in _FLAGS:
             parts.append((type(v), v))
@@ -84,6 +84,7 @@ class _Entry:
 
 
 _NOW = threading.local()  # .f: a weak reference to the object whose lifted call runs
+KEY = "lifted"  # a memo entry of a problem whose compiled function is its code's: the key
 
 
 def compiled(prob: Any, key: tuple, make_run, on_compile) -> Any:
@@ -127,6 +128,17 @@ def compiled(prob: Any, key: tuple, make_run, on_compile) -> Any:
             _NOW.f = None
 
     return run_tree
+
+
+def bound(f: Any, key: tuple) -> Any:
+    """The compiled function of f's code for ``key`` on f's cell arrays, or None (f is
+    not lifted so: cells of other kinds, shapes or flags, a rebound read, not compiled)."""
+    got = lift(f)
+    if got is None:
+        return None
+    (code, parts, defaults, reads), arrays = got
+    entry = _LIFTED.get((code, parts, defaults, reads, key))
+    return None if entry is None else functools.partial(entry.jitted, tuple(arrays))
 
 
 def _lifted(f: Any, parts: tuple, make_run, entry: _Entry):

@@ -181,6 +181,7 @@ class JaxImpl(BackendImpl):
                 )
                 if run is not None:
                     prob.fns[tag, static] = run
+                    prob.fns[closures.KEY] = prob.key(*tag, static)
                     return run, dyn
             # keyed on what f reads now (compiled anew when a value f reads is rebound),
             # the same for a preparation and an unprepared call: they share the function
@@ -228,6 +229,9 @@ class JaxImpl(BackendImpl):
             return runners.leaves(prob)
         if form == "python":
             return runners.python_float(prob)
+        key = prob.fns.get(closures.KEY)
+        if weak and key is not None and form == "array":  # a closure made per call
+            return runners.per_code(prob, key)
         return runners.single(prob, form == "numpy")
 
     def value_and_jvp(self, prob, xs, vs, ctx):

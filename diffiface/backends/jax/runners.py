@@ -17,6 +17,7 @@ import numpy as np
 from ..._tangents import Tangents
 from ..._tree import unflatten
 from ...core.backend import SLOW
+from . import closures
 from .running import TANGENTS, call, dense, only_compiled
 
 # operators whose compiled function returns the result as is
@@ -61,7 +62,7 @@ def single(prob, numpy: bool):
     name = tag[0]
     if op in _KEEPS and name in _TAGS and tag[1:] != (True,):  # (not a Python float's vjp)
         k = prob.fns.get(TANGENTS) if name in _SEVERAL else None
-        return _tangents(prob, name, run, numpy, k)
+        return _tangents(op, prob.named(), name, run, numpy, k)
     if numpy:
         return None
     who = prob.named()
@@ -113,16 +114,37 @@ def _python(a):
     return a.item() if a.ndim == 0 else a
 
 
-def _tangents(prob, name: str, run, numpy: bool, k: int | None = None):
+def per_code(prob, key: tuple):
+    """For a closure made anew per call whose compiled function is its code's (see
+    ``closures``): ``runner(f, x, *t)`` for any object of that code, on its own cell
+    arrays (SLOW for an object of other cells); one array x, one tangent or none. It
+    holds neither f nor the problem."""
+    found, op = only_compiled(prob), prob.op
+    if found is None or not (op in _AS_IS or op in _KEEPS):
+        return None
+    tag, who = found[0], prob.named()
+    if op in _KEEPS and (tag[0] not in ("jvp", "vjp", "hvp") or tag[1:] == (True,)):
+        return None
+
+    def code_run(f, x, *t):
+        run = closures.bound(f, key)
+        if run is None:
+            return SLOW
+        return _tangents(op, who, tag[0], run, False)(x, *t) if t else run(x)
+
+    code_run.per_code = True  # (``core.unprepared`` keeps it under f's code)
+    return code_run
+
+
+def _tangents(op: str, who, name: str, run, numpy: bool, k: int | None = None):
     """``runner(x, t)`` for a tangent (or, with ``k``, a Tangents of k): each like x
     for jvp and hvp; a cotangent of x's type for vjp, which the compiled function
     checks against f(x) (a cotangent of another shape traces anew: ``call`` explains
-    errors and bounds the shapes)."""
-    keep, like_x = _KEEPS[prob.op], name in _LIKE_X
+    errors and bounds the shapes). ``who``: the problem's ``named()``."""
+    keep, like_x = _KEEPS[op], name in _LIKE_X
     if like_x:
         go = run  # compiled for exactly these arguments: nothing left to catch
     else:
-        who = prob.named()
 
         def go(x, t):
             return call(who, run, x, t)

@@ -534,3 +534,22 @@ def test_code_plan_hands_over_for_other_cells():
     for w, c in [(1.0, 1.0), (2.0, 1.0), (3.0, 1.0), (np.ones(6), 1.0), (2.0, 5.0), (4.0, 1.0)]:
         got = di.gradient(make(jnp.asarray(w), c), B, x)
         np.testing.assert_allclose(got, 2 * c * np.asarray(w) * XN[:6], rtol=1e-12)
+
+
+@pytest.mark.parametrize("op", ["gradient", "jvp", "vjp", "hvp"])
+def test_closures_per_call_of_numpy_run_their_codes_plan(op, monkeypatch):
+    """NumPy x (and tangent): the code's plan too, NumPy results."""
+    make = _make_closure(tree=False, scalar=op in ("gradient", "hvp"))
+    x, v = XN[:8], VN[0][:8]
+    args = (x,) if op == "gradient" else (x, v)
+    fn = getattr(di, op)
+    for k in range(2):
+        fn(make(jnp.asarray(1.0 + k)), B, *args)
+    monkeypatch.setattr(shell, "enter", _no_general_path)
+    got = fn(make(jnp.asarray(5.0)), B, *args)
+    monkeypatch.undo()
+    f = make(jnp.asarray(5.0))
+    xj, vj = jnp.asarray(x), jnp.asarray(v)
+    want = jax.grad(f)(xj) if op == "gradient" else _native_result(op, f, xj, vj)
+    assert type(got) is np.ndarray
+    np.testing.assert_allclose(got, np.asarray(want), rtol=1e-12)

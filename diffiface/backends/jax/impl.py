@@ -230,8 +230,10 @@ class JaxImpl(BackendImpl):
         if form == "python":
             return runners.python_float(prob)
         key = prob.fns.get(closures.KEY)
-        if weak and key is not None and form == "array":  # a closure made per call
-            return runners.per_code(prob, key)
+        if weak and key is not None:  # a closure made per call: its code's runner
+            run = runners.per_code(prob, key, form == "numpy")
+            if run is not None:
+                return run
         return runners.single(prob, form == "numpy")
 
     def value_and_jvp(self, prob, xs, vs, ctx):

@@ -114,15 +114,15 @@ def _python(a):
     return a.item() if a.ndim == 0 else a
 
 
-def per_code(prob, key: tuple):
+def per_code(prob, key: tuple, numpy: bool):
     """For a closure made anew per call whose compiled function is its code's (see
     ``closures``): ``runner(f, x, *t)`` for any object of that code, on its own cell
-    arrays (SLOW for an object of other cells); one array x, one tangent or none. It
-    holds neither f nor the problem."""
+    arrays (SLOW for an object of other cells); one JAX or NumPy (``numpy``) array x,
+    one tangent or none. It holds neither f nor the problem; None for other calls."""
     found, op = only_compiled(prob), prob.op
     if found is None or not (op in _AS_IS or op in _KEEPS):
         return None
-    tag, who = found[0], prob.named()
+    tag, who, value = found[0], prob.named(), op.startswith("value")
     if op in _KEEPS and (tag[0] not in ("jvp", "vjp", "hvp") or tag[1:] == (True,)):
         return None
 
@@ -130,7 +130,9 @@ def per_code(prob, key: tuple):
         run = closures.bound(f, key)
         if run is None:
             return SLOW
-        return _tangents(op, who, tag[0], run, False)(x, *t) if t else run(x)
+        if t:
+            return _tangents(op, who, tag[0], run, numpy)(x, *t)
+        return _numpy_in_out(run, value)(x) if numpy else run(x)
 
     code_run.per_code = True  # (``core.unprepared`` keeps it under f's code)
     return code_run

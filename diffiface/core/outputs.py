@@ -341,6 +341,11 @@ def layout_of(f: Callable, sig: Any) -> Layout | None:
 MISSING = object()  # no record: f last ran (was compiled) before any pytree was seen
 
 
+def layouts(f: Callable) -> dict:
+    """Every Layout recorded for ``f``, by signature (a copy; empty when none)."""
+    return dict(_LAYOUTS.peek(f, "layouts") or {})
+
+
 def returns_tree(f: Callable) -> bool:
     if not SEEN[0]:
         return False

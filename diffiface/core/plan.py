@@ -25,7 +25,7 @@ from . import outputs, signature
 from .backend import SLOW
 from .operator import FAMILY, OPS, SHAPED_LIKE_F, of_family
 from .problem import Problem
-from .signature import ARRAY, LEAVES, Signature
+from .signature import ARRAY, LEAVES, NUMPY, Signature
 
 
 class MismatchError(_checks.DiffifaceValueError):
@@ -133,18 +133,19 @@ class Prep:
         run = self._runners.get(op)
         if run is None:
             return SLOW
-        sig = self.sig
-        if self._form != LEAVES:  # one array: the signature's check, inline (every call)
+        sig, form = self.sig, self._form
+        if form is ARRAY or form is NUMPY:  # one array: the signature's check, inline
             one = sig.one
             if contexts or type(x) is not one[0] or x.shape != one[1] or x.dtype != one[2]:
                 return SLOW
+            form = None
         if f is not self.f and not _same_f(f, self.f):
             return SLOW
         if backend is not self.backend and backend != self.backend:
             return SLOW
         if t and (type(t[0]) is Tangents) is not sig.many:  # one tangent vs several
             return SLOW
-        return run(x, *t) if self._form != LEAVES else sig.run(LEAVES, run, x, contexts, t)
+        return run(x, *t) if form is None else sig.run(form, run, x, contexts, t)
 
     def __repr__(self) -> str:
         nested = "" if self.nested is None else f"; nested: {self.nested}"

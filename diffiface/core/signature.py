@@ -24,7 +24,10 @@ from .._tree import flatten, paths, static_data
 from . import convert
 
 SLOW = object()  # returned by a runner that must hand over to the general path
-ARRAY, NUMPY, LEAVES = "array", "numpy", "leaves"  # how a runner takes x (BackendImpl.runner)
+# how a runner takes x (BackendImpl.runner): one array of the framework, one NumPy array,
+# one Python float, or native pytree leaves
+ARRAY, NUMPY, PYTHON, LEAVES = "array", "numpy", "python", "leaves"
+_FORMS = {convert.NATIVE: ARRAY, convert.NUMPY: NUMPY, convert.PYTHON: PYTHON}
 
 _KINDS: dict = {}
 
@@ -81,20 +84,20 @@ class Signature:
     """x, the contexts and the tangent of a call, with the forms a runner checks.
 
     ``x``, ``ctx`` and ``t`` compare calls (:func:`tree`, :func:`contexts`,
-    :func:`tangent`); ``one`` is x's (type, shape, dtype) where x is one native or NumPy
-    array (``single``: x is one leaf); ``x_native`` and ``c_native`` are the native-leaf
-    forms of x and of Constant contexts (see :func:`native`), None where a leaf is not a
-    native array.
+    :func:`tangent`); ``kind`` is the form of x where it is one leaf (``single``) and
+    ``one`` its (type, shape, dtype) (a Python float: its type only); ``x_native`` and
+    ``c_native`` are the native-leaf forms of x and of Constant contexts (see
+    :func:`native`), None where a leaf is not a native array.
     """
 
-    __slots__ = ("c_native", "ctx", "many", "numpy", "one", "t", "x", "x_native")
+    __slots__ = ("c_native", "ctx", "kind", "many", "one", "t", "x", "x_native")
 
     def __init__(self, impl: Any, x: Any, kinds: tuple, cs: tuple, t: Any, single: bool):
         self.x, self.ctx, self.t = tree(x), contexts(cs), tangent(t)
         self.many = isinstance(t, Tangents)
-        native_or_numpy = kinds[0] in (convert.NATIVE, convert.NUMPY) if kinds else False
-        self.one = one(x) if single and native_or_numpy else None
-        self.numpy = bool(kinds) and kinds[0] == convert.NUMPY
+        self.kind = _FORMS.get(kinds[0]) if single and kinds else None  # x is one leaf
+        arrays = self.kind in (ARRAY, NUMPY)
+        self.one = one(x) if arrays else (float, (), None) if self.kind == PYTHON else None
         self.x_native = native(impl, x) if all(k == convert.NATIVE for k in kinds) else None
         constants = cs and all(type(c) is Constant for c in cs)
         self.c_native = native(impl, tuple(c.value for c in cs)) if constants else None
@@ -108,10 +111,11 @@ class Signature:
         return hash((self.x, self.ctx, self.t))
 
     def form(self) -> str | None:
-        """How a runner takes calls like this one: one array (ARRAY, NUMPY) without
-        contexts, native leaves (LEAVES) with native Constant contexts; None: no runner."""
-        if self.one is not None and not self.ctx:
-            return NUMPY if self.numpy else ARRAY
+        """How a runner takes calls like this one: one array or float (ARRAY, NUMPY,
+        PYTHON) without contexts, native leaves (LEAVES) with native Constant contexts;
+        None: no runner."""
+        if self.kind is not None and not self.ctx:
+            return self.kind
         if self.x_native is not None and (self.c_native is not None or not self.ctx):
             return LEAVES
         return None
@@ -122,6 +126,8 @@ class Signature:
         if form == LEAVES:
             got = leaves_of(x, cs, self.x_native, self.c_native)
             return SLOW if got is None else run(*got)
+        if form == PYTHON:  # a Python float: never its value (the runner checks the dtype)
+            return SLOW if cs or type(x) is not float else run(x, *t)
         s = self.one
         if cs or type(x) is not s[0] or x.shape != s[1] or x.dtype != s[2]:
             return SLOW

@@ -14,6 +14,8 @@ rebound is not used after it.
 
 from __future__ import annotations
 
+import functools
+from types import FunctionType
 from typing import Any
 
 from .._cache import FunctionCache
@@ -43,6 +45,9 @@ def run(op: str, f: Any, backend: Any, x: Any, contexts: tuple, t: tuple) -> Any
     """The result of the kept plan of ``f`` for ``op`` when this call matches it, else
     SLOW (``t``: ``(tangent,)`` for an operator that takes one, else ``()``)."""
     kept = TABLE.peek(f, op)
+    by_code = kept is None and type(f) is FunctionType  # a closure made anew per call:
+    if by_code:  # the plan of its code, whose runner takes f (``per_code``)
+        kept = TABLE.peek(f.__code__, op)
     if kept is None or kept.run is None:
         return SLOW
     if backend is not kept.backend and backend != kept.backend:
@@ -50,14 +55,16 @@ def run(op: str, f: Any, backend: Any, x: Any, contexts: tuple, t: tuple) -> Any
     reads = kept.reads
     if reads is not None and snapshot(reads[0]) != reads[1]:
         return SLOW
-    return kept.sig.run(kept.form, kept.run, x, contexts, t)
+    go = functools.partial(kept.run, f) if by_code else kept.run
+    return kept.sig.run(kept.form, go, x, contexts, t)
 
 
 def remember(op: str, f, backend, impl, prob, combo, x, kinds, contexts, t) -> None:
     """Keep the runner of a plain call (or of a preparation) for the next call like it:
-    one native or NumPy array without contexts, with a tangent (or ``Tangents``) of
-    x's type; or native pytree leaves with Constant contexts of native leaves, without
-    a tangent. Calls with aux, and with ``Tangents``, keep theirs under their own key."""
+    one native or NumPy array or Python float without contexts, with a tangent (or
+    ``Tangents``) of x's type; or native pytree leaves with Constant contexts of native
+    leaves, without a tangent. Calls with aux, and with ``Tangents``, keep theirs under
+    their own key."""
     many = isinstance(t, Tangents)
     if t is not None and not many and type(t) is not type(x):
         return  # a tangent to convert
@@ -81,10 +88,11 @@ def remember(op: str, f, backend, impl, prob, combo, x, kinds, contexts, t) -> N
     registry.KEEPS_PLANS.add(type(backend))  # a SecondOrder of a backend that keeps plans
     reads = _reads(f) if impl.bakes_reads else None
     run = impl.runner(prob, form, combo, weak=True)
+    owner = f.__code__ if getattr(run, "per_code", False) else f  # (its reads: its own)
     if tree:
         run = tree_runner(impl, prob.f, op, x, run)
     if run is not None or form != LEAVES:
-        TABLE.put(f, key, Kept(backend, form, sig, reads, run))
+        TABLE.put(owner, key, Kept(backend, form, sig, reads if owner is f else None, run))
 
 
 def aux_key(op: str) -> str:

@@ -6,6 +6,9 @@ times, and checks every result against JAX's own transform in float64."""
 
 from __future__ import annotations
 
+import gc
+import weakref
+
 import numpy as np
 import pytest
 from helpers import python_calls
@@ -305,3 +308,248 @@ def test_python_calls_of_warm_prepared_calls():
     assert python_calls(lambda: di.jvp(f, B, XN, VN[0], prep=pn)) <= 8
     assert python_calls(lambda: di.hvp(s, B, x, v, prep=ph)) <= 8
     assert python_calls(lambda: di.jvp(f, B, x, ts, prep=pt)) <= 8
+
+
+# ---- closures made anew per call: every operator, pytree outputs ------------------
+
+
+def _make_closure(tree: bool, scalar: bool):
+    """A new closure per call of the same code, its cell an array (JAX's common habit:
+    ``di.jvp(lambda p: model(p, batch), ...)`` inside a loop)."""
+
+    def make(w):
+        if scalar:
+            return lambda x: jnp.sum(w * jnp.sin(x) * x)
+        if tree:
+            return lambda x: {"a": w * jnp.sin(x), "b": (jnp.sum(x**2) * w)[None]}
+        return lambda x: w * jnp.sin(x) * x
+
+    return make
+
+
+def _native_result(op, f, x, t):
+    """The operator's result by JAX's own transforms (jvp, vjp, jvp of grad)."""
+    if "jvp" in op:
+        y, out = jax.jvp(f, (x,), (t,))
+    elif "vjp" in op:
+        y, pb = jax.vjp(f, x)
+        out = pb(t)[0]
+    else:
+        y, out = jax.jvp(jax.grad(f), (x,), (t,))
+    return (y, out) if op.startswith("value") or op == "gradient_and_hvp" else out
+
+
+TREE_OPS = ["jvp", "value_and_jvp", "vjp", "value_and_vjp"]
+
+
+CLOSURE_CASES = [(op, False) for op in (*TREE_OPS, "hvp", "gradient_and_hvp")]
+CLOSURE_CASES += [(op, True) for op in TREE_OPS]  # (a pytree output)
+
+
+@pytest.mark.parametrize(("op", "tree"), CLOSURE_CASES)
+def test_closures_per_call_compile_once_per_code(op, tree):
+    """A closure made per call compiles its code once for jvp, vjp, hvp and their
+    variants (before: once per object, with RecompileWarning after 5), a pytree
+    output split like f(x) for each object; never a stale cell value."""
+    make = _make_closure(tree, scalar="hvp" in op)
+    x = jnp.asarray(XN[:9])
+    fn = getattr(di, op)
+    for k in range(8):
+        if k == 2:
+            before = compiles()
+        f = make(jnp.asarray(1.0 + k))
+        t = _native_result("value_and_jvp", f, x, jnp.asarray(VN[0][:9]))[0] if "vjp" in op else x
+        t = jax.tree.map(jnp.cos, t)
+        got = fn(f, B, x, t)
+        want = _native_result(op, f, x, t)
+        assert jax.tree.structure(got) == jax.tree.structure(want)
+        for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(want), strict=True):
+            np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-12)
+    assert compiles() - before <= 2  # the code's one compilation (and its split)
+
+
+def test_closure_per_call_pytree_output_new_shape_and_tangents():
+    """The Layout kept per code holds for each object at every shape it met, and for a
+    Tangents call; jacobian of a pytree output too."""
+    make = _make_closure(tree=True, scalar=False)
+    for n in (5, 5, 6, 5, 6, 6):
+        x = jnp.asarray(XN[:n])
+        vs = [jnp.asarray(v[:n]) for v in VN[:2]]
+        f = make(jnp.asarray(float(n)))
+        got = di.jvp(f, B, x, di.Tangents(*vs))
+        for g, v in zip(got, vs, strict=True):
+            want = jax.jvp(f, (x,), (v,))[1]
+            for key in ("a", "b"):
+                np.testing.assert_allclose(g[key], want[key], rtol=1e-12)
+        jac, want = di.jacobian(f, B, x), jax.jacfwd(f)(x)
+        for key in ("a", "b"):
+            np.testing.assert_allclose(jac[key], want[key], rtol=1e-12)
+
+
+# ---- a Python float x keeps its plan -----------------------------------------------
+
+
+def _g(x):
+    return jnp.sin(x) * x**2
+
+
+FLOAT_OPS = {
+    "derivative": lambda x: jax.grad(_g)(x),
+    "value_and_derivative": lambda x: (_g(x), jax.grad(_g)(x)),
+    "second_derivative": lambda x: jax.grad(jax.grad(_g))(x),
+    "gradient": lambda x: jax.grad(_g)(x),
+}
+
+
+@pytest.mark.parametrize("op", list(FLOAT_OPS))
+def test_python_float_x_keeps_a_plan(op, monkeypatch):
+    """After the first call at a Python float, later calls at any float run the kept
+    plan (the general path made to fail): no new compilation, floats back as the
+    general path gives them."""
+    fn = getattr(di, op)
+    f = lambda x: _g(x)  # noqa: E731  (its own object: its own plan)
+    fn(f, B, 0.3)
+    before = compiles()
+    monkeypatch.setattr(shell, "enter", _no_general_path)
+    points = (0.7, -1.25, 2.0)
+    gots = [fn(f, B, x) for x in points]
+    assert compiles() == before
+    for x, got in zip(points, gots, strict=True):
+        want = FLOAT_OPS[op](x)
+        got, want = (got, want) if type(got) is tuple else ((got,), (want,))
+        for a, b in zip(got, want, strict=True):
+            assert type(a) is float
+            np.testing.assert_allclose(a, float(b), rtol=1e-12)
+
+
+@pytest.mark.parametrize("op", ["jvp", "hvp"])
+def test_python_float_x_and_tangent_keep_a_plan(op, monkeypatch):
+    fn = getattr(di, op)
+    f = lambda x: _g(x)  # noqa: E731
+    fn(f, B, 0.3, 1.0)
+    monkeypatch.setattr(shell, "enter", _no_general_path)
+    got = fn(f, B, 0.7, 3.0)
+    d = jax.grad(_g) if op == "jvp" else jax.grad(jax.grad(_g))
+    assert type(got) is float
+    np.testing.assert_allclose(got, 3.0 * float(d(0.7)), rtol=1e-12)
+
+
+def test_python_float_plan_follows_the_dtype_policy():
+    """The kept plan of a Python float holds for the default float dtype it was built
+    for: with x64 switched off, the call runs (and keeps) a float32 plan."""
+    f = lambda x: _g(x)  # noqa: E731
+    np.testing.assert_allclose(di.derivative(f, B, 0.7), float(jax.grad(_g)(0.7)), rtol=1e-12)
+    jax.config.update("jax_enable_x64", False)
+    try:
+        for _ in range(2):
+            got = di.derivative(f, B, 0.7)
+            np.testing.assert_allclose(got, float(jax.grad(_g)(0.7)), rtol=1e-6)
+            assert type(got) is float and float(np.float32(got)) == got  # computed in float32
+    finally:
+        jax.config.update("jax_enable_x64", True)
+    np.testing.assert_allclose(di.derivative(f, B, 0.7), float(jax.grad(_g)(0.7)), rtol=1e-12)
+
+
+# ---- batched_jacobian runs its compiled function -----------------------------------
+
+
+def _per_sample(x):
+    return jnp.sin(x) * x[..., :1]
+
+
+@pytest.mark.parametrize("numpy", [False, True], ids=["jax", "numpy"])
+@pytest.mark.parametrize("prepared", [False, True], ids=["unprepared", "prepared"])
+def test_batched_jacobian_runs_the_compiled_function(numpy, prepared, monkeypatch):
+    """JAX or NumPy x: after the first call (or the preparation), no general path, no
+    conversion by diffiface, no compilation; results of x's kind equal to
+    vmap(jacfwd)."""
+    f = lambda x: _per_sample(x)  # noqa: E731
+    xn = RNG.standard_normal((7, 3))
+    x = xn if numpy else jnp.asarray(xn)
+    kw = {"prep": di.prepare_batched_jacobian(f, B, x)} if prepared else {}
+    di.batched_jacobian(f, B, x, **kw)
+    before = compiles()
+    monkeypatch.setattr(shell, "enter", _no_general_path)
+    puts = _counting_device_put(monkeypatch)
+    got = di.batched_jacobian(f, B, x, **kw)
+    y, got2 = di.value_and_batched_jacobian(f, B, x, **kw) if not prepared else (None, got)
+    assert puts[0] == 0 and compiles() == before
+    kind = np.ndarray if numpy else jax.Array
+    assert isinstance(got, kind)
+    want = jax.vmap(jax.jacfwd(_per_sample))(jnp.asarray(xn))
+    np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-12)
+    np.testing.assert_allclose(np.asarray(got2), np.asarray(want), rtol=1e-12)
+    if y is not None:
+        np.testing.assert_allclose(np.asarray(y), np.asarray(_per_sample(jnp.asarray(xn))))
+
+
+PER_CODE = [("gradient", False), ("value_and_gradient", False), ("hvp", False)]
+PER_CODE += [("jvp", False), ("value_and_jvp", False), ("vjp", False), ("jvp", True)]
+
+
+@pytest.mark.parametrize(("op", "tree"), PER_CODE)
+def test_closures_per_call_run_their_codes_plan(op, tree, monkeypatch):
+    """From the third object of a code on, a closure made per call runs the plan kept
+    for its code (the general path made to fail): no compilation, its own cell's
+    values, and the plan holds no object of f."""
+    scalar = "gradient" in op or "hvp" in op
+    make = _make_closure(tree, scalar)
+    x, v = jnp.asarray(XN[:8]), jnp.asarray(VN[0][:8])
+    fn = getattr(di, op)
+    args = (x,) if "gradient" in op and op != "gradient_and_hvp" else (x, v)
+    for k in range(2):
+        fn(make(jnp.asarray(1.0 + k)), B, *args)
+    before = compiles()
+    monkeypatch.setattr(shell, "enter", _no_general_path)
+    ws = [jnp.asarray(3.0 + k) for k in range(3)]
+    gots = [fn(make(w), B, *args) for w in ws]
+    assert compiles() == before
+    monkeypatch.undo()
+    for w, got in zip(ws, gots, strict=True):
+        f = make(w)
+        if "gradient" in op:
+            want = jax.value_and_grad(f)(x)
+            want = want if op.startswith("value") else want[1]
+        else:
+            want = _native_result(op, f, x, v)
+        assert jax.tree.structure(got) == jax.tree.structure(want)
+        for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(want), strict=True):
+            np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-12)
+    f = make(jnp.asarray(9.0))
+    fn(f, B, *args)
+    ref = weakref.ref(f)
+    del f
+    gc.collect()
+    assert ref() is None  # the code's plan holds no object of it
+
+
+def test_code_plan_hands_over_for_other_cells():
+    """A closure of the same code whose cell holds another shape or flag value runs the
+    general path (never the plan of other cells): its own result."""
+
+    def make(w, c):
+        return lambda x: c * jnp.sum(w * x**2)
+
+    x = jnp.asarray(XN[:6])
+    for w, c in [(1.0, 1.0), (2.0, 1.0), (3.0, 1.0), (np.ones(6), 1.0), (2.0, 5.0), (4.0, 1.0)]:
+        got = di.gradient(make(jnp.asarray(w), c), B, x)
+        np.testing.assert_allclose(got, 2 * c * np.asarray(w) * XN[:6], rtol=1e-12)
+
+
+@pytest.mark.parametrize("op", ["gradient", "jvp", "vjp", "hvp"])
+def test_closures_per_call_of_numpy_run_their_codes_plan(op, monkeypatch):
+    """NumPy x (and tangent): the code's plan too, NumPy results."""
+    make = _make_closure(tree=False, scalar=op in ("gradient", "hvp"))
+    x, v = XN[:8], VN[0][:8]
+    args = (x,) if op == "gradient" else (x, v)
+    fn = getattr(di, op)
+    for k in range(2):
+        fn(make(jnp.asarray(1.0 + k)), B, *args)
+    monkeypatch.setattr(shell, "enter", _no_general_path)
+    got = fn(make(jnp.asarray(5.0)), B, *args)
+    monkeypatch.undo()
+    f = make(jnp.asarray(5.0))
+    xj, vj = jnp.asarray(x), jnp.asarray(v)
+    want = jax.grad(f)(xj) if op == "gradient" else _native_result(op, f, xj, vj)
+    assert type(got) is np.ndarray
+    np.testing.assert_allclose(got, np.asarray(want), rtol=1e-12)

@@ -10,8 +10,8 @@ of the code run that compilation. Flags in cells (bool, int, float, str, None)
 count by value, classes, modules and plain module-level functions by identity,
 and what f reads from globals by identity: any of them changed compiles anew.
 A cell holding anything else (a dict, a closure, an object) keeps the per-object
-path. Used for the operators whose f returns one array (a scalar for gradient,
-hvp and hessian), without aux.
+path. Used for every operator without aux; a pytree output's Layout is kept with
+the compilation of its code and recorded for each object that runs it.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from __future__ import annotations
 import functools
 import threading
 import types
+import weakref
 from collections import OrderedDict
 from typing import Any
 
@@ -26,11 +27,12 @@ import jax
 import numpy as np
 
 from ..._reads import snapshot, watch
+from ...core import outputs
 
 _ARRAY = object()  # a cell part passed as an argument
 _FLAGS = (bool, int, float, str, type(None))
 _SEEN: OrderedDict = OrderedDict()  # code -> True once an object of it compiled
-_LIFTED: OrderedDict = OrderedDict()  # key -> jitted function of (cell arrays, *args)
+_LIFTED: OrderedDict = OrderedDict()  # key -> its _Entry (jitted on (cell arrays, *args))
 MAX = 256
 _LOCK = threading.Lock()
 
@@ -49,7 +51,7 @@ def lift(f: Any) -> tuple | None:
         if isinstance(v, np.ndarray) or (
             isinstance(v, jax.Array) and not isinstance(v, jax.core.Tracer)
         ):
-            parts.append((_ARRAY, str(jax.typeof(v))))
+            parts.append((_ARRAY, None))  # (its shape and dtype: jit keys its own cache on them)
             arrays.append(v)
         elif type(v) in _FLAGS:
             parts.append((type(v), v))
@@ -70,6 +72,21 @@ def lift(f: Any) -> tuple | None:
     return (f.__code__, tuple(parts), defaults, reads), arrays
 
 
+class _Entry:
+    """One compilation of a code: the jitted function, and the Layouts its traces
+    recorded for a pytree output (kept per code: later objects of the code never run
+    f, so each gets them recorded as its own)."""
+
+    __slots__ = ("jitted", "layouts")
+
+    def __init__(self) -> None:
+        self.jitted, self.layouts = None, {}
+
+
+_NOW = threading.local()  # .f: a weak reference to the object whose lifted call runs
+KEY = "lifted"  # a memo entry of a problem whose compiled function is its code's: the key
+
+
 def compiled(prob: Any, key: tuple, make_run, on_compile) -> Any:
     """The compiled function of f's code for ``key`` (``prob.key(...)`` of the call),
     called with this object's cell arrays; None for the first object of its code (the
@@ -86,27 +103,63 @@ def compiled(prob: Any, key: tuple, make_run, on_compile) -> Any:
                 _SEEN.popitem(last=False)
             return None
         full = (code, parts, defaults, reads, key)
-        jitted = _LIFTED.get(full)
-        new = jitted is None
+        entry = _LIFTED.get(full)
+        new = entry is None
         if new:
-            jitted = _LIFTED[full] = jax.jit(_lifted(prob.f, parts, make_run))
+            entry = _LIFTED[full] = _Entry()
+            entry.jitted = jax.jit(_lifted(prob.f, parts, make_run, entry))
             while len(_LIFTED) > MAX:
                 _LIFTED.popitem(last=False)
     if new:
         on_compile(prob.f)
-    return functools.partial(jitted, tuple(arrays))
+    run = functools.partial(entry.jitted, tuple(arrays))
+    if prob.op not in outputs.TREE_OPS:
+        return run
+    f = prob.f
+    for sig, layout in entry.layouts.items():
+        outputs.record(f, sig, layout)
+    ref = weakref.ref(f)
+
+    def run_tree(*args):  # a trace (a shape not met yet) records its Layout for f too
+        _NOW.f = ref
+        try:
+            return run(*args)
+        finally:
+            _NOW.f = None
+
+    return run_tree
 
 
-def _lifted(f: Any, parts: tuple, make_run):
+def bound(f: Any, key: tuple) -> Any:
+    """The compiled function of f's code for ``key`` on f's cell arrays, or None (f is
+    not lifted so: cells of other kinds, shapes or flags, a rebound read, not compiled)."""
+    got = lift(f)
+    if got is None:
+        return None
+    (code, parts, defaults, reads), arrays = got
+    entry = _LIFTED.get((code, parts, defaults, reads, key))
+    return None if entry is None else functools.partial(entry.jitted, tuple(arrays))
+
+
+def _lifted(f: Any, parts: tuple, make_run, entry: _Entry):
     """``g(cell_arrays, *args)``: f's code rebuilt on the traced cells, then run as the
-    operator's compiled function would (``make_run(fget)``: that function for f)."""
+    operator's compiled function would (``make_run(fget)``: that function for f). A
+    pytree output's Layout goes to the entry and to the object being called."""
     code, env, name, defaults = f.__code__, f.__globals__, f.__name__, f.__defaults__
 
     def g(cell_arrays, *args):
         values = iter(cell_arrays)
         cells = tuple(types.CellType(next(values) if kind is _ARRAY else v) for kind, v in parts)
         fn = types.FunctionType(code, env, name, defaults, cells)
-        return make_run(lambda: fn)(*args)
+        out = make_run(lambda: fn)(*args)
+        found = outputs.layouts(fn)
+        if found:
+            entry.layouts = {**entry.layouts, **found}  # (a new dict: readers iterate it)
+            ref = getattr(_NOW, "f", None)
+            now = None if ref is None else ref()
+            for sig, layout in found.items() if now is not None else ():
+                outputs.record(now, sig, layout)
+        return out
 
     return g
 

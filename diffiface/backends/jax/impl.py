@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any
 
@@ -37,9 +38,9 @@ _MET = ("run once uncompiled",)  # a CACHE key: the object was met
 
 
 def _liftable(prob) -> bool:
-    """An unprepared call whose f returns one array, without aux: a closure made per
-    call may run its code's compilation (see ``closures``)."""
-    return not prob.prepared and not prob.aux and prob.op not in outputs.TREE_OPS
+    """An unprepared call without aux: a closure made per call may run its code's
+    compilation (see ``closures``)."""
+    return not prob.prepared and not prob.aux
 
 
 def _eager_outer(prob, xs: tuple) -> bool:
@@ -129,7 +130,13 @@ class JaxImpl(BackendImpl):
         return leaf_signature(a)
 
     def concat(self, arrays: list, axis: int = 0) -> Any:
-        return jnp.concatenate(arrays, axis=axis) if len(arrays) > 1 else arrays[0]
+        return _concat(tuple(arrays), axis) if len(arrays) > 1 else arrays[0]
+
+    def reshape(self, a: Any, shape: tuple) -> Any:
+        """``a`` itself where it has the shape already (a vector raveled: no dispatch)."""
+        if (shape == (-1,) and a.ndim == 1) or a.shape == shape:
+            return a
+        return a.reshape(shape)
 
     def stack(self, arrays: list, axis: int) -> Any:
         return jnp.stack(arrays, axis=axis)
@@ -179,6 +186,7 @@ class JaxImpl(BackendImpl):
                 )
                 if run is not None:
                     prob.fns[tag, static] = run
+                    prob.fns[closures.KEY] = prob.key(*tag, static)
                     return run, dyn
             # keyed on what f reads now (compiled anew when a value f reads is rebound),
             # the same for a preparation and an unprepared call: they share the function
@@ -224,6 +232,13 @@ class JaxImpl(BackendImpl):
         call get the same one."""
         if form == "leaves":
             return runners.leaves(prob)
+        if form == "python":
+            return runners.python_float(prob)
+        key = prob.fns.get(closures.KEY)
+        if weak and key is not None:  # a closure made per call: its code's runner
+            run = runners.per_code(prob, key, form == "numpy")
+            if run is not None:
+                return run
         return runners.single(prob, form == "numpy")
 
     def value_and_jvp(self, prob, xs, vs, ctx):
@@ -501,6 +516,13 @@ class JaxImpl(BackendImpl):
 
         run, dyn = self._compiled(prob, ("d2",), ctx, make)
         return call(prob, run, xs[0], *dyn)
+
+
+@functools.partial(jax.jit, static_argnums=1)
+def _concat(arrays: tuple, axis: int):
+    """One compiled call (``jnp.concatenate`` itself costs about four times the dispatch
+    in Python before it runs: a cotangent raveled per call)."""
+    return jnp.concatenate(arrays, axis=axis)
 
 
 def _vg(fn, x):

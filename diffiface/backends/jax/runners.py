@@ -17,11 +17,13 @@ import numpy as np
 from ..._tangents import Tangents
 from ..._tree import unflatten
 from ...core.backend import SLOW
+from . import closures
 from .running import TANGENTS, call, dense, only_compiled
 
 # operators whose compiled function returns the result as is
 _AS_IS = frozenset(
     (
+        "value_and_batched_jacobian",
         "gradient",
         "value_and_gradient",
         "jacobian",
@@ -60,7 +62,7 @@ def single(prob, numpy: bool):
     name = tag[0]
     if op in _KEEPS and name in _TAGS and tag[1:] != (True,):  # (not a Python float's vjp)
         k = prob.fns.get(TANGENTS) if name in _SEVERAL else None
-        return _tangents(prob, name, run, numpy, k)
+        return _tangents(op, prob.named(), name, run, numpy, k)
     if numpy:
         return None
     who = prob.named()
@@ -81,16 +83,70 @@ def single(prob, numpy: bool):
     return None
 
 
-def _tangents(prob, name: str, run, numpy: bool, k: int | None = None):
+def python_float(prob):
+    """The runner for a Python float x (and tangents): each passed to the compiled
+    function as the scalar the general path makes of it (the default float dtype, not
+    weakly typed: no other compilation), each result back as the general path gives it
+    (a float for a 0-d result); SLOW once the default float dtype changed (x64)."""
+    run = single(prob, False)
+    if run is None:
+        return None
+    scalar = np.dtype(jnp.result_type(float)).type  # (np.float64 with x64, else float32)
+    x64 = jax.config.jax_enable_x64
+
+    def from_float(x, *t):
+        if jax.config.jax_enable_x64 != x64 or (t and type(t[0]) is not float):
+            return SLOW
+        out = run(scalar(x), *(scalar(a) for a in t))
+        if type(out) is tuple:
+            return tuple(_python(a) for a in out)
+        return out if out is SLOW else _python(out)
+
+    return from_float
+
+
+def _python(a):
+    """A result for a Python float x: a float where it is 0-d, else NumPy (as
+    ``convert.back``); None stays None."""
+    if a is None or isinstance(a, jax.core.Tracer):
+        return a
+    a = np.asarray(a)
+    return a.item() if a.ndim == 0 else a
+
+
+def per_code(prob, key: tuple, numpy: bool):
+    """For a closure made anew per call whose compiled function is its code's (see
+    ``closures``): ``runner(f, x, *t)`` for any object of that code, on its own cell
+    arrays (SLOW for an object of other cells); one JAX or NumPy (``numpy``) array x,
+    one tangent or none. It holds neither f nor the problem; None for other calls."""
+    found, op = only_compiled(prob), prob.op
+    if found is None or not (op in _AS_IS or op in _KEEPS):
+        return None
+    tag, who, value = found[0], prob.named(), op.startswith("value")
+    if op in _KEEPS and (tag[0] not in ("jvp", "vjp", "hvp") or tag[1:] == (True,)):
+        return None
+
+    def code_run(f, x, *t):
+        run = closures.bound(f, key)
+        if run is None:
+            return SLOW
+        if t:
+            return _tangents(op, who, tag[0], run, numpy)(x, *t)
+        return _numpy_in_out(run, value)(x) if numpy else run(x)
+
+    code_run.per_code = True  # (``core.unprepared`` keeps it under f's code)
+    return code_run
+
+
+def _tangents(op: str, who, name: str, run, numpy: bool, k: int | None = None):
     """``runner(x, t)`` for a tangent (or, with ``k``, a Tangents of k): each like x
     for jvp and hvp; a cotangent of x's type for vjp, which the compiled function
     checks against f(x) (a cotangent of another shape traces anew: ``call`` explains
-    errors and bounds the shapes)."""
-    keep, like_x = _KEEPS[prob.op], name in _LIKE_X
+    errors and bounds the shapes). ``who``: the problem's ``named()``."""
+    keep, like_x = _KEEPS[op], name in _LIKE_X
     if like_x:
         go = run  # compiled for exactly these arguments: nothing left to catch
     else:
-        who = prob.named()
 
         def go(x, t):
             return call(who, run, x, t)

@@ -223,7 +223,7 @@ class TorchImpl(BackendImpl):
         for an unprepared call (``weak``) they call f through a weak reference (the plan
         table holds f weakly)."""
         f = weak_callable(prob.f, weak)
-        if f is None:
+        if f is None or form == "python":  # (a Python float x: the general path)
             return None
         if form == "leaves":
             return direct.leaves_runner(prob, f, weak)

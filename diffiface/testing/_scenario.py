@@ -70,7 +70,7 @@ class Scenario:
         >>> import numpy as np
         >>> s = Scenario("square", "array->scalar", lambda x: (x**2).sum(), np.ones(2))
         >>> s.operators[:3]
-        ('gradient', 'value_and_gradient', 'jacobian')
+        ('gradient', 'value_and_gradient', 'jvp')
     """
 
     name: str

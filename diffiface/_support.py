@@ -6,22 +6,15 @@ from __future__ import annotations
 import importlib.util
 
 from .core.backend import BackendImpl
+from .core.operator import OPS
 from .core.registry import FRAMEWORKS, load, rule_methods
 from .nested.route import METHOD
 
-# operator -> the implementation methods that compute it
-METHODS = {
-    "derivative": ("value_and_jvp",),
-    "gradient": ("gradient", "value_and_gradient"),
-    "jacobian": ("jacobian", "value_and_jacobian"),
-    "jvp": ("value_and_jvp",),
-    "vjp": ("value_and_vjp", "value_and_pullback"),
-    "several tangents (Tangents)": ("value_and_jvps", "value_and_vjps", "gradient_and_hvps"),
-    "batched_jacobian": ("value_and_batched_jacobian",),
-    "hvp": ("gradient_and_hvp", "hvp"),
-    "hessian": ("value_gradient_and_hessian", "hessian"),
-    "second_derivative": ("value_derivative_and_second_derivative",),
-}
+# operator family -> the backend methods that compute it (from the declarations)
+METHODS = {d.family: d.computed_by for d in OPS.values()}
+METHODS["several tangents (Tangents)"] = tuple(
+    dict.fromkeys(d.several[0] for d in OPS.values() if d.several)
+)
 BACKENDS = tuple(FRAMEWORKS.items())  # (backend type, framework or None)
 NESTED = tuple(dict.fromkeys(METHOD.values()))  # the inner operators a rule can replace
 

@@ -21,7 +21,7 @@ from .._contexts import Constant, FixedParams
 from .._errors import Crossing, Foreign
 from .._tangents import Tangents
 from .._tree import flatten, tree_map
-from ..core.operator import OPS, pick
+from ..core.operator import OPS, of_family, pick
 from ..operators.first_order import (
     derivative,
     gradient,
@@ -88,8 +88,12 @@ def _fd_over_arrays(exc: Foreign, op: Callable, f: Callable, backend: Any, args,
     return cross_second_order(op.__name__, f, backend, args, kw)
 
 
-_INNER_OPS = ("gradient", "value_and_gradient", "derivative", "value_and_derivative")
-_OUTER_OPS = ("value_and_jvp", "value_and_vjp", "value_and_jacobian", "value_and_derivative")
+# the calls made below, named in errors: the inner gradient or derivative, and the
+# outer value variant (the family's operator that returns the value too)
+_INNER_OPS = of_family("gradient") + of_family("derivative")
+_OUTER_OPS = tuple(
+    n for fam in ("jvp", "vjp", "jacobian", "derivative") for n in of_family(fam) if n != fam
+)
 
 
 def cross_second_order(op: str, f: Callable, backend: Any, args: tuple, kwargs: dict) -> Any:

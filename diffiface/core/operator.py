@@ -26,6 +26,13 @@ class Declared:
         forward: computed by forward-mode products (no nested-AD rule replaces it).
         method: the backend method a nested-AD rule replaces, or None.
         sparse: AutoSparse computes it as a sparse matrix.
+        computed_by: the backend methods that compute it natively (a backend that
+            defines none of them derives it from its jvp or vjp).
+        several: (the backend method for a ``Tangents`` of several, the method it
+            runs once per tangent), or None.
+        scalar_x: x must be a scalar (the derivative operators).
+        one_array_x: x must be one array, not a pytree (its result is a matrix of x's
+            entries).
     """
 
     name: str
@@ -39,6 +46,10 @@ class Declared:
     forward: bool = False
     method: str | None = None
     sparse: bool = False
+    computed_by: tuple = ()
+    several: tuple | None = None
+    scalar_x: bool = False
+    one_array_x: bool = False
 
 
 def _family(family: str, *ops: tuple, **facts) -> list[Declared]:
@@ -46,7 +57,7 @@ def _family(family: str, *ops: tuple, **facts) -> list[Declared]:
     return [Declared(name, family, returns, **facts, **own) for name, returns, own in ops]
 
 
-_G, _J, _H = "gradient", "jacobian", "hessian"
+_G, _J, _H, _GH = "gradient", "jacobian", "hessian", "gradient_and_hvp"
 OPS: dict[str, Declared] = {
     d.name: d
     for d in (
@@ -56,6 +67,7 @@ OPS: dict[str, Declared] = {
             ("value_and_gradient", ("value", _G), {"method": "value_and_gradient"}),
             scalar=True,
             complex_x=True,
+            computed_by=(_G, "value_and_gradient"),
         ),
         *_family(
             "jvp",
@@ -64,6 +76,8 @@ OPS: dict[str, Declared] = {
             tangent="v",
             tree_output=True,
             forward=True,
+            computed_by=("value_and_jvp",),
+            several=("value_and_jvps", "value_and_jvp"),
         ),
         *_family(
             "vjp",
@@ -72,6 +86,8 @@ OPS: dict[str, Declared] = {
             tangent="w",
             tree_output=True,
             method="value_and_vjp",
+            computed_by=("value_and_vjp", "value_and_pullback"),
+            several=("value_and_vjps", "value_and_vjp"),
         ),
         *_family(
             "jacobian",
@@ -79,6 +95,8 @@ OPS: dict[str, Declared] = {
             ("value_and_jacobian", ("value", _J), {"method": "value_and_jacobian"}),
             tree_output=True,
             sparse=True,
+            computed_by=(_J, "value_and_jacobian"),
+            one_array_x=True,
         ),
         *_family(
             "derivative",
@@ -86,15 +104,19 @@ OPS: dict[str, Declared] = {
             ("value_and_derivative", ("value", "derivative"), {}),
             tree_output=True,
             forward=True,
+            computed_by=("value_and_jvp",),
+            scalar_x=True,
         ),
         *_family(
             "hvp",
             ("hvp", ("hvp",), {"method": "hvp"}),
-            ("gradient_and_hvp", (_G, "hvp"), {"method": "gradient_and_hvp"}),
+            (_GH, (_G, "hvp"), {"method": _GH}),
             ("value_gradient_and_hvp", ("value", _G, "hvp"), {}),
             tangent="v",
             scalar=True,
             second=True,
+            computed_by=(_GH, "hvp"),
+            several=(_GH + "s", _GH),
         ),
         *_family(
             "hessian",
@@ -103,6 +125,8 @@ OPS: dict[str, Declared] = {
             scalar=True,
             second=True,
             sparse=True,
+            computed_by=("value_gradient_and_hessian", _H),
+            one_array_x=True,
         ),
         *_family(
             "second_derivative",
@@ -114,6 +138,8 @@ OPS: dict[str, Declared] = {
             ),
             second=True,
             forward=True,
+            computed_by=("value_derivative_and_second_derivative",),
+            scalar_x=True,
         ),
         *_family(
             "batched_jacobian",
@@ -123,6 +149,8 @@ OPS: dict[str, Declared] = {
                 ("value", "batched_jacobian"),
                 {"tree_output": True, "method": "value_and_batched_jacobian"},
             ),
+            computed_by=("value_and_batched_jacobian",),
+            one_array_x=True,
         ),
     )
 }
@@ -148,3 +176,11 @@ def pick(op: str, parts: dict):
     """The result of ``op`` from its named parts ("value", "gradient", "hvp", ...)."""
     returns = OPS[op].returns
     return parts[returns[0]] if len(returns) == 1 else tuple(parts[r] for r in returns)
+
+
+def backend_methods() -> tuple:
+    """Every backend method that computes an operator natively (``computed_by``), and
+    those for a ``Tangents`` of several (``several``), in declaration order."""
+    out = [m for d in OPS.values() for m in d.computed_by]
+    out += [d.several[0] for d in OPS.values() if d.several]
+    return tuple(dict.fromkeys(out))

@@ -143,7 +143,7 @@ def route(
     if strategy != "forward_over_reverse":
         return impl if sample is None else Timed(impl, impl, got, sample)
     methods = {METHOD[op]: rule}
-    several = _SEVERAL.get(METHOD[op])
+    several = OPS[op].several  # (the Tangents method, the one it runs per direction)
     if several is not None and (one := _registry.rule(impl.framework, several[1])) is not None:
         methods[several[0]] = functools.partial(_each, one)
     view = _RuleView(impl, methods)
@@ -170,14 +170,6 @@ def planned(impl, fixed, op: str, xs: tuple, ctx: tuple, aux: bool, single: bool
     if impl.no_forward(xs, ctx) is not None or not impl.can_run_rule(xs, ctx):
         return Choice(ROR, {})
     return got
-
-
-# a method and the one its Tangents variant calls, run once per direction by the rule
-_SEVERAL = {
-    "hvp": ("gradient_and_hvps", "gradient_and_hvp"),
-    "gradient_and_hvp": ("gradient_and_hvps", "gradient_and_hvp"),
-    "value_and_vjp": ("value_and_vjps", "value_and_vjp"),
-}
 
 
 class _RuleView:

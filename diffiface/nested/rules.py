@@ -16,6 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .._tree import flatten, unflatten
+from ..core.operator import OPS
 from ..core.registry import register_rule
 
 
@@ -71,8 +72,9 @@ def vjp_potential(g: Callable, n: int) -> Callable:
 
 
 def register_gradient_rules(framework: str, kit: Kit) -> None:
-    """Register the gradient, value_and_gradient, (value_and_)vjp, hvp and
-    gradient_and_hvp rules of ``framework`` built from ``kit``."""
+    """Register the rules of ``framework`` built from ``kit`` for the backend methods of
+    the gradient, vjp and hvp families (``Declared.method``: gradient,
+    value_and_gradient, value_and_vjp, hvp and the hvp with its gradient)."""
 
     def split(prob, ctx):
         return split_floats(prob, kit.open(ctx), kit.is_float)
@@ -89,7 +91,7 @@ def register_gradient_rules(framework: str, kit: Kit) -> None:
         w = check_w(y, kit.full_like(y, w) if isinstance(w, float) else w)
         return y, kit.like(kit.grad_form(vjp_potential(g, len(q)), xs, (*q, w))[1], xs)
 
-    def gradient_and_hvp(impl, prob, xs, vs, ctx, combo):
+    def with_hvp(impl, prob, xs, vs, ctx, combo):  # (gradient, hvp)
         q, g = split(prob, ctx)
         xs, n = tuple(xs), len(q)
 
@@ -99,12 +101,22 @@ def register_gradient_rules(framework: str, kit: Kit) -> None:
         grad = kit.like(kit.grad_form(g, xs, q)[1], xs)
         return grad, kit.like(kit.grad_form(h, xs, (*q, *vs))[1], xs)
 
+    # each rule gives these outputs; a method of the family returns some of them
     rules = {
-        "value_and_gradient": value_and_gradient,
-        "gradient": lambda *a: value_and_gradient(*a)[1],
-        "value_and_vjp": value_and_vjp,
-        "gradient_and_hvp": gradient_and_hvp,
-        "hvp": lambda *a: gradient_and_hvp(*a)[1],
+        "gradient": (("value", "gradient"), value_and_gradient),
+        "vjp": (("value", "vjp"), value_and_vjp),
+        "hvp": (("gradient", "hvp"), with_hvp),
     }
-    for method, rule in rules.items():
-        register_rule(framework, method)(rule)
+    for name, d in OPS.items():
+        if d.method == name and d.family in rules:  # the operator that names the method
+            given, rule = rules[d.family]
+            register_rule(framework, name)(_outputs(rule, given, d.returns))
+
+
+def _outputs(rule: Callable, given: tuple, wanted: tuple) -> Callable:
+    """``rule``, returning the ``wanted`` ones of its ``given`` outputs (all, or one)."""
+    if wanted == given:
+        return rule
+    (one,) = wanted
+    i = given.index(one)
+    return lambda *a: rule(*a)[i]

@@ -42,9 +42,13 @@ from .._errors import Foreign
 from .._tangents import Tangents
 from .._tree import TooDeep, flatten
 from ..core import convert, outputs, shell
-from ..core.operator import FAMILY
+from ..core.operator import FAMILY, OPS, pick
 from ..core.plan import MismatchError, OwnPlan, Prep
 from . import first_order, second_order
+
+
+def _same(a: Any) -> Any:
+    return a
 
 
 class SamePoint(OwnPlan):
@@ -107,17 +111,24 @@ class SamePoint(OwnPlan):
         if t.dtype != fast[3] or FAMILY.get(name) != self.family or not same(kept, x):
             return None
         at, one, _ = self._linear
-        if self.family == "vjp":
-            out = one(t)[0]
-            return out if name == "vjp" else (at()[0], out)
         if self.family == "jvp":
-            out = one((t,))
-            return out if name == "jvp" else (at()[0], out)
-        out = one((t,))[0]
-        if name == "hvp":
-            return out
-        y, g = at()
-        return (g[0], out) if name == "gradient_and_hvp" else (y, g[0], out)
+            return _result(name, one((t,)), at)
+        out = one(t if self.family == "vjp" else (t,))[0]
+        return _result(name, out, at, gradient=lambda g: g[0])
+
+
+def _result(name: str, out: Any, at: Callable, value=_same, gradient=_same) -> Any:
+    """The result of ``name`` from its tangent output ``out``; ``at()`` (f(x), and for
+    hvp the gradient's leaves) is asked only where ``name`` returns more than ``out``,
+    and ``value`` and ``gradient`` give those parts to the caller."""
+    returns = OPS[name].returns
+    if len(returns) == 1:
+        return out
+    kept = at()
+    parts = {returns[-1]: out, "value": value(kept[0])}
+    if "gradient" in returns:
+        parts["gradient"] = gradient(kept[1])
+    return pick(name, parts)
 
 
 def _form(op: str, backend: Any) -> str:
@@ -288,13 +299,7 @@ def _hvps(c, linear: tuple, v: Any):
         hv = Tangents(*(c.like_x(h) for h in many(vss)))
     else:
         hv = c.like_x(one(vss[0]))
-    op = c.prob.op
-    if op == "hvp":
-        return hv
-    value, gradient = at()
-    if op == "gradient_and_hvp":
-        return c.like_x(gradient), hv
-    return c.back(value), c.like_x(gradient), hv
+    return _result(c.prob.op, hv, at, c.back, c.like_x)
 
 
 def _jvps(c, linear: tuple, v: Any):
@@ -304,7 +309,7 @@ def _jvps(c, linear: tuple, v: Any):
         out = Tangents(*(c.back(t) for t in many(vss)))
     else:
         out = c.back(one(vss[0]))
-    return out if c.prob.op == "jvp" else (c.back(at()[0]), out)
+    return _result(c.prob.op, out, at, c.back)
 
 
 def _vjps(c, linear: tuple, w: Any):
@@ -320,7 +325,7 @@ def _vjps(c, linear: tuple, w: Any):
         out = Tangents(*(c.like_x(g) for g in many([native(a) for a in w])))
     else:
         out = c.like_x(one(native(w)))
-    return out if op == "vjp" else (c.back(value), out)
+    return _result(op, out, lambda: (value,), c.back)
 
 
 _FINISH = {"hvp": _hvps, "jvp": _jvps, "vjp": _vjps}

@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
+
 from .. import _checks
 from .._backend_types import AutoSparse, SecondOrder
 from .._cache import FunctionCache
@@ -101,7 +103,10 @@ def _value_gradient_and_hvps(c: Call, v: Any):
     if prob.aux:
         y, aux = y
         outputs.put(aux)
-    return c.back(c.impl.settle(y, hv)), g, hv
+    y = c.impl.settle(y, hv)
+    if isinstance(y, np.generic):  # f's own NumPy scalar: a 0-d array, as every value
+        y = np.asarray(y)
+    return c.back(y), g, hv
 
 
 _VALUED = FunctionCache(per_function=4)

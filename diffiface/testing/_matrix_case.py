@@ -27,14 +27,28 @@ TANGENT = {name: d.tangent for name, d in OPS.items() if d.tangent is not None}
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class Spec:
-    """A matrix scenario: f(x, s) at (x, s0), its references at s0 and their s-derivatives."""
+    """A matrix scenario: two :class:`Scenario` objects of ``f(x, s)`` at (x, s0), s passed
+    as a Constant: ``ref`` (y, jac, hess, second at s0, with the tangent v and cotangent
+    w) and ``dref`` (the same references differentiated with respect to s, or None)."""
 
-    name: str
-    f: Callable
-    x: np.ndarray
-    s: float
-    ref: Scenario  # y, jac, hess, second at s (with the tangent v and cotangent w)
-    dref: Scenario | None  # the same, differentiated with respect to s
+    ref: Scenario
+    dref: Scenario | None
+
+    @property
+    def name(self) -> str:
+        return self.ref.name
+
+    @property
+    def f(self) -> Callable:
+        return self.ref.f
+
+    @property
+    def x(self) -> np.ndarray:
+        return self.ref.x
+
+    @property
+    def s(self) -> float:
+        return self.ref.contexts[0].value
 
     @classmethod
     def make(cls, name, f, x, s, closed, d_closed=None) -> Spec:
@@ -54,7 +68,7 @@ class Spec:
         if d_closed is not None:
             drefs = _refs(name, "d_closed", d_closed(s), None)
             dref = dataclasses.replace(ref, **drefs)
-        return cls(name, f, x, s, ref, dref)
+        return cls(ref, dref)
 
 
 def _refs(name: str, label: str, given: dict, y: np.ndarray | None) -> dict:

@@ -23,28 +23,9 @@ from .._errors import DiffifaceValueError
 from .._tree import flatten, unflatten
 from ..core.operator import OPS
 
-FIRST = (
-    "derivative",
-    "value_and_derivative",
-    "gradient",
-    "value_and_gradient",
-    "jacobian",
-    "value_and_jacobian",
-    "jvp",
-    "value_and_jvp",
-    "vjp",
-    "value_and_vjp",
-    "batched_jacobian",
-    "value_and_batched_jacobian",
-)
-SECOND = (
-    "hvp",
-    "gradient_and_hvp",
-    "hessian",
-    "value_gradient_and_hessian",
-    "second_derivative",
-    "value_derivative_and_second_derivative",
-)
+# every operator, first order then second order (from the declarations)
+SECOND = tuple(name for name, d in OPS.items() if d.second)
+FIRST = tuple(name for name in OPS if name not in SECOND)
 OPERATORS = FIRST + SECOND
 
 
@@ -89,7 +70,7 @@ class Scenario:
         >>> import numpy as np
         >>> s = Scenario("square", "array->scalar", lambda x: (x**2).sum(), np.ones(2))
         >>> s.operators[:3]
-        ('gradient', 'value_and_gradient', 'jacobian')
+        ('gradient', 'value_and_gradient', 'jvp')
     """
 
     name: str
@@ -197,20 +178,24 @@ def applicable(s: Scenario) -> tuple:
     scalar_y = y.ndim == 0
     ops = []
     for op in OPERATORS:
-        if "derivative" in op and not scalar_x:
+        d = OPS[op]
+        if d.scalar_x and not scalar_x:
             continue
-        if op in ("gradient", "value_and_gradient") and not scalar_y:
+        if d.scalar and not scalar_y:
             continue
-        if op in SECOND and "derivative" not in op and not scalar_y:
+        if d.one_array_x and not single:
             continue
-        if ("jacobian" in op or "hessian" in op) and not single:
-            continue
-        if "batched" in op and not (single and y.ndim >= 1 and np.ndim(s.x) >= 1):
-            continue
-        if "batched" in op and y.shape[:1] != np.shape(leaves[0])[:1]:
+        if d.family == "batched_jacobian" and not _batch_of(s, single, y, leaves):
             continue
         ops.append(op)
     return tuple(ops)
+
+
+def _batch_of(s: Scenario, single: bool, y: np.ndarray, leaves: list) -> bool:
+    """f(x) has x's leading (batch) axis."""
+    if not (single and y.ndim >= 1 and np.ndim(s.x) >= 1):
+        return False
+    return y.shape[:1] == np.shape(leaves[0])[:1]
 
 
 def _dtype(a: Any) -> np.dtype:

@@ -216,3 +216,18 @@ def test_second_order_errors(backend):
         di.second_derivative(lambda x: x * 2, backend, np.ones(3))
     with pytest.raises(TypeError, match="single array for hessian"):
         di.hessian(lambda t: (t[0] * t[1]).sum(), backend, (np.ones(2), np.ones(2)))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_value_gradient_and_hvp_gives_its_value_as_an_array_of_x_kind(backend):
+    """The value of value_gradient_and_hvp is a 0-d array of x's kind like the value of
+    value_gradient_and_hessian (it came back as a NumPy scalar on NumPy backends)."""
+    x = np.array([0.5, -1.0, 2.0])
+    f = lambda z: (z**3).sum()  # noqa: E731
+    want = float((x**3).sum())  # the closed form
+    b = _framework(backend)
+    xn = native(b, x)
+    y1 = di.value_gradient_and_hvp(f, backend, xn, native(b, np.ones(3)))[0]
+    y2 = di.value_gradient_and_hessian(f, backend, xn)[0]
+    assert type(y1) is type(y2) is type(xn), (type(y1), type(y2), type(xn))
+    assert np.shape(y1) == () and float(to_numpy(y1)) == pytest.approx(want, rel=1e-12)

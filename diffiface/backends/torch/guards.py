@@ -8,6 +8,8 @@ import functools
 
 import torch
 
+from ...core.operator import backend_methods
+
 
 def _outside_inference(method):
     """Run an operator with autograd available: under ``torch.inference_mode()`` torch
@@ -21,23 +23,6 @@ def _outside_inference(method):
         return method(self, *args)
 
     return run
-
-
-_OPERATORS = (
-    "value_and_pullback",
-    "jacobian",
-    "hessian",
-    "value_and_gradient",
-    "value_and_jvp",
-    "value_and_jvps",
-    "value_and_vjps",
-    "value_and_jacobian",
-    "value_and_batched_jacobian",
-    "gradient_and_hvp",
-    "gradient_and_hvps",
-    "value_gradient_and_hessian",
-    "value_derivative_and_second_derivative",
-)
 
 
 # operators that hand x to torch.func, which passes the caller's storage on to f
@@ -83,6 +68,7 @@ def guard(cls):
     where torch.func would pass the caller's storage on to f."""
     for name in _FUNC_OPERATORS:
         setattr(cls, name, _own_inputs(getattr(cls, name)))
-    for name in _OPERATORS:
-        setattr(cls, name, _outside_inference(getattr(cls, name)))
+    for name in backend_methods():  # those cls defines itself
+        if name in vars(cls):
+            setattr(cls, name, _outside_inference(getattr(cls, name)))
     return cls

@@ -185,15 +185,15 @@ class ValueAsAux:
     """``f`` returning ``(f(x), f(x))`` (``(out, (out, aux))`` for an f with aux); it holds
     f weakly."""
 
-    __slots__ = ("__weakref__", "aux", "backend", "fget")
+    __slots__ = ("__weakref__", "aux", "backend", "fget", "op")
 
-    def __init__(self, fget, aux: bool, backend) -> None:
-        self.fget, self.aux, self.backend = fget, aux, backend
+    def __init__(self, fget, aux: bool, backend, op: str) -> None:
+        self.fget, self.aux, self.backend, self.op = fget, aux, backend, op
 
     def __call__(self, x, *ctx):
         out = self.fget()(x, *ctx)
         if self.aux:
-            out = pair("value_gradient_and_hvp", self.backend, out)
+            out = pair(self.op, self.backend, out)
             return out[0], out
         return out, out
 

@@ -92,7 +92,12 @@ def _value_gradient_and_hvps(c: Call, v: Any):
     prob = c.prob
     sub = prob.fns.get("valued")  # a prepared problem keeps it
     key = (prob.aux, prob.backend)
-    fn = _VALUED.get(prob.f, key, lambda fget: outputs.ValueAsAux(fget, prob.aux, prob.backend))
+    op = prob.op
+
+    def valued(fget):
+        return outputs.ValueAsAux(fget, prob.aux, prob.backend, op)
+
+    fn = _VALUED.get(prob.f, key, valued)
     if sub is None or sub.f is not fn:
         sub = Problem(prob.op, prob.backend, prob.impl, fn, prob.treedef, prob.single, True, True)
         sub.prepared = prob.prepared

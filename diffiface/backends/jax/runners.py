@@ -17,6 +17,7 @@ import numpy as np
 from ..._tangents import Tangents
 from ..._tree import unflatten
 from ...core.backend import SLOW
+from ...core.operator import OPS, names
 from . import closures
 from .running import TANGENTS, call, dense, only_compiled
 
@@ -35,14 +36,11 @@ _AS_IS = frozenset(
 )
 
 # operators taking a tangent, whose compiled function returns (first, result): do
-# they return the first output (f(x), or the gradient) too
+# they return the first output (f(x), or the gradient) too (from the declarations)
 _KEEPS = {
-    "jvp": False,
-    "value_and_jvp": True,
-    "vjp": False,
-    "value_and_vjp": True,
-    "hvp": False,
-    "gradient_and_hvp": True,
+    op: len(OPS[op].returns) == 2
+    for op in names()
+    if OPS[op].tangent is not None and len(OPS[op].returns) <= 2
 }
 _LIKE_X = frozenset(("jvp", "jvps", "hvp", "hvps"))  # tags whose tangents are like x
 _SEVERAL = frozenset(("jvps", "vjps", "hvps"))  # tags of a Tangents call

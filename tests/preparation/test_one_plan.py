@@ -431,3 +431,20 @@ def test_sibling_operators_get_a_runner_after_their_first_call(monkeypatch, name
             np.testing.assert_allclose(_np(first), want[0], rtol=1e-12)
             np.testing.assert_allclose(_np(second), want[1], rtol=1e-12)
     assert general.count == 0
+
+
+def test_jax_prepared_python_float_runs_the_runner(monkeypatch):
+    """A preparation at a Python float x runs the runner (the Signature's float form):
+    the general path is not entered, results are floats, against closed forms."""
+    pytest.importorskip("jax")
+    b, _, sin, _ = _framework("jax")
+    f = lambda x: sin(x) * x  # noqa: E731
+    pd, ps = di.prepare_derivative(f, b, 0.3), di.prepare_second_derivative(f, b, 0.3)
+    general = _GeneralPath(monkeypatch)
+    for a in (0.3, 1.7, -2.0):
+        d = di.derivative(f, b, a, prep=pd)
+        s = di.second_derivative(f, b, a, prep=ps)
+        assert type(d) is float and type(s) is float
+        np.testing.assert_allclose(d, np.sin(a) + a * np.cos(a), rtol=1e-12)
+        np.testing.assert_allclose(s, 2 * np.cos(a) - a * np.sin(a), rtol=1e-12)
+    assert general.count == 0

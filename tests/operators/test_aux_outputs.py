@@ -18,6 +18,7 @@ import pytest
 from helpers import HAVE, assert_tree_close, native, to_numpy
 
 import diffiface as di
+from diffiface.core.operator import names
 from diffiface.testing import namespace
 
 X1 = np.array([0.3, -0.7, 1.1])
@@ -773,3 +774,8 @@ def test_torch_aux_keeps_the_outer_graph_of_a_closure():
     (dw,) = torch.autograd.grad(aux["w2"], w)
     assert float(dw) == 4.0
     np.testing.assert_allclose(g.numpy(), 2 * X1, rtol=1e-12)
+
+
+def test_the_table_covers_every_declared_operator():
+    """A new operator in core.operator must get a case here (its reference)."""
+    assert set({**OPS, **SECOND_OPS}) == set(names())

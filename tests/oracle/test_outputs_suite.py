@@ -35,6 +35,7 @@ from conftest import AD_BACKENDS, ALL_BACKENDS, MODED_BACKENDS
 from helpers import HAVE, assert_tree_close, native, to_numpy, tolerance, zero_or_clear_error
 
 import diffiface as di
+from diffiface.core.operator import names
 from diffiface.testing import namespace
 
 if HAVE["jax"]:
@@ -1414,3 +1415,8 @@ def test_namedtuple_output_and_aux(backend):
     t, aux = di.jvp(_namedtuple_out, backend, arr(backend, _XT), arr(backend, _TT), has_aux=True)
     assert type(t) is _Point
     close(t, want_t, backend)
+
+
+def test_the_table_covers_every_declared_operator():
+    """A new operator in core.operator must get a case here (its reference)."""
+    assert set(_OPS) == set(names())

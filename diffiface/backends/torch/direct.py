@@ -45,7 +45,18 @@ def runner(prob, combo, f, weak: bool):
         return _hvp(_named(prob, weak), f, value)
     if op in ("jacobian", "value_and_jacobian"):
         return _jacobian(prob, value, f)
+    if op in _SCALAR and known != direction.FORWARD:
+        return _scalar(_named(prob, weak), f, value, second=_SCALAR[op])
     return None
+
+
+# derivative operators a runner takes (on a scalar x and f(x)) -> second order
+_SCALAR = {
+    "derivative": False,
+    "value_and_derivative": False,
+    "second_derivative": True,
+    "value_derivative_and_second_derivative": True,
+}
 
 
 def _named(prob, weak: bool):
@@ -168,6 +179,36 @@ def _hvp(prob, f, value):
             return SLOW
         (hv,) = grads(prob, g, (xg,), v, attached, False)
         return (g if attached else g.detach(), hv) if value else hv
+
+    return run
+
+
+def _scalar(prob, f, value, second):
+    """derivative (``second``: and the second derivative) of f at a 0-d tensor x with a
+    0-d result, by reverse mode (and reverse over reverse), as torch's users write it;
+    any other shape takes the general path (forward mode)."""
+
+    def run(x):
+        xg = _plain_copy(x)
+        if xg is None or xg.ndim:
+            return SLOW
+        xg.requires_grad_()
+        try:
+            y = f(xg)
+        except RuntimeError:
+            return SLOW
+        if type(y) is not torch.Tensor or y.grad_fn is None or y.ndim:
+            return SLOW
+        attached = finished(y, (xg,), False)
+        (d,) = grads(prob, y, (xg,), None, attached or second, second)
+        if not second:
+            return (y if attached else y.detach(), d) if value else d
+        if not d.requires_grad:  # linear f: the general path
+            return SLOW
+        (d2,) = grads(prob, d, (xg,), None, attached, False)
+        if not attached:
+            y, d = y.detach(), d.detach()
+        return (y, d, d2) if value else d2
 
     return run
 

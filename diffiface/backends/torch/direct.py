@@ -203,9 +203,12 @@ def _scalar(prob, f, value, second):
         (d,) = grads(prob, y, (xg,), None, attached or second, second)
         if not second:
             return (y if attached else y.detach(), d) if value else d
-        if not d.requires_grad:  # linear f: the general path
+        if d.requires_grad:
+            (d2,) = grads(prob, d, (xg,), None, attached, False)
+        elif attached:  # linear f on an outer graph: the general path
             return SLOW
-        (d2,) = grads(prob, d, (xg,), None, attached, False)
+        else:  # linear f
+            d2 = torch.zeros_like(d)
         if not attached:
             y, d = y.detach(), d.detach()
         return (y, d, d2) if value else d2

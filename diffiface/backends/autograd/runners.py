@@ -1,0 +1,71 @@
+"""The runners of autograd plans for jvp and vjp at one float array: one make_jvp or
+make_vjp of f itself, as autograd's users write it. Anything unusual (a box from an
+outer pass, complex or integer arrays, a tangent unlike x or a cotangent unlike f(x),
+an error, f off the trace, an output that is no float array) returns SLOW for the
+general path, which runs f again and explains."""
+
+from __future__ import annotations
+
+import numpy as np
+from autograd.tracer import Box
+
+from ...core.backend import SLOW
+from .traces import make_jvp, make_vjp
+
+TAKES = {"jvp": False, "value_and_jvp": True, "vjp": False, "value_and_vjp": True}
+
+
+def runner(op: str, f):
+    """The runner of ``op`` (one of ``TAKES``) calling ``f``."""
+    value = TAKES[op]
+    return _jvp(f, value) if "jvp" in op else _vjp(f, value)
+
+
+def _plain(a) -> bool:
+    return type(a) is np.ndarray and a.dtype.kind == "f"
+
+
+def _on_trace(f, lost: list):
+    """f, noting in ``lost`` a call whose output is not on x's trace."""
+
+    def traced(xb):
+        y = f(xb)
+        if not (isinstance(y, Box) and y._trace == xb._trace):
+            lost.append(True)
+        return y
+
+    return traced
+
+
+def _jvp(f, value: bool):
+    def run(x, v):
+        if not (_plain(x) and _plain(v)) or v.shape != x.shape or v.dtype != x.dtype:
+            return SLOW
+        lost = []
+        try:
+            y, t = make_jvp(_on_trace(f, lost), x)(v)
+        except (TypeError, AttributeError):  # (e.g. f boxes a container)
+            return SLOW
+        if lost or not _plain(y):
+            return SLOW
+        t = np.asarray(t, dtype=y.dtype).reshape(y.shape)
+        return (y, t) if value else t
+
+    return run
+
+
+def _vjp(f, value: bool):
+    def run(x, w):
+        if not (_plain(x) and _plain(w)):
+            return SLOW
+        lost = []
+        try:
+            pb, y = make_vjp(_on_trace(f, lost), x)
+        except (TypeError, AttributeError):
+            return SLOW
+        if lost or not _plain(y) or w.shape != y.shape or w.dtype != y.dtype:
+            return SLOW
+        g = np.asarray(pb(w), dtype=x.dtype).reshape(x.shape)
+        return (y, g) if value else g
+
+    return run

@@ -20,6 +20,7 @@ from ...core.backend import SLOW, BackendImpl
 from ...core.convert import is_masked
 from ...core.registry import register
 from . import runners
+from .runners import link_out
 from .traces import make_jvp, make_vjp, open_traces
 
 
@@ -286,14 +287,6 @@ def touch(g: Any, x: Any) -> Any:
     if isinstance(getattr(x, "_value", x), tuple):  # a tuple of leaves, maybe boxed
         return ag_tuple([g[i] + 0 * x[i] for i in range(len(x))])  # stays one box
     return g + 0 * x
-
-
-def link_out(y: Any, x: Any) -> Any:
-    """y, tied to x by ``+ 0 * sum(x)`` when f's output does not depend on x
-    (diffiface has warned): autograd then gives the zeros without a second warning."""
-    if not isinstance(x, Box) or (isinstance(y, Box) and y._trace == x._trace):
-        return y
-    return y + (0 * anp.sum(x)).astype(np.result_type(y))
 
 
 _CONTAINERS = (dict, list, tuple)

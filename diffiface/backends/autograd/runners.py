@@ -6,6 +6,9 @@ general path, which runs f again and explains."""
 
 from __future__ import annotations
 
+from typing import Any
+
+import autograd.numpy as anp
 import numpy as np
 from autograd.tracer import Box
 
@@ -25,28 +28,39 @@ def _plain(a) -> bool:
     return type(a) is np.ndarray and a.dtype.kind == "f"
 
 
-def _on_trace(f, lost: list):
-    """f, noting in ``lost`` a call whose output is not on x's trace."""
+class _Lost(Exception):
+    """f's output is not on x's trace: the general path runs f again and warns."""
+
+
+def _on_trace(f):
+    """f, stopping a call whose output is not on x's trace."""
 
     def traced(xb):
         y = f(xb)
         if not (isinstance(y, Box) and y._trace == xb._trace):
-            lost.append(True)
+            raise _Lost
         return y
 
     return traced
+
+
+def link_out(y: Any, x: Any) -> Any:
+    """y, tied to x by ``+ 0 * sum(x)`` when f's output does not depend on x
+    (diffiface has warned): autograd then gives the zeros without a second warning."""
+    if not isinstance(x, Box) or (isinstance(y, Box) and y._trace == x._trace):
+        return y
+    return y + (0 * anp.sum(x)).astype(np.result_type(y))
 
 
 def _jvp(f, value: bool):
     def run(x, v):
         if not (_plain(x) and _plain(v)) or v.shape != x.shape or v.dtype != x.dtype:
             return SLOW
-        lost = []
         try:
-            y, t = make_jvp(_on_trace(f, lost), x)(v)
-        except (TypeError, AttributeError):  # (e.g. f boxes a container)
+            y, t = make_jvp(_on_trace(f), x)(v)
+        except (_Lost, TypeError, AttributeError):  # (TypeError: e.g. a boxed container)
             return SLOW
-        if lost or not _plain(y):
+        if not _plain(y):
             return SLOW
         t = np.asarray(t, dtype=y.dtype).reshape(y.shape)
         return (y, t) if value else t
@@ -58,12 +72,11 @@ def _vjp(f, value: bool):
     def run(x, w):
         if not (_plain(x) and _plain(w)):
             return SLOW
-        lost = []
         try:
-            pb, y = make_vjp(_on_trace(f, lost), x)
-        except (TypeError, AttributeError):
+            pb, y = make_vjp(_on_trace(f), x)
+        except (_Lost, TypeError, AttributeError):
             return SLOW
-        if lost or not _plain(y) or w.shape != y.shape or w.dtype != y.dtype:
+        if not _plain(y) or w.shape != y.shape or w.dtype != y.dtype:
             return SLOW
         g = np.asarray(pb(w), dtype=x.dtype).reshape(x.shape)
         return (y, g) if value else g

@@ -82,3 +82,19 @@ def test_an_f_that_ignores_x_still_warns():
     with pytest.warns(di.DisconnectedWarning):
         got = di.jvp(constant, B, X, V, prep=prep)
     np.testing.assert_array_equal(got, np.zeros(3))
+
+
+@pytest.mark.parametrize("op", ["jvp", "value_and_jvp", "vjp", "value_and_vjp"])
+def test_tangents_by_the_runner(monkeypatch, op):
+    """A prepared call with a Tangents of k runs the runner once per tangent."""
+    ts = [V, V[::-1].copy(), np.cos(V)]
+    family = op.removeprefix("value_and_")
+    prep = getattr(di, f"prepare_{family}")(field, B, X, di.Tangents(*ts))
+    _general_path_fails(monkeypatch)
+    got = getattr(di, op)(field, B, X, di.Tangents(*ts), prep=prep)
+    if op.startswith("value"):
+        np.testing.assert_allclose(got[0], field(X), rtol=1e-12)
+        got = got[1]
+    assert type(got) is di.Tangents and len(got) == 3
+    for a, t in zip(got, ts, strict=True):
+        np.testing.assert_allclose(a, _autograd_own(family, X, t)[0], rtol=1e-12)

@@ -342,3 +342,20 @@ def test_scalar_runner_hands_over_what_it_does_not_take(f, want):
     for prep in (None, None, di.prepare_second_derivative(f, B, x)):
         got = di.second_derivative(f, B, x, prep=prep)
         np.testing.assert_allclose(got.numpy(), want, rtol=1e-12, atol=0)  # closed form
+
+
+@pytest.mark.parametrize("op", ["jvp", "value_and_jvp"])
+def test_jvp_tangents_by_the_runner(monkeypatch, op):
+    """A prepared jvp with a Tangents of k runs the dual-number runner once per tangent."""
+    x = torch.tensor(X)
+    ts = [torch.tensor(V), torch.tensor(W), torch.cos(torch.tensor(V))]
+    prep = di.prepare_jvp(field, B, x, di.Tangents(*ts))
+    _general_path_fails(monkeypatch)
+    got = getattr(di, op)(field, B, x, di.Tangents(*ts), prep=prep)
+    if op == "value_and_jvp":
+        np.testing.assert_allclose(got[0].numpy(), field(x).numpy(), rtol=1e-12)
+        got = got[1]
+    assert type(got) is di.Tangents and len(got) == 3
+    for a, t in zip(got, ts, strict=True):
+        np.testing.assert_allclose(a.numpy(), _torch_own("jvp", x, t).numpy(), rtol=1e-12)
+    assert torch.equal(x, torch.tensor(X))

@@ -12,6 +12,7 @@ import autograd.numpy as anp
 import numpy as np
 from autograd.tracer import Box
 
+from ..._tangents import one_by_one
 from ...core.backend import SLOW
 from .traces import make_jvp, make_vjp
 
@@ -21,7 +22,7 @@ TAKES = {"jvp": False, "value_and_jvp": True, "vjp": False, "value_and_vjp": Tru
 def runner(op: str, f):
     """The runner of ``op`` (one of ``TAKES``) calling ``f``."""
     value = TAKES[op]
-    return _jvp(f, value) if "jvp" in op else _vjp(f, value)
+    return one_by_one(_jvp(f, value) if "jvp" in op else _vjp(f, value), value, SLOW)
 
 
 def _plain(a) -> bool:

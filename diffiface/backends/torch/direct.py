@@ -18,6 +18,7 @@ import torch
 import torch.autograd.forward_ad as fwAD
 from torch._C._functorch import is_functorch_wrapped_tensor
 
+from ..._tangents import one_by_one
 from ..._tree import unflatten
 from ...core import direction
 from ...core.backend import OUT_SIZE, SLOW
@@ -40,7 +41,7 @@ def runner(prob, combo, f, weak: bool):
     if op in ("gradient", "value_and_gradient", "vjp", "value_and_vjp"):
         return _reverse(_named(prob, weak), f, value, cotangent="vjp" in op)
     if op in ("jvp", "value_and_jvp"):
-        return _jvp(f, value)
+        return one_by_one(_jvp(f, value), value, SLOW)  # (torch's forward mode: no vmap)
     if op in ("hvp", "gradient_and_hvp") and combo is None:
         return _hvp(_named(prob, weak), f, value)
     if op in ("jacobian", "value_and_jacobian"):

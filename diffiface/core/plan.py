@@ -114,7 +114,7 @@ class Prep:
         self._x_sig = _tree_sig(x)
         self._ctx_sig = _ctx_sig(contexts)
         self._t_sig = _tangent_sig(t)
-        self._many = _is_many(self._t_sig)  # prepared with Tangents
+        self._many = len(self._t_sig[1]) if _is_many(self._t_sig) else 0  # Tangents of k
         ops = of_family(family)
         self._probs = {
             op: Problem(op, backend, impl, f, prob.treedef, prob.single, prob.scalar, prob.aux)
@@ -189,7 +189,7 @@ class Prep:
             return SLOW
         if backend is not self.backend and backend != self.backend:
             return SLOW
-        if t and (type(t[0]) is Tangents) is not self._many:  # one tangent vs several
+        if t and (len(t[0]) if type(t[0]) is Tangents else 0) != self._many:  # (k tangents)
             return SLOW
         return run(x, *t) if form is None else run_form(form, run, x_sig, c_sig, x, contexts, t)
 

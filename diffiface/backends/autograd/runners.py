@@ -12,7 +12,7 @@ import autograd.numpy as anp
 import numpy as np
 from autograd.tracer import Box
 
-from ..._tangents import one_by_one
+from ..._tangents import Tangents, one_by_one
 from ...core.backend import SLOW
 from .traces import make_jvp, make_vjp
 
@@ -22,7 +22,7 @@ TAKES = {"jvp": False, "value_and_jvp": True, "vjp": False, "value_and_vjp": Tru
 def runner(op: str, f):
     """The runner of ``op`` (one of ``TAKES``) calling ``f``."""
     value = TAKES[op]
-    return one_by_one(_jvp(f, value) if "jvp" in op else _vjp(f, value), value, SLOW)
+    return one_by_one(_jvp(f, value), value, SLOW) if "jvp" in op else _vjp(f, value)
 
 
 def _plain(a) -> bool:
@@ -70,16 +70,27 @@ def _jvp(f, value: bool):
 
 
 def _vjp(f, value: bool):
+    """One trace of f, then one pullback per cotangent (a ``Tangents`` of k: k)."""
+
     def run(x, w):
-        if not (_plain(x) and _plain(w)):
+        ws = w._values if type(w) is Tangents else (w,)
+        if not _plain(x):
             return SLOW
+        for one in ws:
+            if not _plain(one):
+                return SLOW
         try:
             pb, y = make_vjp(_on_trace(f), x)
         except (_Lost, TypeError, AttributeError):
             return SLOW
-        if not _plain(y) or w.shape != y.shape or w.dtype != y.dtype:
+        if not _plain(y):
             return SLOW
-        g = np.asarray(pb(w), dtype=x.dtype).reshape(x.shape)
+        gs = []
+        for one in ws:
+            if one.shape != y.shape or one.dtype != y.dtype:
+                return SLOW
+            gs.append(np.asarray(pb(one), dtype=x.dtype).reshape(x.shape))
+        g = Tangents(*gs) if type(w) is Tangents else gs[0]
         return (y, g) if value else g
 
     return run

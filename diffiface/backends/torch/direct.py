@@ -41,7 +41,7 @@ def runner(prob, combo, f, weak: bool):
     if op in ("gradient", "value_and_gradient", "vjp", "value_and_vjp"):
         return _reverse(_named(prob, weak), f, value, cotangent="vjp" in op)
     if op in ("jvp", "value_and_jvp"):
-        return one_by_one(_jvp(f, value), value, SLOW)  # (torch's forward mode: no vmap)
+        return _few(one_by_one(_jvp(f, value), value, SLOW))
     if op in ("hvp", "gradient_and_hvp") and combo is None:
         return _hvp(_named(prob, weak), f, value)
     if op in ("jacobian", "value_and_jacobian"):
@@ -64,6 +64,23 @@ def _named(prob, weak: bool):
     """What a runner's checks name: ``prob``, or where the runner holds f weakly, its
     operator and backend only (``Problem.named``)."""
     return prob.named() if weak else prob
+
+
+def _few(run):
+    """``run`` for one tangent, and for a Tangents of k on a small x (dual numbers once
+    per tangent: 4 tangents at n = 1e3 in 0.9x torch.func's vmap, against 3.6x by the
+    general path); a large x's Tangents takes the general path's one vmapped pass
+    (1.0x against 1.3x for the loop at n = 1e6)."""
+
+    def run_few(x, t):
+        if type(t) is not torch.Tensor and x.numel() > _LOOP_MAX:
+            return SLOW
+        return run(x, t)
+
+    return run_few
+
+
+_LOOP_MAX = 1 << 16  # elements of x up to which a Tangents call loops
 
 
 def _plain_copy(x):

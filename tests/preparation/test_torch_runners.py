@@ -359,3 +359,19 @@ def test_jvp_tangents_by_the_runner(monkeypatch, op):
     for a, t in zip(got, ts, strict=True):
         np.testing.assert_allclose(a.numpy(), _torch_own("jvp", x, t).numpy(), rtol=1e-12)
     assert torch.equal(x, torch.tensor(X))
+
+
+def test_jvp_tangents_of_a_large_x_take_one_batched_pass():
+    """A Tangents call on a large x takes the general path's one vmapped pass (the
+    runner hands it over), with torch's own values."""
+    from diffiface.backends.torch import direct
+
+    n = direct._LOOP_MAX + 1
+    x = torch.linspace(-1.0, 1.0, n, dtype=torch.float64)
+    ts = [torch.cos(x), torch.sin(x)]
+    prep = di.prepare_jvp(field, B, x, di.Tangents(*ts))
+    run = prep._direct["jvp"]
+    assert run(x, di.Tangents(*ts)) is direct.SLOW
+    got = di.jvp(field, B, x, di.Tangents(*ts), prep=prep)
+    for a, t in zip(got, ts, strict=True):
+        np.testing.assert_allclose(a.numpy(), _torch_own("jvp", x, t).numpy(), rtol=1e-12)

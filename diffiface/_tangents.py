@@ -44,3 +44,24 @@ class Tangents:
 
     def __repr__(self) -> str:
         return f"Tangents({', '.join(map(repr, self._values))})"
+
+
+def one_by_one(run: Any, value: bool, slow: Any) -> Any:
+    """A runner ``run(x, t)`` of one tangent that also takes a ``Tangents`` of k: one
+    call per tangent (the framework's native loop), the value given once (``value``);
+    ``slow`` (the runners' SLOW) as soon as one call hands over to the general path."""
+
+    def run_all(x: Any, t: Any) -> Any:
+        if type(t) is not Tangents:
+            return run(x, t)
+        outs = []
+        for v in t._values:
+            out = run(x, v)
+            if out is slow:
+                return slow
+            outs.append(out)
+        if value:
+            return outs[0][0], Tangents(*(o[1] for o in outs))
+        return Tangents(*outs)
+
+    return run_all

@@ -143,7 +143,7 @@ class Prep:
             return SLOW
         if backend is not self.backend and backend != self.backend:
             return SLOW
-        if t and (type(t[0]) is Tangents) is not sig.many:  # one tangent vs several
+        if t and (len(t[0]) if type(t[0]) is Tangents else 0) != sig.count:  # (k tangents)
             return SLOW
         return run(x, *t) if form is None else sig.run(form, run, x, contexts, t)
 

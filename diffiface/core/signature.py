@@ -90,11 +90,12 @@ class Signature:
     :func:`native`), None where a leaf is not a native array.
     """
 
-    __slots__ = ("c_native", "ctx", "kind", "many", "one", "t", "x", "x_native")
+    __slots__ = ("c_native", "count", "ctx", "kind", "many", "one", "t", "x", "x_native")
 
     def __init__(self, impl: Any, x: Any, kinds: tuple, cs: tuple, t: Any, single: bool):
         self.x, self.ctx, self.t = tree(x), contexts(cs), tangent(t)
         self.many = isinstance(t, Tangents)
+        self.count = len(t) if self.many else 0  # k of a Tangents of k
         self.kind = _FORMS.get(kinds[0]) if single and kinds else None  # x is one leaf
         arrays = self.kind in (ARRAY, NUMPY)
         self.one = one(x) if arrays else (float, (), None) if self.kind == PYTHON else None

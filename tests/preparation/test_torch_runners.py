@@ -249,3 +249,129 @@ def test_a_warm_prepared_torch_gradient_runs_few_python_calls():
     np.testing.assert_allclose(g, _torch_own("gradient", x), rtol=1e-12)
     assert python_calls(lambda: di.gradient(loss, B, x, prep=prep)) <= 10
     assert python_calls(lambda: di.gradient(loss, B, x)) <= 15
+
+
+def curve(x):
+    return torch.sin(x) * x**2
+
+
+def _scalar_own(op, x):
+    """torch's own transforms at a 0-d x, for the derivative operators."""
+    d1 = torch.func.grad(curve)
+    d2 = torch.func.grad(d1)
+    return {
+        "derivative": (d1(x),),
+        "value_and_derivative": (curve(x), d1(x)),
+        "second_derivative": (d2(x),),
+        "value_derivative_and_second_derivative": (curve(x), d1(x), d2(x)),
+    }[op]
+
+
+SCALAR_OPS = (
+    "derivative",
+    "value_and_derivative",
+    "second_derivative",
+    "value_derivative_and_second_derivative",
+)
+
+
+@pytest.mark.parametrize("op", SCALAR_OPS)
+@pytest.mark.parametrize("prepared", [True, False])
+def test_scalar_derivatives_by_the_runner(monkeypatch, op, prepared):
+    """derivative and second_derivative at a 0-d tensor: the runner answers (reverse
+    mode, reverse over reverse), with torch's own values, the caller's x unchanged."""
+    x = torch.tensor(0.7, dtype=torch.float64)
+    family = op.replace("value_and_", "").replace("value_derivative_and_", "")
+    prep = getattr(di, f"prepare_{family}")(curve, B, x) if prepared else None
+    fn = getattr(di, op)
+    fn(curve, B, x, prep=prep)  # (an unprepared call keeps its plan)
+    _general_path_fails(monkeypatch)
+    for _ in range(2):
+        got = fn(curve, B, x, prep=prep)
+        got = got if isinstance(got, tuple) else (got,)
+        for a, b in zip(got, _scalar_own(op, x), strict=True):
+            assert not a.requires_grad
+            np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-12)
+    assert x.item() == 0.7
+
+
+def test_scalar_runner_keeps_the_callers_x(monkeypatch):
+    """f that writes into its argument's storage never changes the caller's x."""
+
+    def f(x):
+        y = torch.exp(x)  # (saves its result, not x)
+        x.detach().mul_(0.0)
+        return y
+
+    x = torch.tensor(0.7, dtype=torch.float64)
+    prep = di.prepare_second_derivative(f, B, x)
+    _general_path_fails(monkeypatch)
+    for _ in range(3):
+        got = di.second_derivative(f, B, x, prep=prep)
+        np.testing.assert_allclose(got.item(), np.exp(0.7), rtol=1e-12)
+    assert x.item() == 0.7
+
+
+def test_scalar_runner_stays_on_an_outer_graph(monkeypatch):
+    """f closing over a tensor that requires grad: the runner's derivatives stay on its
+    graph, and their derivatives by it are torch's own."""
+    p = torch.tensor(1.5, dtype=torch.float64, requires_grad=True)
+
+    def f(x):
+        return p * torch.sin(x) * x**2
+
+    x = torch.tensor(0.7, dtype=torch.float64)
+    prep = di.prepare_second_derivative(f, B, x)
+    _general_path_fails(monkeypatch)
+    y, d1, d2 = di.value_derivative_and_second_derivative(f, B, x, prep=prep)
+    want = _scalar_own("value_derivative_and_second_derivative", x)
+    for got, w in zip((y, d1, d2), want, strict=True):
+        (dp,) = torch.autograd.grad(got, p, retain_graph=True)
+        np.testing.assert_allclose(dp.numpy(), w.numpy(), rtol=1e-12)  # f is linear in p
+        np.testing.assert_allclose(got.detach().numpy(), 1.5 * w.numpy(), rtol=1e-12)
+
+
+@pytest.mark.parametrize(
+    "f, want", [(lambda x: 3.0 * x, 0.0), (lambda x: torch.stack([x, x**2]), [0.0, 2.0])]
+)
+def test_scalar_runner_hands_over_what_it_does_not_take(f, want):
+    """A vector f(x) takes the general path, a linear f (no second-order graph) the
+    general path first, then the runner: each gives an array of the right values (the
+    general path's forward mode once gave torch's lazy ZeroTensor for a linear f)."""
+    x = torch.tensor(0.7, dtype=torch.float64)
+    for prep in (None, None, di.prepare_second_derivative(f, B, x)):
+        got = di.second_derivative(f, B, x, prep=prep)
+        np.testing.assert_allclose(got.numpy(), want, rtol=1e-12, atol=0)  # closed form
+
+
+@pytest.mark.parametrize("op", ["jvp", "value_and_jvp"])
+def test_jvp_tangents_by_the_runner(monkeypatch, op):
+    """A prepared jvp with a Tangents of k runs the dual-number runner once per tangent."""
+    x = torch.tensor(X)
+    ts = [torch.tensor(V), torch.tensor(W), torch.cos(torch.tensor(V))]
+    prep = di.prepare_jvp(field, B, x, di.Tangents(*ts))
+    _general_path_fails(monkeypatch)
+    got = getattr(di, op)(field, B, x, di.Tangents(*ts), prep=prep)
+    if op == "value_and_jvp":
+        np.testing.assert_allclose(got[0].numpy(), field(x).numpy(), rtol=1e-12)
+        got = got[1]
+    assert type(got) is di.Tangents and len(got) == 3
+    for a, t in zip(got, ts, strict=True):
+        np.testing.assert_allclose(a.numpy(), _torch_own("jvp", x, t).numpy(), rtol=1e-12)
+    assert torch.equal(x, torch.tensor(X))
+
+
+def test_jvp_tangents_of_a_large_x_take_one_batched_pass():
+    """A Tangents call on a large x takes the general path's one vmapped pass (the
+    runner hands it over), with torch's own values."""
+    from diffiface.backends.torch import direct
+
+    n = direct._LOOP_MAX + 1
+    x = torch.linspace(-1.0, 1.0, n, dtype=torch.float64)
+    ts = [torch.cos(x), torch.sin(x)]
+    prep = di.prepare_jvp(field, B, x, di.Tangents(*ts))
+    run = prep._runners["jvp"]
+    assert run(x, di.Tangents(*ts)) is direct.SLOW
+    got = di.jvp(field, B, x, di.Tangents(*ts), prep=prep)
+    for a, t in zip(got, ts, strict=True):
+        np.testing.assert_allclose(a.numpy(), _torch_own("jvp", x, t).numpy(), rtol=1e-12)

@@ -19,6 +19,8 @@ from ..._tree import TooDeep, flatten, tree_map
 from ...core.backend import SLOW, BackendImpl
 from ...core.convert import is_masked
 from ...core.registry import register
+from . import runners
+from .runners import link_out
 from .traces import make_jvp, make_vjp, open_traces
 
 
@@ -134,12 +136,17 @@ class AutogradImpl(BackendImpl):
     keeps_plans = True  # f is traced anew on every call: nothing to go stale
 
     def runner(self, prob, form, combo=None, weak=False):
-        """For a plain gradient (see ``_gradient_runner``); for an unprepared call
-        (``weak``) it calls f through a weak reference (the plan table holds f weakly)."""
-        if form != "array":
+        """For a plain gradient (see ``_gradient_runner``), jvp and vjp (``runners``); for
+        an unprepared call (``weak``) it calls f through a weak reference (the plan table
+        holds f weakly)."""
+        if form != "array" or not prob.single:
             return None
         f = weak_callable(prob.f, weak)
-        return None if f is None else self._gradient_runner(prob, f)
+        if f is None:
+            return None
+        if prob.op in runners.TAKES:
+            return runners.runner(prob.op, f)
+        return self._gradient_runner(prob, f)
 
     def _gradient_runner(self, prob, f):
         """For a plain gradient: one make_vjp of ``f`` itself. Anything unusual (a box
@@ -280,14 +287,6 @@ def touch(g: Any, x: Any) -> Any:
     if isinstance(getattr(x, "_value", x), tuple):  # a tuple of leaves, maybe boxed
         return ag_tuple([g[i] + 0 * x[i] for i in range(len(x))])  # stays one box
     return g + 0 * x
-
-
-def link_out(y: Any, x: Any) -> Any:
-    """y, tied to x by ``+ 0 * sum(x)`` when f's output does not depend on x
-    (diffiface has warned): autograd then gives the zeros without a second warning."""
-    if not isinstance(x, Box) or (isinstance(y, Box) and y._trace == x._trace):
-        return y
-    return y + (0 * anp.sum(x)).astype(np.result_type(y))
 
 
 _CONTAINERS = (dict, list, tuple)

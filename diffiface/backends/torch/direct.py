@@ -18,6 +18,7 @@ import torch
 import torch.autograd.forward_ad as fwAD
 from torch._C._functorch import is_functorch_wrapped_tensor
 
+from ..._tangents import one_by_one
 from ..._tree import unflatten
 from ...core import direction
 from ...core.backend import OUT_SIZE, SLOW
@@ -40,18 +41,46 @@ def runner(prob, combo, f, weak: bool):
     if op in ("gradient", "value_and_gradient", "vjp", "value_and_vjp"):
         return _reverse(_named(prob, weak), f, value, cotangent="vjp" in op)
     if op in ("jvp", "value_and_jvp"):
-        return _jvp(f, value)
+        return _few(one_by_one(_jvp(f, value), value, SLOW))
     if op in ("hvp", "gradient_and_hvp") and combo is None:
         return _hvp(_named(prob, weak), f, value)
     if op in ("jacobian", "value_and_jacobian"):
         return _jacobian(prob, value, f)
+    if op in _SCALAR and known != direction.FORWARD:
+        return _scalar(_named(prob, weak), f, value, second=_SCALAR[op])
     return None
+
+
+# derivative operators a runner takes (on a scalar x and f(x)) -> second order
+_SCALAR = {
+    "derivative": False,
+    "value_and_derivative": False,
+    "second_derivative": True,
+    "value_derivative_and_second_derivative": True,
+}
 
 
 def _named(prob, weak: bool):
     """What a runner's checks name: ``prob``, or where the runner holds f weakly, its
     operator and backend only (``Problem.named``)."""
     return prob.named() if weak else prob
+
+
+def _few(run):
+    """``run`` for one tangent, and for a Tangents of k on a small x (dual numbers once
+    per tangent: 4 tangents at n = 1e3 in 0.9x torch.func's vmap, against 3.6x by the
+    general path); a large x's Tangents takes the general path's one vmapped pass
+    (1.0x against 1.3x for the loop at n = 1e6)."""
+
+    def run_few(x, t):
+        if type(t) is not torch.Tensor and x.numel() > _LOOP_MAX:
+            return SLOW
+        return run(x, t)
+
+    return run_few
+
+
+_LOOP_MAX = 1 << 16  # elements of x up to which a Tangents call loops
 
 
 def _plain_copy(x):
@@ -168,6 +197,39 @@ def _hvp(prob, f, value):
             return SLOW
         (hv,) = grads(prob, g, (xg,), v, attached, False)
         return (g if attached else g.detach(), hv) if value else hv
+
+    return run
+
+
+def _scalar(prob, f, value, second):
+    """derivative (``second``: and the second derivative) of f at a 0-d tensor x with a
+    0-d result, by reverse mode (and reverse over reverse), as torch's users write it;
+    any other shape takes the general path (forward mode)."""
+
+    def run(x):
+        xg = _plain_copy(x)
+        if xg is None or xg.ndim:
+            return SLOW
+        xg.requires_grad_()
+        try:
+            y = f(xg)
+        except RuntimeError:
+            return SLOW
+        if type(y) is not torch.Tensor or y.grad_fn is None or y.ndim:
+            return SLOW
+        attached = finished(y, (xg,), False)
+        (d,) = grads(prob, y, (xg,), None, attached or second, second)
+        if not second:
+            return (y if attached else y.detach(), d) if value else d
+        if d.requires_grad:
+            (d2,) = grads(prob, d, (xg,), None, attached, False)
+        elif attached:  # linear f on an outer graph: the general path
+            return SLOW
+        else:  # linear f
+            d2 = torch.zeros_like(d)
+        if not attached:
+            y, d = y.detach(), d.detach()
+        return (y, d, d2) if value else d2
 
     return run
 

@@ -68,16 +68,23 @@ def reaches_outside(y, xg: tuple) -> bool:
     stack, seen = [node], set()
     while stack:
         for nxt, _ in stack.pop().next_functions:
-            if nxt is None:
-                continue
-            variable = getattr(nxt, "variable", None)
-            if variable is not None:  # an accumulating leaf
+            if type(nxt) is _ACCUMULATE:  # a leaf (no getattr: it raises on other nodes)
+                variable = nxt.variable
                 if id(variable) not in own and not hasattr(variable, DONE):
                     return True
-            elif nxt not in seen:
+            elif nxt is not None and nxt not in seen:
                 seen.add(nxt)
                 stack.append(nxt)
     return False
+
+
+def _accumulate_type() -> type:
+    """The class of torch's graph node that accumulates into a leaf."""
+    a = torch.zeros((), requires_grad=True)
+    return type((a * 1).grad_fn.next_functions[0][0])
+
+
+_ACCUMULATE = _accumulate_type()
 
 
 DONE = "_diffiface_done"  # marks a leaf of a finished call (see ``finished``)

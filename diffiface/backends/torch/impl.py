@@ -487,7 +487,7 @@ class TorchImpl(BackendImpl):
             return torch.func.jvp(lambda x: fn((x,), *ctx), (x,), (one,))
 
         (y, d1), (_, d2) = call_forward(prob, lambda: torch.func.jvp(d, (x,), (one,)))
-        return y, d1, d2
+        return y, d1, torch.zeros_like(d1) if torch._is_zerotensor(d2) else d2  # (linear f)
 
 
 class NoForwardArrays(RuntimeError):

@@ -1,0 +1,96 @@
+"""The runners of autograd plans for jvp and vjp at one float array: one make_jvp or
+make_vjp of f itself, as autograd's users write it. Anything unusual (a box from an
+outer pass, complex or integer arrays, a tangent unlike x or a cotangent unlike f(x),
+an error, f off the trace, an output that is no float array) returns SLOW for the
+general path, which runs f again and explains."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import autograd.numpy as anp
+import numpy as np
+from autograd.tracer import Box
+
+from ..._tangents import Tangents, one_by_one
+from ...core.backend import SLOW
+from .traces import make_jvp, make_vjp
+
+TAKES = {"jvp": False, "value_and_jvp": True, "vjp": False, "value_and_vjp": True}
+
+
+def runner(op: str, f):
+    """The runner of ``op`` (one of ``TAKES``) calling ``f``."""
+    value = TAKES[op]
+    return one_by_one(_jvp(f, value), value, SLOW) if "jvp" in op else _vjp(f, value)
+
+
+def _plain(a) -> bool:
+    return type(a) is np.ndarray and a.dtype.kind == "f"
+
+
+class _Lost(Exception):
+    """f's output is not on x's trace: the general path runs f again and warns."""
+
+
+def _on_trace(f):
+    """f, stopping a call whose output is not on x's trace."""
+
+    def traced(xb):
+        y = f(xb)
+        if not (isinstance(y, Box) and y._trace == xb._trace):
+            raise _Lost
+        return y
+
+    return traced
+
+
+def link_out(y: Any, x: Any) -> Any:
+    """y, tied to x by ``+ 0 * sum(x)`` when f's output does not depend on x
+    (diffiface has warned): autograd then gives the zeros without a second warning."""
+    if not isinstance(x, Box) or (isinstance(y, Box) and y._trace == x._trace):
+        return y
+    return y + (0 * anp.sum(x)).astype(np.result_type(y))
+
+
+def _jvp(f, value: bool):
+    def run(x, v):
+        if not (_plain(x) and _plain(v)) or v.shape != x.shape or v.dtype != x.dtype:
+            return SLOW
+        try:
+            y, t = make_jvp(_on_trace(f), x)(v)
+        except (_Lost, TypeError, AttributeError):  # (TypeError: e.g. a boxed container)
+            return SLOW
+        if not _plain(y):
+            return SLOW
+        t = np.asarray(t, dtype=y.dtype).reshape(y.shape)
+        return (y, t) if value else t
+
+    return run
+
+
+def _vjp(f, value: bool):
+    """One trace of f, then one pullback per cotangent (a ``Tangents`` of k: k)."""
+
+    def run(x, w):
+        ws = w._values if type(w) is Tangents else (w,)
+        if not _plain(x):
+            return SLOW
+        for one in ws:
+            if not _plain(one):
+                return SLOW
+        try:
+            pb, y = make_vjp(_on_trace(f), x)
+        except (_Lost, TypeError, AttributeError):
+            return SLOW
+        if not _plain(y):
+            return SLOW
+        gs = []
+        for one in ws:
+            if one.shape != y.shape or one.dtype != y.dtype:
+                return SLOW
+            gs.append(np.asarray(pb(one), dtype=x.dtype).reshape(x.shape))
+        g = Tangents(*gs) if type(w) is Tangents else gs[0]
+        return (y, g) if value else g
+
+    return run

@@ -66,7 +66,7 @@ def implementation(backend: Any) -> Any:
         if impl is None:
             impl = load(type(backend))(backend)
             _INSTANCES[backend] = impl
-            if impl.keeps_plans:
+            if impl.traits.keeps_plans:
                 KEEPS_PLANS.add(type(backend))
             while len(_INSTANCES) > MAX_INSTANCES:  # the oldest first
                 del _INSTANCES[next(iter(_INSTANCES))]

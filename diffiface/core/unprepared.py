@@ -71,7 +71,7 @@ def remember(op: str, f, backend, impl, prob, combo, x, kinds, contexts, t) -> N
     if tree and not (one and form == ARRAY):
         return  # a pytree output of pytree or NumPy arguments: the general path splits it
     registry.KEEPS_PLANS.add(type(backend))  # a SecondOrder of a backend that keeps plans
-    reads = _reads(f) if impl.bakes_reads else None
+    reads = _reads(f) if impl.traits.bakes_reads else None
     if one:
         run = impl.runner(prob, form, combo, weak=True)
         if tree:

@@ -54,7 +54,7 @@ def _either(c: Call, run: Callable) -> Any:
         c.prob,
         lambda: run(c.combo),
         forward=lambda: run(_FORWARD_OVER_FORWARD),
-        reverse=lambda: run(impl.reverse_combo),
+        reverse=lambda: run(impl.traits.reverse_combo),
         fixed=fixed,
     )
 
@@ -117,7 +117,7 @@ def _hessians(c: Call, chunk_size):
     """(f(x), g, H) at one array x."""
     impl, prob, xs, ctx = c.impl, c.prob, c.xs, c.ctx
     op, backend = prob.op, prob.backend
-    if impl.sparse:  # AutoSparse
+    if impl.traits.sparse:  # AutoSparse
         return impl.sparse_hessian(c, lambda run: _either(c, run), op != "hessian", chunk_size)
     if not prob.single:
         raise _checks.not_single_array(op, backend, len(xs))

@@ -22,7 +22,7 @@ from helpers import HAVE
 import diffiface as di
 from diffiface import testing
 from diffiface.core import outputs
-from diffiface.core.backend import BackendImpl
+from diffiface.core.backend import BackendImpl, Traits
 from diffiface.core.registry import register
 
 pytestmark = pytest.mark.skipif(not HAVE["jax"], reason="the toy wraps JAX")
@@ -33,7 +33,7 @@ class AutoToy(di.AbstractBackend):
     """Both primitives."""
 
     mode: str | None = None
-    framework: ClassVar[str] = "jax"  # its arrays are JAX arrays
+    framework: ClassVar[str] = "toy"  # a name of its own; its arrays are JAX's (traits)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -49,9 +49,7 @@ class AutoToyVjp(AutoToy):
 class _Arrays(BackendImpl):
     """The array helpers of the contract, on JAX arrays."""
 
-    framework = "jax"
-    native_kind = "jax arrays"
-    output_kind = "a jax array"
+    traits = Traits("toy", arrays="jax", native_kind="jax arrays", output_kind="a jax array")
 
     def is_native(self, leaf: Any) -> bool:
         import jax

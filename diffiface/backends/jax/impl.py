@@ -15,7 +15,7 @@ from ..._cache import CodeFacts, FunctionCache
 from ..._reads import fingerprint
 from ..._tree import tree_map
 from ...core import direction, outputs
-from ...core.backend import BackendImpl
+from ...core.backend import BackendImpl, Traits
 from ...core.registry import register
 from . import closures, runners
 from .aux import WithAux
@@ -62,9 +62,13 @@ _FLOATS = frozenset(np.dtype(t) for t in ("float16", "float32", "float64"))
 
 @register(AutoJax)
 class JaxImpl(BackendImpl):
-    framework = "jax"
-    native_kind = "jax arrays"
-    output_kind = "a jax array"
+    traits = Traits(
+        "jax",
+        native_kind="jax arrays",
+        output_kind="a jax array",
+        keeps_plans=True,
+        bakes_reads=True,
+    )
 
     flatten_fast = staticmethod(jax.tree_util.tree_flatten)
 
@@ -190,8 +194,6 @@ class JaxImpl(BackendImpl):
         y, g = call(prob, run, _arg(prob, xs), *dyn)
         return y, _tuple(prob, g)
 
-    keeps_plans = True
-    bakes_reads = True
     compile = staticmethod(jax.jit)
 
     def standin(self, tree):

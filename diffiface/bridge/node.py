@@ -24,6 +24,7 @@ from typing import Any
 from .. import _checks
 from .._arrays import framework_of, named, registered
 from .._tree import TooDeep, flatten, unflatten
+from ..core import registry
 
 _LOCK = threading.RLock()
 
@@ -172,8 +173,8 @@ def _open_containers(args: tuple, leaves: list) -> tuple | None:
 
 
 def framework_key(backend: Any) -> str:
-    """The bridge module key of a backend's framework."""
-    return _INNER.get(backend.framework, backend.framework)
+    """The bridge module key of a backend: the framework whose arrays it takes."""
+    return registry.arrays(backend)
 
 
 def kind_of(tree: Any, what: str) -> str:
@@ -298,9 +299,6 @@ class Bridged:
 # nodes kept per bridged function: one per structure and set of non-array leaves (a
 # Python float leaf is static, so each new value is a new node, on JAX a compilation)
 MAX_NODES = 64
-
-# the framework whose arrays a backend computes with
-_INNER = {"finite_differences": "numpy"}
 
 
 class _OutTree:

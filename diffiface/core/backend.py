@@ -17,12 +17,13 @@ from .. import _checks
 from . import convert as _convert
 from . import direction
 from .contract import Contract
-from .traits import Traits as Traits
 from .fallbacks import DerivedSecondOrder
 from .problem import Problem
+from .traits import Traits as Traits
 
 OUT_SIZE = "output size"  # the key of the memoized output size in a problem's fns
 SLOW = object()  # returned by a direct runner that must hand over to the general path
+
 
 class BackendImpl(Contract, DerivedSecondOrder):
     """The derived operators, written once in terms of the contract (``core.contract``):

@@ -165,7 +165,6 @@ class Contract:
     protect = None  # xs -> the leaves f receives, copied where f could change the caller's
     compile = None  # the framework's compiler (jax.jit): a pytree output's split, once
 
-
     def runner(self, prob, form: str, combo=None, weak: bool = False):
         """The plan's runner, or None (the general path runs every call).
 

@@ -162,7 +162,9 @@ def native_tangent(op: str, impl: Any, name: str, leaf: Any) -> Any:
         return impl.from_numpy(np.asarray(leaf))
     if foreign(impl.traits.arrays, leaf):
         raise Foreign
-    raise _checks.mismatch(op, impl.backend, name, "kind", impl.traits.native_kind, _checks.describe(leaf))
+    raise _checks.mismatch(
+        op, impl.backend, name, "kind", impl.traits.native_kind, _checks.describe(leaf)
+    )
 
 
 def match(op: str, impl: Any, name: str, leaf: Any, ref: Any, path: str = "") -> Any:

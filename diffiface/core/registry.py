@@ -11,7 +11,7 @@ import sys
 import threading
 from typing import Any
 
-from .._backend_types import BUILTIN
+from .._backend_types import BUILTIN, SecondOrder
 from .._checks import FrameworkMissingError
 
 # backend type -> the framework it needs (None: NumPy only), in the order shown to users
@@ -46,6 +46,14 @@ def register_rule(framework: str, method: str):
         return fn
 
     return deco
+
+
+def arrays(backend: Any) -> str:
+    """The framework whose arrays ``backend`` takes: its implementation's ``traits.arrays``
+    (a second-order backend's inner one's). The one home of that question."""
+    if isinstance(backend, SecondOrder):
+        backend = backend.inner
+    return implementation(backend).traits.arrays
 
 
 def rule(framework: str, method: str) -> Any:

@@ -300,7 +300,7 @@ def prepare(op: Operator, f, backend, x, contexts: tuple, t=None, has_aux=False)
             plan.nested = planned(c.impl, f, op.name, c.xs, c.ctx, has_aux, c.prob.single)
         call(op, f, backend, x, t, contexts, plan, has_aux=has_aux)
         plan.finalize(x)
-        if not has_aux and c.impl.traits.keeps_plans:  # the next unprepared call like it runs it too
+        if not has_aux and c.impl.traits.keeps_plans:  # the next unprepared call like it runs it
             prob = plan.problem(op.name)
             unprepared.remember(op.name, f, backend, c.impl, prob, c.combo, x, c.kinds, contexts, t)
     except TooDeep:

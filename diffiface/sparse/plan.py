@@ -51,7 +51,7 @@ class SparsePlan:
         shape = (*self.x_shape, *self.x_shape) if prob.scalar else (*self.y_shape, *self.x_shape)
         if sparse.dense:
             fmt = "dense"
-        elif fmt_kind == "native" and framework_module(d.framework) is not None:
+        elif fmt_kind == "native" and framework_module(d.traits.arrays) is not None:
             fmt = "native"
         else:
             fmt = "numpy"

@@ -83,6 +83,7 @@ def _nest_too_fine(prob, levels: int, steps: float) -> _checks.DiffifaceValueErr
 class FiniteDifferencesImpl(BackendImpl):
     traits = Traits(
         "finite_differences",
+        arrays="numpy",
         native_kind="NumPy arrays",
         output_kind="a NumPy array or number",
     )

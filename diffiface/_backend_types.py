@@ -194,9 +194,12 @@ class SecondOrder(AbstractBackend):
 
     @property
     def crosses(self) -> bool:
-        """The outer AD framework differentiates another framework's gradient (a bridge)."""
-        o, i = self.outer.framework, self.inner.framework
-        return o != i and o != "finite_differences"
+        """The outer AD framework differentiates a gradient on another framework's arrays
+        (a bridge): the arrays each takes decide (``core.registry.arrays``), not the names."""
+        from .core.registry import arrays  # (loads both backends: only when a call asks)
+
+        outer = self.outer.framework
+        return outer != "finite_differences" and arrays(self.outer) != arrays(self.inner)
 
     @property
     def differences_over_ad(self) -> bool:

@@ -15,6 +15,7 @@ Arrays cross by DLPack (or NumPy views) without copies on the same device.
 
 from __future__ import annotations
 
+import functools
 import importlib
 import numbers
 import threading
@@ -210,7 +211,6 @@ class Bridged:
                 f"differentiate_with(f, backend): f must be callable, got {type(f).__name__}."
             )
         self.f, self.backend = f, backend
-        self.inner = framework_key(backend)
         self.name = name or getattr(f, "__name__", type(f).__name__)
         self._nodes: dict = {}
         self._plain: dict = {}
@@ -218,6 +218,12 @@ class Bridged:
 
     def __repr__(self) -> str:
         return f"differentiate_with({self.name}, {self.backend!r})"
+
+    @functools.cached_property
+    def inner(self) -> str:
+        """The bridge key of the backend's arrays: asked at the first call, which loads
+        the backend (wrapping f loads nothing)."""
+        return framework_key(self.backend)
 
     def call_keeping(self, keep: Any, *args: Any) -> Any:
         """The call, its graph holding ``keep`` (what f reaches only weakly) alive."""

@@ -193,12 +193,6 @@ class SecondOrder(AbstractBackend):
     framework: ClassVar[str] = "second_order"
 
     @property
-    def crosses(self) -> bool:
-        """The outer AD framework differentiates another framework's gradient (a bridge)."""
-        o, i = self.outer.framework, self.inner.framework
-        return o != i and o != "finite_differences"
-
-    @property
     def differences_over_ad(self) -> bool:
         """Finite differences (outer) of an AD framework's gradient (inner)."""
         return self.outer.framework == "finite_differences" != self.inner.framework

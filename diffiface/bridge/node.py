@@ -15,6 +15,7 @@ Arrays cross by DLPack (or NumPy views) without copies on the same device.
 
 from __future__ import annotations
 
+import functools
 import importlib
 import numbers
 import threading
@@ -24,6 +25,7 @@ from typing import Any
 from .. import _checks
 from .._arrays import framework_of, named, registered
 from .._tree import TooDeep, flatten, unflatten
+from ..core import registry
 
 _LOCK = threading.RLock()
 
@@ -172,8 +174,8 @@ def _open_containers(args: tuple, leaves: list) -> tuple | None:
 
 
 def framework_key(backend: Any) -> str:
-    """The bridge module key of a backend's framework."""
-    return _INNER.get(backend.framework, backend.framework)
+    """The bridge module key of a backend: the framework whose arrays it takes."""
+    return registry.arrays(backend)
 
 
 def kind_of(tree: Any, what: str) -> str:
@@ -209,7 +211,6 @@ class Bridged:
                 f"differentiate_with(f, backend): f must be callable, got {type(f).__name__}."
             )
         self.f, self.backend = f, backend
-        self.inner = framework_key(backend)
         self.name = name or getattr(f, "__name__", type(f).__name__)
         self._nodes: dict = {}
         self._plain: dict = {}
@@ -217,6 +218,12 @@ class Bridged:
 
     def __repr__(self) -> str:
         return f"differentiate_with({self.name}, {self.backend!r})"
+
+    @functools.cached_property
+    def inner(self) -> str:
+        """The bridge key of the backend's arrays: asked at the first call, which loads
+        the backend (wrapping f loads nothing)."""
+        return framework_key(self.backend)
 
     def call_keeping(self, keep: Any, *args: Any) -> Any:
         """The call, its graph holding ``keep`` (what f reaches only weakly) alive."""
@@ -298,9 +305,6 @@ class Bridged:
 # nodes kept per bridged function: one per structure and set of non-array leaves (a
 # Python float leaf is static, so each new value is a new node, on JAX a compilation)
 MAX_NODES = 64
-
-# the framework whose arrays a backend computes with
-_INNER = {"finite_differences": "numpy"}
 
 
 class _OutTree:

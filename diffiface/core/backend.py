@@ -1,15 +1,14 @@
-"""The base of every backend implementation, with generic fallbacks.
+"""The base of every backend implementation: the derived operators.
 
-A backend implements ``value_and_pullback`` and/or ``value_and_jvp`` on a
-:class:`~diffiface._problem.Problem` (``f`` of a flat tuple of leaves ``xs``)
-plus a few array helpers. Every other operator is derived here; a backend
-overrides an operator only where its native version is faster.
+A backend writes the contract (``core.contract``: its traits, ``value_and_pullback``
+and/or ``value_and_jvp`` on a :class:`~diffiface.core.problem.Problem`, ``f`` of a flat
+tuple of leaves ``xs``, and a few array helpers). Every other operator is derived here;
+a backend overrides an operator only where its native version is faster.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -17,175 +16,21 @@ import numpy as np
 from .. import _checks
 from . import convert as _convert
 from . import direction
+from .contract import Contract
 from .fallbacks import DerivedSecondOrder
 from .problem import Problem
 from .signature import SLOW as SLOW
-from .signature import leaf_signature
+from .traits import Traits as Traits
 
 OUT_SIZE = "output size"  # the key of the memoized output size in a problem's fns
 
 
-class BackendImpl(DerivedSecondOrder):
-    """Generic operators written once in terms of jvp and vjp."""
-
-    framework = ""
-    native_kind = ""  # for messages: "jax arrays"
-    output_kind = ""  # for messages: "a jax array"
-    # None, or y -> y as the framework's array, for what f may return that the framework
-    # traces but does not hold as one array (autograd: an object array of boxes)
-    own_output: Any = None
-
-    def __init__(self, backend: Any) -> None:
-        self.backend = backend
-        self.mode = getattr(backend, "mode", None)
-
-    # ---- arrays (each backend overrides) ------------------------------------
-    def is_native(self, leaf: Any) -> bool:
-        raise NotImplementedError
-
-    def is_output(self, y: Any) -> bool:
-        return self.is_native(y)
-
-    def is_float(self, leaf: Any) -> bool:
-        return np.issubdtype(leaf.dtype, np.floating)
-
-    def from_numpy(self, a: np.ndarray) -> Any:
-        """NumPy array (any float dtype) -> native array, zero-copy where possible."""
-        raise NotImplementedError
-
-    def default_float(self, value: float) -> Any:
-        """Python float -> 0-d native array of the framework's default float dtype."""
-        raise NotImplementedError
-
-    def to_numpy(self, a: Any) -> np.ndarray:
-        return np.asarray(a)
-
-    def is_traced(self, a: Any) -> bool:
-        """True when ``a`` carries an outer differentiation (never converted to NumPy)."""
-        return False
-
-    def check_numpy_dtype(self, dtype: np.dtype) -> str | None:
-        """A reason why this backend cannot take ``dtype`` without loss, or None."""
-        return None
-
-    def cast(self, a: Any, like: Any) -> Any:
-        return a.astype(like.dtype)
-
-    def ones_like(self, a: Any) -> Any:
-        return np.ones_like(a)
-
-    def basis(self, like: Any, i: int) -> Any:
-        e = np.zeros(like.size, dtype=like.dtype)
-        e[i] = 1
-        return self.from_numpy(e.reshape(like.shape))
-
-    def stack(self, arrays: list, axis: int) -> Any:
-        return np.stack(arrays, axis=axis)
-
-    def concat(self, arrays: list, axis: int = 0) -> Any:
-        """Arrays joined end to end along ``axis``."""
-        return np.concatenate(arrays, axis=axis) if len(arrays) > 1 else arrays[0]
-
-    def leaf_signature(self, a: Any) -> Any:
-        """What of a leaf of x or of the contexts decides the structure of f(x) (shape and
-        dtype), the same for a value and for the tracer the framework makes of it."""
-        return leaf_signature(a)
-
-    def settle(self, tree: Any, result: Any) -> Any:
-        """Values f computed inside this backend's own pass (its aux, its value), as the
-        caller sees them: they keep what an outer pass tracks and lose the inner pass
-        (torch detaches them unless ``result``, the call's result, is attached to an
-        outer graph; autograd unboxes the inner levels)."""
-        return tree
-
-    def reshape(self, a: Any, shape: tuple) -> Any:
-        return a.reshape(shape)
-
-    def open(self, tree: Any) -> Any:
-        """``tree`` with containers an outer pass wrapped (autograd boxes) opened."""
-        return tree
-
-    def is_complex(self, y: Any) -> bool:
-        """y is a complex array (NumPy and JAX dtypes)."""
-        return getattr(getattr(y, "dtype", None), "kind", "") == "c"
-
-    def connected(self, xs: tuple, y: Any) -> bool | None:
-        """Whether y depends on the differentiated leaves xs (None: cannot tell, as
-        for NumPy functions)."""
-        return None
-
-    def outer_sees(self, leaves: list) -> bool:
-        """True when an outer differentiation of this framework sees one of ``leaves``."""
-        return any(self.is_native(a) and self.is_traced(a) for a in leaves)
-
-    def can_run_rule(self, xs: tuple, ctx: tuple) -> bool:
-        """False where the outer transform cannot run a custom nested-AD rule."""
-        return True
-
-    def no_forward(self, xs: tuple, ctx: tuple) -> str | None:
-        """Why these arrays cannot take forward-mode AD (torch's DTensor), or None."""
-        return None
-
-    def standin(self, tree: Any) -> Any:
-        """``tree`` with concrete arrays of the same shapes and dtypes that no outer
-        pass sees, to time the nested-AD strategies on (``FixedParams(strategy="auto")``)."""
-        return tree
-
-    def block(self, result: Any) -> Any:
-        """``result`` once computed (JAX dispatches asynchronously), for timing."""
-        return result
-
-    def peak_bytes(self, fn: Callable, args: tuple) -> int | None:
-        """The peak memory ``fn(*args)`` allocates beyond its arguments, or None where
-        it cannot be measured (``FixedParams(strategy="min_memory")``): here by
-        ``tracemalloc``, which sees NumPy's buffers."""
-        import tracemalloc
-
-        started = not tracemalloc.is_tracing()
-        if started:
-            tracemalloc.start()
-        try:
-            base = tracemalloc.get_traced_memory()[0]
-            tracemalloc.reset_peak()
-            fn(*args)
-            return tracemalloc.get_traced_memory()[1] - base
-        finally:
-            if started:
-                tracemalloc.stop()
-
-    runs_aux = False  # its runners hand f's aux to the open sink, as the caller sees it
-    flatten_fast = None  # a faster pytree flatten of the framework, if it has one
-    hermitian_vjp = False  # the native pullback of a complex output conjugates w (torch)
-    reverse_combo = ("reverse", "reverse")  # second order without forward mode
-    protect = None  # xs -> the leaves f receives, copied where f could change the caller's
-    compile = None  # the framework's compiler (jax.jit): a pytree output's split, once
-
-    keeps_plans = False  # runner(..., weak=True) can give runners for unprepared calls
-    bakes_reads = False  # its runners keep what f read when compiled (JAX): watched
-    sparse = False  # AutoSparse's implementation: sparse_jacobian and sparse_hessian
-    cheap_forward = True  # a jvp costs about a vjp (torch's forward mode costs far more)
-
-    def runner(self, prob, form: str, combo=None, weak: bool = False):
-        """The plan's runner, or None (the general path runs every call).
-
-        ``form``: "array" (``x -> result`` for one native array without contexts),
-        "numpy" (the same for a NumPy x, results as NumPy) or "leaves" (``(x leaves,
-        context leaves, context values) -> result`` for native pytree leaves and
-        Constant contexts). ``weak``: for an unprepared call, a runner that holds ``f``
-        only weakly (see ``core.unprepared``); a backend that gives such runners sets
-        ``keeps_plans``. A runner may return SLOW to hand over to the general path."""
-        return None
-
-    def forward_unsupported(self, exc: BaseException) -> bool:
-        """``exc`` says that f cannot run under the framework's forward mode (or its
-        batching), where the reverse formulation can (a JAX custom_vjp, a torch
-        autograd.Function without jvp or vmap support). See ``core.direction``."""
-        return False
-
-    def reverse_unsupported(self, exc: BaseException) -> bool:
-        """``exc`` says that f cannot run under the framework's reverse mode, where the
-        forward formulation can (a JAX lax.while_loop with a traced trip count)."""
-        return False
+class BackendImpl(Contract, DerivedSecondOrder):
+    """The derived operators, written once in terms of the contract (``core.contract``):
+    every operator below, and second order (``core.fallbacks``), comes from
+    ``value_and_pullback`` and/or ``value_and_jvp``. A backend overrides one only where
+    its native version is faster; the primitive it does not write is derived too
+    (reverse from columns of jvps, forward from rows of pullbacks)."""
 
     def reverse_jacobian(self, prob, xs: tuple, ctx: tuple):
         """(f(x), the Jacobian of each leaf) from one pullback per output element: the
@@ -293,7 +138,7 @@ class BackendImpl(DerivedSecondOrder):
         if type(self).value_and_pullback is not BackendImpl.value_and_pullback:
             y, pb = self.value_and_pullback(prob, xs, ctx)
             gs = pb(self.ones_like(y))
-            if self.hermitian_vjp:
+            if self.traits.hermitian_vjp:
                 return y, gs
             return y, tuple(g.conj() if self.is_complex(g) else g for g in gs)
         return self.forward_gradient(prob, xs, ctx)

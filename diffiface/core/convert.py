@@ -83,7 +83,7 @@ def masked(op: str, impl: Any, where: str, name: str) -> _checks.DiffifaceTypeEr
 
 
 def _raise_leaf(op: str, impl: Any, tree: Any, i: int, leaf: Any):
-    if foreign(impl.framework, leaf):
+    if foreign(impl.traits.arrays, leaf):
         raise Foreign  # the operator crosses a bridge (see diffiface.bridge)
     path = paths(tree)[i]
     if is_complex(leaf):
@@ -120,9 +120,9 @@ def _raise_leaf(op: str, impl: Any, tree: Any, i: int, leaf: Any):
         )
     else:
         kinds = (
-            impl.native_kind
-            if impl.native_kind == "NumPy arrays"
-            else (f"{impl.native_kind}, NumPy arrays")
+            impl.traits.native_kind
+            if impl.traits.native_kind == "NumPy arrays"
+            else (f"{impl.traits.native_kind}, NumPy arrays")
         )
         fix = f"{type(impl.backend).__name__}() takes {kinds} or Python floats; convert the leaf."
     raise _checks.bad_leaf(op, impl.backend, path, leaf, fix)
@@ -160,9 +160,11 @@ def native_tangent(op: str, impl: Any, name: str, leaf: Any) -> Any:
                 f"{_checks.call_form(op, impl.backend)}: {name} is {leaf.dtype}, but {reason}"
             )
         return impl.from_numpy(np.asarray(leaf))
-    if foreign(impl.framework, leaf):
+    if foreign(impl.traits.arrays, leaf):
         raise Foreign
-    raise _checks.mismatch(op, impl.backend, name, "kind", impl.native_kind, _checks.describe(leaf))
+    raise _checks.mismatch(
+        op, impl.backend, name, "kind", impl.traits.native_kind, _checks.describe(leaf)
+    )
 
 
 def match(op: str, impl: Any, name: str, leaf: Any, ref: Any, path: str = "") -> Any:
@@ -197,7 +199,7 @@ def contexts(op: str, impl: Any, contexts: tuple) -> tuple:
                 raise masked(op, impl, f"a leaf c of Constant #{n}", "c")
             if isinstance(v, np.ndarray):
                 numpy = True
-            elif foreign(impl.framework, v):
+            elif foreign(impl.traits.arrays, v):
                 raise Foreign
         if numpy:
             leaves = [_context_leaf(op, impl, v) for v in leaves]

@@ -108,7 +108,7 @@ class Prep:
         hand the aux to the sink (``runs_aux``); for a pytree output, one native array
         (see ``tree_runner``); native pytree leaves without a tangent."""
         form, sig, f = self.sig.form(), self.sig, unfix(self.f, ())[0]
-        if form is None or (self.aux and (not self.impl.runs_aux or form == LEAVES)):
+        if form is None or (self.aux and (not self.impl.traits.runs_aux or form == LEAVES)):
             return None
         if outputs.returns_tree(f):
             if self.aux or form != ARRAY or type(self.f) is FixedParams or sig.many:

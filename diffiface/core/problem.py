@@ -106,7 +106,7 @@ class Problem:
             if _discrete(a):
                 raise _checks.integer_output(op, backend, a.dtype)
             if not is_output(a):
-                raise _checks.not_array(op, backend, a, impl.output_kind, trees)
+                raise _checks.not_array(op, backend, a, impl.traits.output_kind, trees)
 
         own = impl.own_output
 
@@ -151,7 +151,7 @@ def _output_check(op: str, backend: Any, impl: Any, scalar: bool) -> Callable:
         if _discrete(y):  # also a NumPy bool or integer scalar, which is no output
             raise _checks.integer_output(op, backend, y.dtype)
         if not is_output(y):
-            raise _checks.not_array(op, backend, y, impl.output_kind, trees)
+            raise _checks.not_array(op, backend, y, impl.traits.output_kind, trees)
         if scalar and tuple(getattr(y, "shape", ())) != ():
             raise _checks.not_scalar(op, backend, tuple(y.shape))
         if scalar and is_complex(y):

@@ -11,7 +11,7 @@ import sys
 import threading
 from typing import Any
 
-from .._backend_types import BUILTIN
+from .._backend_types import BUILTIN, SecondOrder
 from .._checks import FrameworkMissingError
 
 # backend type -> the framework it needs (None: NumPy only), in the order shown to users
@@ -48,6 +48,14 @@ def register_rule(framework: str, method: str):
     return deco
 
 
+def arrays(backend: Any) -> str:
+    """The framework whose arrays ``backend`` takes: its implementation's ``traits.arrays``
+    (a second-order backend's inner one's). The one home of that question."""
+    if isinstance(backend, SecondOrder):
+        backend = backend.inner
+    return implementation(backend).traits.arrays
+
+
 def rule(framework: str, method: str) -> Any:
     return _RULES.get((framework, method))
 
@@ -66,7 +74,7 @@ def implementation(backend: Any) -> Any:
         if impl is None:
             impl = load(type(backend))(backend)
             _INSTANCES[backend] = impl
-            if impl.keeps_plans:
+            if impl.traits.keeps_plans:
                 KEEPS_PLANS.add(type(backend))
             while len(_INSTANCES) > MAX_INSTANCES:  # the oldest first
                 del _INSTANCES[next(iter(_INSTANCES))]
@@ -92,3 +100,11 @@ def load(backend_type: type) -> type:
                 f'Install it with: pip install "diffiface[{extra}]"'
             ) from exc
     return _IMPLS[backend_type]
+
+
+def crosses(backend: SecondOrder) -> bool:
+    """``second_order(outer, inner)`` whose outer AD framework differentiates a gradient
+    on another framework's arrays (a bridge): the arrays each takes decide, not the
+    names (loads both backends)."""
+    outer = backend.outer.framework
+    return outer != "finite_differences" and arrays(backend.outer) != arrays(backend.inner)

@@ -185,7 +185,7 @@ def call(
         c = enter(op, f, backend, x, contexts, prep, t, aux)
         out = op.run(c, t, chunk_size)
         if prep is None:
-            if planned and c.impl.keeps_plans:
+            if planned and c.impl.traits.keeps_plans:
                 unprepared.remember(
                     op.name, f, backend, c.impl, c.prob, c.combo, x, c.kinds, contexts, t
                 )
@@ -324,7 +324,7 @@ def prepare(op: Operator, f, backend, x, contexts: tuple, t=None, has_aux=False)
             plan.nested = planned(c.impl, f, op.name, c.xs, c.ctx, has_aux, c.prob.single)
         call(op, f, backend, x, t, contexts, plan, has_aux=has_aux)
         plan.finalize(x)
-        if c.impl.keeps_plans:  # the next unprepared call like it runs it too
+        if c.impl.traits.keeps_plans:  # the next unprepared call like it runs it too
             prob = plan.problem(op.name)
             unprepared.remember(op.name, f, backend, c.impl, prob, c.combo, x, c.kinds, contexts, t)
     except TooDeep:

@@ -76,7 +76,7 @@ def remember(op: str, f, backend, impl, prob, combo, x, kinds, contexts, t) -> N
     form = sig.form()
     if form is None or (form == LEAVES and (t is not None or prob.aux)):
         return
-    if prob.aux and not impl.runs_aux:
+    if prob.aux and not impl.traits.runs_aux:
         return  # its runners do not hand f's aux to the sink
     key = aux_key(op) if prob.aux else tangents_key(op) if many else op
     old = TABLE.peek(f, key)
@@ -86,7 +86,7 @@ def remember(op: str, f, backend, impl, prob, combo, x, kinds, contexts, t) -> N
     if tree and (form != ARRAY or prob.aux or many):
         return  # a pytree output of pytree or NumPy arguments: the general path splits it
     registry.KEEPS_PLANS.add(type(backend))  # a SecondOrder of a backend that keeps plans
-    reads = _reads(f) if impl.bakes_reads else None
+    reads = _reads(f) if impl.traits.bakes_reads else None
     run = impl.runner(prob, form, combo, weak=True)
     owner = f.__code__ if getattr(run, "per_code", False) else f  # (its reads: its own)
     if tree:

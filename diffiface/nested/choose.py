@@ -57,7 +57,7 @@ def less_memory(impl) -> str:
     """Where a backend cannot measure memory without running f: the strategy its
     framework declares (``Framework.less_memory_strategy``, from the peak extra memory
     of the nested loss in benchmarks/nested.py); reverse over reverse for others."""
-    framework = named(impl.framework)
+    framework = named(impl.traits.arrays)
     return ROR if framework is None else framework.less_memory_strategy
 
 

@@ -160,7 +160,7 @@ class _CheckW:
 
     def __call__(self, y, w):
         w = convert.match(self.op, self.impl, "w", w, y)
-        if not self.impl.hermitian_vjp and self.impl.is_complex(w):
+        if not self.impl.traits.hermitian_vjp and self.impl.is_complex(w):
             return w.conj()
         return w
 

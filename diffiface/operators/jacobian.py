@@ -17,7 +17,7 @@ def _jacobians(c: Call, chunk_size, value: bool):
     """(f(x), J): the backend's jacobian (under the dense limit), built in chunks, or
     zeros when x is empty (no basis to run over)."""
     impl, prob, xs, ctx = c.impl, c.prob, c.xs, c.ctx
-    if impl.sparse:  # AutoSparse
+    if impl.traits.sparse:  # AutoSparse
         return impl.sparse_jacobian(c, chunk_size)
     if not prob.single:
         return _of_pytree(c, chunk_size, value)

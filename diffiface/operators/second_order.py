@@ -34,7 +34,7 @@ def _resolve(f, backend, contexts: tuple):
     if not isinstance(backend, SecondOrder):
         return registry.implementation(backend), None
     outer, inner = backend.outer, backend.inner
-    if backend.crosses:
+    if registry.crosses(backend):
         raise Crossing  # the outer framework differentiates across a bridge
     if backend.differences_over_ad:
         return FiniteDifferencesOver(backend, registry.implementation(outer), f, contexts), None
@@ -56,7 +56,7 @@ def _either(c: Call, run: Callable) -> Any:
         c.prob,
         lambda: run(c.combo),
         forward=lambda: run(_FORWARD_OVER_FORWARD),
-        reverse=lambda: run(impl.reverse_combo),
+        reverse=lambda: run(impl.traits.reverse_combo),
         fixed=fixed,
     )
 
@@ -127,7 +127,7 @@ def _hessians(c: Call, chunk_size):
     """(f(x), g, H) at one array x."""
     impl, prob, xs, ctx = c.impl, c.prob, c.xs, c.ctx
     op, backend = prob.op, prob.backend
-    if impl.sparse:  # AutoSparse
+    if impl.traits.sparse:  # AutoSparse
         return impl.sparse_hessian(c, lambda run: _either(c, run), op != "hessian", chunk_size)
     if not prob.single:
         raise _checks.not_single_array(op, backend, len(xs))

@@ -9,9 +9,9 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
-from .._backend_types import AutoSparse, SecondOrder
+from .._backend_types import AutoSparse
 from .._errors import DiffifaceTypeError, DiffifaceValueError, SparsityWarning
-from ..core import direction
+from ..core import direction, registry
 from ..core.backend import size
 from .formats import framework_module
 from .patterns import as_pattern
@@ -123,8 +123,8 @@ def _noise(d: Any, a: np.ndarray) -> float:
 
 
 def _framework(b: Any) -> str:
-    """The framework f is written in: the inner backend's for a second-order one."""
-    return (b.inner if isinstance(b, SecondOrder) else b).framework
+    """The framework f is written in: that of the arrays the backend takes."""
+    return registry.arrays(b)
 
 
 def _form(prob: Any) -> str:

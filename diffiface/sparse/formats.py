@@ -34,7 +34,7 @@ class Format:
         self.np_indptr, self.np_indices = indptr, indices
         rows = np.repeat(np.arange(m, dtype=np.int64), np.diff(indptr))
         if kind == "native":
-            native = framework_module(impl.framework)
+            native = framework_module(impl.traits.arrays)
             self.native = native.Format(rows, indices, indptr, (m, n), like)
         elif kind == "dense":
             self.flat = native_index(impl, rows * n + indices, like)
@@ -53,7 +53,7 @@ class Format:
 
 def native_index(impl: Any, idx: np.ndarray, like: Any) -> Any:
     """An int64 index array of the dense backend's framework (on like's device)."""
-    module = framework_module(impl.framework)
+    module = framework_module(impl.traits.arrays)
     return idx if module is None else module.index(idx, like)
 
 
@@ -64,7 +64,7 @@ def take(impl: Any, a: Any, idx: Any) -> Any:
 
 def scatter(impl: Any, data: Any, flat: Any, total: int) -> Any:
     """A 1-d array of ``total`` zeros with ``data`` at ``flat``."""
-    module = framework_module(impl.framework)
+    module = framework_module(impl.traits.arrays)
     if module is not None:
         return module.scatter(data, flat, total)
     out = np.zeros(total, dtype=np.asarray(data).dtype)

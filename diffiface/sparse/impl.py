@@ -7,6 +7,7 @@ problem (a prepared problem keeps it) and then run its compressed passes.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import numpy as np
@@ -18,6 +19,7 @@ from .._reads import fingerprint
 from ..core import convert, registry
 from ..core.operator import OPS, names
 from ..core.signature import entered, leaf, one
+from ..core.traits import Traits
 from . import detect
 from .plan import KEY, SparsePlan
 
@@ -32,23 +34,20 @@ SPARSE_OPS = names(sparse=True)
 class SparseImpl:
     """The implementation of one ``AutoSparse`` backend over its dense implementation."""
 
-    sparse = True
-
     def __init__(self, backend: AutoSparse, dense: Any = None) -> None:
         self.backend = backend
         if dense is None and not isinstance(backend.backend, SecondOrder):
             dense = registry.implementation(backend.backend)
         self.dense = dense  # (a second-order one is resolved per call: see over)
+        # the dense backend's traits (for the other operators), as AutoSparse's
+        base = Traits(backend.framework) if dense is None else dense.traits
+        self.traits = dataclasses.replace(base, sparse=True)
 
     def __getattr__(self, name: str) -> Any:
         dense = self.__dict__.get("dense")
         if dense is None:
             raise AttributeError(name)
         return getattr(dense, name)
-
-    @property
-    def keeps_plans(self) -> bool:  # (the dense backend's, for the other operators)
-        return self.dense is not None and self.dense.keeps_plans
 
     def over(self, dense: Any) -> SparseImpl:
         """This backend over ``dense`` (the implementation a second-order call resolved)."""

@@ -46,12 +46,12 @@ class SparsePlan:
             self.kind = "row"
         else:  # the direction with fewer colors; on a tie forward, unless it is dear
             cc, rc = _count(self.colored("column")), _count(self.colored("row"))
-            self.kind = "row" if rc < cc or (rc == cc and not d.cheap_forward) else "column"
+            self.kind = "row" if rc < cc or (rc == cc and not d.traits.cheap_forward) else "column"
         self.way(self.kind)
         shape = (*self.x_shape, *self.x_shape) if prob.scalar else (*self.y_shape, *self.x_shape)
         if sparse.dense:
             fmt = "dense"
-        elif fmt_kind == "native" and framework_module(d.framework) is not None:
+        elif fmt_kind == "native" and framework_module(d.traits.arrays) is not None:
             fmt = "native"
         else:
             fmt = "numpy"

@@ -17,7 +17,7 @@ from .._errors import DiffifaceValueError
 from .._tree import flatten, unflatten
 from ..core.operator import FAMILY, OPS, names
 from ..core.registry import FRAMEWORKS, implementation
-from ._kit import kit
+from ._kit import of
 from ._report import Report, Result
 from ._scenario import OPERATORS, SECOND, Scenario, flat_result, is_sparse
 
@@ -81,7 +81,7 @@ def skip_reason(backend: Any, scenario: Scenario, op: str) -> str | None:
     if isinstance(backend, SecondOrder) and op not in SECOND:
         return "a SecondOrder backend is for second-order operators"
     base = backend.inner if isinstance(backend, SecondOrder) else backend
-    if scenario.dtype == np.float64 and (note := kit(base.framework).float64_note()):
+    if scenario.dtype == np.float64 and (note := of(base).float64_note()):
         return note
     if _is_fd(backend) and op in SECOND and scenario.dtype == np.float32:
         return "finite differences of finite differences in float32 keep no digits"

@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from .._arrays import named
+from ..core import registry
 
 
 class ArrayKit:
@@ -64,8 +65,13 @@ NUMPY = ArrayKit()
 _KITS: dict[str, ArrayKit] = {}
 
 
+def of(backend: Any) -> ArrayKit:
+    """The array kit of the arrays ``backend`` takes (its traits' ``arrays``)."""
+    return kit(registry.arrays(backend))
+
+
 def kit(framework: str | None) -> ArrayKit:
-    """The array kit of ``framework`` (a backend's ``framework``, or "numpy")."""
+    """The array kit of ``framework`` (a framework of arrays, or "numpy")."""
     got = _KITS.get(framework)  # type: ignore[arg-type]
     if got is None:
         fw = named(framework) if framework else None

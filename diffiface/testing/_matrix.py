@@ -20,7 +20,7 @@ from .._errors import DiffifaceValueError
 from ..core.operator import FAMILY
 from . import _matrix_builtins
 from ._check import SPARSE, available_backends
-from ._kit import kit
+from ._kit import of
 from ._matrix_case import NODE_OPS, TANGENT, MatrixCase, Spec
 from ._scenario import SECOND
 
@@ -240,11 +240,11 @@ def consistency_matrix(
 
 
 def _runs(backend: Any, spec: Spec) -> bool:
-    return spec.x.dtype != np.float64 or kit(backend.framework).float64_note() is None
+    return spec.x.dtype != np.float64 or of(backend).float64_note() is None
 
 
 def _kinds(backend: Any, spec: Spec) -> tuple:
-    arrays, nd = kit(backend.framework), spec.x.ndim
+    arrays, nd = of(backend), spec.x.ndim
     out = ["0d", "float"] if nd == 0 else ["C", *arrays.kinds]
     if not arrays.numpy_native:
         out += ["numpy", "numpy_F"] if nd >= 2 else ["numpy"]
@@ -265,11 +265,11 @@ def _contexts(backend: Any, spec: Spec, op: str, kind: str, full: bool, first: b
             continue  # a third difference keeps no digits
         if where.endswith("outer") and spec.dref is None:
             continue  # no closed form for the outer derivative
-        if where.startswith("fw_") and not kit(backend.framework).outer_pass:
+        if where.startswith("fw_") and not of(backend).outer_pass:
             continue  # finite differences have no outer pass of their own
         if where.endswith("tangent") and op not in TANGENT:
             continue
-        if context.endswith("+module") and not kit(backend.framework).has_modules:
+        if context.endswith("+module") and not of(backend).has_modules:
             continue  # FixedParams(model) of a model object (a torch.nn.Module)
         if kind == "node" and FAMILY[op] not in NODE_OPS:
             continue  # an operator of one array x

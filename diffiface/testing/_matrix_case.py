@@ -16,6 +16,7 @@ from .._backend_types import AutoSparse
 from .._checks import DisconnectedWarning
 from .._contexts import Constant, FixedParams
 from .._errors import DiffifaceValueError, SparsityWarning
+from ..core import registry
 from ..core.operator import FAMILY, OPS, SHAPED_LIKE_F
 from ._check import relative_error, short_name, tolerance
 from ._kit import kit
@@ -148,8 +149,8 @@ class MatrixCase:
         return self.context.partition("+")[2] or "closure"
 
     @property
-    def _framework(self) -> str:
-        return self.backend.framework
+    def _framework(self) -> str:  # (the framework of its arrays)
+        return registry.arrays(self.backend)
 
     @property
     def dtype(self) -> np.dtype:

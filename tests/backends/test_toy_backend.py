@@ -1,10 +1,11 @@
 """A toy backend that gives only the primitives passes the consistency matrix.
 
-``AutoToy`` wraps JAX's ``jax.jvp`` / ``jax.vjp`` (eager, no jit) and nothing else:
-every other operator, second order included, and the FixedParams rules and outer
-passes of the matrix, come from diffiface's fallbacks (``core.backend``,
-``core.fallbacks``). Adding it touches this file only: a backend type, an
-implementation class and ``register``.
+``AutoToy`` is a framework diffiface has never heard of, named "toy", whose arrays are
+JAX's (``Traits(arrays="jax")``). It wraps ``jax.jvp`` / ``jax.vjp`` (eager, no jit)
+and nothing else: every other operator, second order included, and the FixedParams
+rules and outer passes of the matrix, come from diffiface's fallbacks
+(``core.backend``, ``core.fallbacks``). Adding it touches this file only: a backend
+type, an implementation class with its traits, and ``register``.
 
 Three variants: both primitives, only ``value_and_jvp`` (reverse mode from columns),
 only ``value_and_pullback`` (forward mode from rows).
@@ -21,8 +22,8 @@ from helpers import HAVE
 
 import diffiface as di
 from diffiface import testing
-from diffiface.core import outputs
-from diffiface.core.backend import BackendImpl
+from diffiface.core import outputs, registry
+from diffiface.core.backend import BackendImpl, Traits
 from diffiface.core.registry import register
 
 pytestmark = pytest.mark.skipif(not HAVE["jax"], reason="the toy wraps JAX")
@@ -33,7 +34,7 @@ class AutoToy(di.AbstractBackend):
     """Both primitives."""
 
     mode: str | None = None
-    framework: ClassVar[str] = "jax"  # its arrays are JAX arrays
+    framework: ClassVar[str] = "toy"  # a name of its own; its arrays are JAX's (traits)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -49,9 +50,7 @@ class AutoToyVjp(AutoToy):
 class _Arrays(BackendImpl):
     """The array helpers of the contract, on JAX arrays."""
 
-    framework = "jax"
-    native_kind = "jax arrays"
-    output_kind = "a jax array"
+    traits = Traits("toy", arrays="jax", native_kind="jax arrays", output_kind="a jax array")
 
     def is_native(self, leaf: Any) -> bool:
         import jax
@@ -152,18 +151,51 @@ def test_the_toy_matrix_covers_every_operator():
 
 
 @dataclasses.dataclass(frozen=True)
-class AutoToyNewFramework(AutoToy):
-    """A framework diffiface has no bridge for."""
+class AutoToyNewArrays(AutoToy):
+    """A framework whose arrays are its own, which diffiface has no bridge for."""
 
-    framework: ClassVar[str] = "toy"
+    framework: ClassVar[str] = "toy_arrays"
+
+
+@register(AutoToyNewArrays)
+class ToyNewArraysImpl(ToyImpl):
+    traits = dataclasses.replace(ToyImpl.traits, framework="toy_arrays", arrays="toy_arrays")
 
 
 def test_a_framework_without_a_bridge_is_a_clear_error():
     import jax.numpy as jnp
 
-    g = di.differentiate_with(lambda x: (x**2).sum(), AutoToyNewFramework())
-    with pytest.raises(di.DiffifaceTypeError, match="'toy' framework has no bridge"):
+    g = di.differentiate_with(lambda x: (x**2).sum(), AutoToyNewArrays())
+    with pytest.raises(di.DiffifaceTypeError, match="'toy_arrays' framework has no bridge"):
         g(jnp.ones(2))
+
+
+def test_the_toy_has_a_name_of_its_own_and_jax_arrays():
+    """Its name keys what is its own (nested rules, messages); its arrays decide
+    conversion, bridges and the testing kit (``core.registry.arrays``)."""
+    from diffiface.core import registry
+    from diffiface.testing import _kit
+
+    assert AutoToy.framework == "toy" and registry.arrays(AutoToy()) == "jax"
+    assert _kit.of(AutoToy()) is _kit.kit("jax")
+    assert registry.arrays(di.AutoFiniteDifferences()) == "numpy"
+
+
+@pytest.mark.parametrize("pair", ["jax_over_toy", "toy_over_jax"])
+def test_second_order_with_jax_crosses_no_bridge(pair):
+    """The toy and AutoJax take the same arrays: second order of the two is one
+    framework's, no bridge, and its hvp is the closed form."""
+    import jax.numpy as jnp
+
+    outer, inner = (
+        (di.AutoJax(), AutoToy()) if pair == "jax_over_toy" else (AutoToy(), di.AutoJax())
+    )
+    b = di.second_order(outer, inner)
+    assert not registry.crosses(b)
+    x, v = jnp.array([0.3, -1.2, 2.0]), jnp.array([1.0, 0.5, -2.0])
+    hv = di.hvp(lambda x: (jnp.sin(x) * x).sum(), b, x, v)
+    want = (2 * np.cos(np.asarray(x)) - np.asarray(x) * np.sin(np.asarray(x))) * np.asarray(v)
+    np.testing.assert_allclose(np.asarray(hv), want, rtol=1e-12)
 
 
 def test_the_toy_is_reached_by_its_registration_alone():

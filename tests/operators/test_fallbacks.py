@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import diffiface as di
-from diffiface.core.backend import BackendImpl
+from diffiface.core.backend import BackendImpl, Traits
 from diffiface.core.registry import register
 
 autograd = pytest.importorskip("autograd")
@@ -29,8 +29,7 @@ class AutoForwardOnly(di.AbstractBackend):
 
 
 class _NumpyArrays(BackendImpl):
-    native_kind = "NumPy arrays"
-    output_kind = "an array"
+    traits = Traits("", native_kind="NumPy arrays", output_kind="an array")
 
     def is_native(self, leaf):
         return isinstance(leaf, np.ndarray | autograd.tracer.Box)

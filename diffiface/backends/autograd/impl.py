@@ -16,7 +16,7 @@ from ... import _checks
 from ..._backend_types import AutoAutograd
 from ..._cache import weak_callable
 from ..._tree import TooDeep, flatten, tree_map
-from ...core.backend import SLOW, BackendImpl
+from ...core.backend import SLOW, BackendImpl, Traits
 from ...core.convert import is_masked
 from ...core.registry import register
 from . import runners
@@ -26,9 +26,12 @@ from .traces import make_jvp, make_vjp, open_traces
 
 @register(AutoAutograd)
 class AutogradImpl(BackendImpl):
-    framework = "autograd"
-    native_kind = "NumPy arrays"
-    output_kind = "an array (autograd.numpy)"
+    traits = Traits(
+        "autograd",
+        native_kind="NumPy arrays",
+        output_kind="an array (autograd.numpy)",
+        keeps_plans=True,  # f is traced anew on every call: nothing to go stale
+    )
 
     def concat(self, arrays: list, axis: int = 0) -> Any:
         return anp.concatenate(arrays, axis=axis) if len(arrays) > 1 else arrays[0]
@@ -132,8 +135,6 @@ class AutogradImpl(BackendImpl):
         if any(np.iscomplexobj(x) for x in xs):
             gs = tuple(anp.conj(g) if np.iscomplexobj(g) else g for g in gs)
         return y, gs
-
-    keeps_plans = True  # f is traced anew on every call: nothing to go stale
 
     def runner(self, prob, form, combo=None, weak=False):
         """For a plain gradient (see ``_gradient_runner``), jvp and vjp (``runners``); for

@@ -23,7 +23,7 @@ import numpy as np
 
 from ... import _checks
 from ..._backend_types import FD_MIN_STEP, AutoFiniteDifferences
-from ...core.backend import BackendImpl
+from ...core.backend import BackendImpl, Traits
 from ...core.convert import is_masked
 from ...core.registry import register
 
@@ -81,9 +81,12 @@ def _nest_too_fine(prob, levels: int, steps: float) -> _checks.DiffifaceValueErr
 
 @register(AutoFiniteDifferences)
 class FiniteDifferencesImpl(BackendImpl):
-    framework = "finite_differences"
-    native_kind = "NumPy arrays"
-    output_kind = "a NumPy array or number"
+    traits = Traits(
+        "finite_differences",
+        arrays="numpy",
+        native_kind="NumPy arrays",
+        output_kind="a NumPy array or number",
+    )
 
     def __init__(self, backend: AutoFiniteDifferences) -> None:
         super().__init__(backend)

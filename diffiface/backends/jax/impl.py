@@ -16,7 +16,7 @@ from ..._cache import CodeFacts, FunctionCache
 from ..._reads import fingerprint
 from ..._tree import tree_map
 from ...core import direction, outputs
-from ...core.backend import BackendImpl
+from ...core.backend import BackendImpl, Traits
 from ...core.registry import register
 from ...core.signature import leaf_signature
 from . import closures, runners
@@ -64,11 +64,15 @@ _FLOATS = frozenset(np.dtype(t) for t in ("float16", "float32", "float64"))
 
 @register(AutoJax)
 class JaxImpl(BackendImpl):
-    framework = "jax"
-    native_kind = "jax arrays"
-    output_kind = "a jax array"
+    traits = Traits(
+        "jax",
+        native_kind="jax arrays",
+        output_kind="a jax array",
+        keeps_plans=True,
+        bakes_reads=True,
+        runs_aux=True,  # the compiled function restores f's aux into the sink (WithAux)
+    )
 
-    runs_aux = True  # the compiled function restores f's aux into the sink (WithAux)
     flatten_fast = staticmethod(jax.tree_util.tree_flatten)
 
     def is_native(self, leaf: Any) -> bool:
@@ -203,8 +207,6 @@ class JaxImpl(BackendImpl):
         y, g = call(prob, run, _arg(prob, xs), *dyn)
         return y, _tuple(prob, g)
 
-    keeps_plans = True
-    bakes_reads = True
     compile = staticmethod(jax.jit)
 
     def standin(self, tree):

@@ -28,7 +28,7 @@ from ..._backend_types import AutoTorch
 from ..._cache import CodeFacts, weak_callable
 from ..._tree import tree_map
 from ...core import direction
-from ...core.backend import BackendImpl
+from ...core.backend import BackendImpl, Traits
 from ...core.registry import register
 from . import direct, memory
 from .graph import (
@@ -53,12 +53,15 @@ from .guards import OWNED, guard
 @register(AutoTorch)
 @guard
 class TorchImpl(BackendImpl):
-    framework = "torch"
-    native_kind = "torch tensors"
-    output_kind = "a torch.Tensor"
-    hermitian_vjp = True
-    cheap_forward = False  # forward-mode AD runs far slower than a backward here
-    reverse_combo = None  # the plain double backward
+    traits = Traits(
+        "torch",
+        native_kind="torch tensors",
+        output_kind="a torch.Tensor",
+        hermitian_vjp=True,
+        cheap_forward=False,  # forward-mode AD runs far slower than a backward here
+        reverse_combo=None,  # the plain double backward
+        keeps_plans=True,  # f's graph is built anew on every call: nothing to go stale
+    )
 
     def is_native(self, leaf: Any) -> bool:
         return isinstance(leaf, torch.Tensor)
@@ -215,8 +218,6 @@ class TorchImpl(BackendImpl):
         if dtensor is not None and any(isinstance(a, dtensor) for a in (*xs, *tensors_of(ctx))):
             return "torch's DTensor has no forward-mode AD"
         return None
-
-    keeps_plans = True  # f's graph is built anew on every call: nothing to go stale
 
     def runner(self, prob, form, combo=None, weak=False):
         """The runners of ``direct``, for one tensor or NumPy array, or for native leaves;

@@ -10,10 +10,10 @@ import dataclasses
 class Traits:
     """A backend implementation's facts. Each field says what it means and who reads it.
 
-    >>> Traits("toy", arrays="jax").arrays
-    'jax'
-    >>> Traits("jax").arrays
-    'jax'
+    >>> Traits("toy", arrays="numpy").arrays  # a backend of its own name on NumPy arrays
+    'numpy'
+    >>> Traits("toy").arrays  # by default, the arrays of its own framework
+    'toy'
     """
 
     # The backend's own name (its ``Auto*`` type's ``framework``): the key of its nested

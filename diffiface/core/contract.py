@@ -176,6 +176,12 @@ class Contract:
         ``keeps_plans``. A runner may return SLOW to hand over to the general path."""
         return None
 
+    def code_runner(self, prob, form: str):
+        """``runner(f, x, *t)`` serving every function object of f's code (a closure
+        made anew per call), kept under the code beside f's own runner; None where the
+        backend has none (it then keeps one runner per object)."""
+        return None
+
     def forward_unsupported(self, exc: BaseException) -> bool:
         """``exc`` says that f cannot run under the framework's forward mode (or its
         batching), where the reverse formulation can (a JAX custom_vjp, a torch

@@ -46,7 +46,7 @@ def run(op: str, f: Any, backend: Any, x: Any, contexts: tuple, t: tuple) -> Any
     SLOW (``t``: ``(tangent,)`` for an operator that takes one, else ``()``)."""
     kept = TABLE.peek(f, op)
     by_code = kept is None and type(f) is FunctionType  # a closure made anew per call:
-    if by_code:  # the plan of its code, whose runner takes f (``per_code``)
+    if by_code:  # the plan of its code, whose runner takes f (``code_runner``)
         kept = TABLE.peek(f.__code__, op)
     if kept is None or kept.run is None:
         return SLOW
@@ -88,11 +88,14 @@ def remember(op: str, f, backend, impl, prob, combo, x, kinds, contexts, t) -> N
     registry.KEEPS_PLANS.add(type(backend))  # a SecondOrder of a backend that keeps plans
     reads = _reads(f) if impl.traits.bakes_reads else None
     run = impl.runner(prob, form, combo, weak=True)
-    owner = f.__code__ if getattr(run, "per_code", False) else f  # (its reads: its own)
     if tree:
         run = tree_runner(impl, prob.f, op, x, run)
     if run is not None or form != LEAVES:
-        TABLE.put(owner, key, Kept(backend, form, sig, reads if owner is f else None, run))
+        TABLE.put(f, key, Kept(backend, form, sig, reads, run))
+    code_run = impl.code_runner(prob, form) if type(f) is FunctionType else None
+    if code_run is not None:  # its code's plan, for the next new closure of that code
+        code_run = tree_runner(impl, prob.f, op, x, code_run) if tree else code_run
+        TABLE.put(f.__code__, key, Kept(backend, form, sig, None, code_run))
 
 
 def aux_key(op: str) -> str:

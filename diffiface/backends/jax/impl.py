@@ -236,12 +236,15 @@ class JaxImpl(BackendImpl):
             return runners.leaves(prob)
         if form == "python":
             return runners.python_float(prob)
-        key = prob.fns.get(closures.KEY)
-        if weak and key is not None:  # a closure made per call: its code's runner
-            run = runners.per_code(prob, key, form == "numpy")
-            if run is not None:
-                return run
         return runners.single(prob, form == "numpy")
+
+    def code_runner(self, prob, form):
+        """For a closure made anew per call (compiled once per code, see ``closures``):
+        ``runner(f, x, *t)`` for any object of f's code, on its own cells."""
+        key = prob.fns.get(closures.KEY)
+        if key is None or form not in ("array", "numpy"):
+            return None
+        return runners.per_code(prob, key, form == "numpy")
 
     def value_and_jvp(self, prob, xs, vs, ctx):
         drop = prob.op == "jvp"  # f(x) not returned: no buffer for it (it shows at 1e6)

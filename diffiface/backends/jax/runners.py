@@ -132,7 +132,6 @@ def per_code(prob, key: tuple, numpy: bool):
             return _tangents(op, who, tag[0], run, numpy)(x, *t)
         return _numpy_in_out(run, value)(x) if numpy else run(x)
 
-    code_run.per_code = True  # (``core.unprepared`` keeps it under f's code)
     return code_run
 
 

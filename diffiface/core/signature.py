@@ -99,7 +99,9 @@ class Signature:
         self.kind = _FORMS.get(kinds[0]) if single and kinds else None  # x is one leaf
         arrays = self.kind in (ARRAY, NUMPY)
         self.one = one(x) if arrays else (float, (), None) if self.kind == PYTHON else None
-        self.x_native = native(impl, x) if all(k == convert.NATIVE for k in kinds) else None
+        # (one leaf without contexts: ``one`` says all, and native() flattens twice)
+        natives = (self.kind is None or cs) and all(k == convert.NATIVE for k in kinds)
+        self.x_native = native(impl, x) if natives else None
         constants = cs and all(type(c) is Constant for c in cs)
         self.c_native = native(impl, tuple(c.value for c in cs)) if constants else None
 

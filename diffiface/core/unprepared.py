@@ -19,7 +19,7 @@ from types import FunctionType
 from typing import Any
 
 from .._cache import FunctionCache
-from .._contexts import FixedParams
+from .._contexts import Constant, FixedParams
 from .._reads import snapshot, watch
 from .._tangents import Tangents
 from . import outputs, registry
@@ -72,6 +72,10 @@ def remember(op: str, f, backend, impl, prob, combo, x, kinds, contexts, t) -> N
         return
     if impl is not prob.impl or type(f) is FixedParams:
         return  # a nested-AD rule
+    if not prob.single and (t is not None or prob.aux):
+        return  # native leaves take no tangent (and no aux): nothing to keep
+    if contexts and any(type(c) is not Constant for c in contexts):
+        return
     sig = Signature(impl, x, kinds, contexts, t, prob.single)
     form = sig.form()
     if form is None or (form == LEAVES and (t is not None or prob.aux)):

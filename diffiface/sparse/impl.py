@@ -53,6 +53,11 @@ class SparseImpl:
         """This backend over ``dense`` (the implementation a second-order call resolved)."""
         return self if dense is self.dense else SparseImpl(self.backend, dense)
 
+    def code_runner(self, prob, form: str):
+        """The dense backend's, for the other operators; none for a sparse one (its plan
+        depends on f's pattern, which another function of the code may not share)."""
+        return None if prob.op in SPARSE_OPS else self.dense.code_runner(prob, form)
+
     def runner(self, prob, form: str, combo=None, weak: bool = False):
         """The dense backend's runner for the other operators; for a prepared sparse one,
         the compressed passes on one native array."""

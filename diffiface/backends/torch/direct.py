@@ -177,20 +177,30 @@ def _jvp(f, value):
     return run
 
 
+def _scalar_at(f, x):
+    """(x's copy taking gradients, f at it) for a runner of a scalar f, or None where
+    the general path must run (x not plain, f raised, a result off the graph or not 0-d)."""
+    xg = _plain_copy(x)
+    if xg is None:
+        return None
+    xg.requires_grad_()
+    try:
+        y = f(xg)
+    except RuntimeError:
+        return None
+    if type(y) is not torch.Tensor or y.grad_fn is None or y.ndim:
+        return None
+    return xg, y
+
+
 def _hvp(prob, f, value):
     """The double backward: the gradient's graph, then the reverse pass along v."""
 
     def run(x, v):
-        xg = _plain_copy(x)
-        if xg is None or not _like(v, x):
+        got = _scalar_at(f, x) if _like(v, x) else None
+        if got is None:
             return SLOW
-        xg.requires_grad_()
-        try:
-            y = f(xg)
-        except RuntimeError:
-            return SLOW
-        if type(y) is not torch.Tensor or y.grad_fn is None or y.ndim:
-            return SLOW
+        xg, y = got
         attached = finished(y, (xg,), False)
         (g,) = grads(prob, y, (xg,), None, True, True)
         if not g.requires_grad:  # unused or linear x: the general path
@@ -207,16 +217,10 @@ def _scalar(prob, f, value, second):
     any other shape takes the general path (forward mode)."""
 
     def run(x):
-        xg = _plain_copy(x)
-        if xg is None or xg.ndim:
+        got = _scalar_at(f, x) if not x.ndim else None
+        if got is None:
             return SLOW
-        xg.requires_grad_()
-        try:
-            y = f(xg)
-        except RuntimeError:
-            return SLOW
-        if type(y) is not torch.Tensor or y.grad_fn is None or y.ndim:
-            return SLOW
+        xg, y = got
         attached = finished(y, (xg,), False)
         (d,) = grads(prob, y, (xg,), None, attached or second, second)
         if not second:

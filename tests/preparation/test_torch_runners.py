@@ -375,3 +375,35 @@ def test_jvp_tangents_of_a_large_x_take_one_batched_pass():
     got = di.jvp(field, B, x, di.Tangents(*ts), prep=prep)
     for a, t in zip(got, ts, strict=True):
         np.testing.assert_allclose(a.numpy(), _torch_own("jvp", x, t).numpy(), rtol=1e-12)
+
+
+@pytest.mark.parametrize("op", ["derivative", "second_derivative", "hvp"])
+def test_a_result_the_runner_hands_over_stops_running_f_twice(op):
+    """A scalar runner that meets a result the general path handles (a vector f(x) of
+    a scalar x; a linear f for hvp) runs f a second time once; from then on each call
+    runs f once, as torch itself would. Values against closed forms."""
+    calls = [0]
+
+    def vec(x):
+        calls[0] += 1
+        return torch.stack([torch.sin(x), x * x])
+
+    def lin(x):
+        calls[0] += 1
+        return (2.0 * x).sum()
+
+    b, x = di.AutoTorch(), torch.tensor(0.3, dtype=torch.float64)
+    v = torch.tensor(1.5, dtype=torch.float64)
+    f, args = (lin, (v,)) if op == "hvp" else (vec, ())
+    want = {
+        "derivative": [np.cos(0.3), 0.6],
+        "second_derivative": [-np.sin(0.3), 2.0],
+        "hvp": 0.0,
+    }[op]
+    for _ in range(3):  # the general path, then the runner that hands over once
+        getattr(di, op)(f, b, x, *args)
+    calls[0] = 0
+    for _ in range(4):
+        got = getattr(di, op)(f, b, x, *args)
+        np.testing.assert_allclose(got.numpy(), want, rtol=1e-12, atol=1e-15)
+    assert calls[0] == 4

@@ -18,6 +18,7 @@ import torch
 import torch.autograd.forward_ad as fwAD
 from torch._C._functorch import is_functorch_wrapped_tensor
 
+from ..._cache import code_of
 from ..._tangents import one_by_one
 from ..._tree import unflatten
 from ...core import direction
@@ -42,12 +43,13 @@ def runner(prob, combo, f, weak: bool):
         return _reverse(_named(prob, weak), f, value, cotangent="vjp" in op)
     if op in ("jvp", "value_and_jvp"):
         return _few(one_by_one(_jvp(f, value), value, SLOW))
-    if op in ("hvp", "gradient_and_hvp") and combo is None:
-        return _hvp(_named(prob, weak), f, value)
+    code = code_of(prob.f, strict=True)
+    if op in ("hvp", "gradient_and_hvp") and combo is None and not _handed(code):
+        return _hvp(_named(prob, weak), f, value, code)
     if op in ("jacobian", "value_and_jacobian"):
         return _jacobian(prob, value, f)
-    if op in _SCALAR and known != direction.FORWARD:
-        return _scalar(_named(prob, weak), f, value, second=_SCALAR[op])
+    if op in _SCALAR and known != direction.FORWARD and not _handed(code):
+        return _scalar(_named(prob, weak), f, value, _SCALAR[op], code)
     return None
 
 
@@ -177,33 +179,55 @@ def _jvp(f, value):
     return run
 
 
-def _scalar_at(f, x):
+_HANDED: set = set()  # code_of(f) whose results the scalar runners hand over (bounded)
+
+
+def _handed(code) -> bool:
+    """Whether f's code gave a result the general path handles (see ``_scalar_at``)."""
+    return code is not None and code in _HANDED
+
+
+def _hand_over(code, handed: list) -> None:
+    handed.append(True)
+    if code is not None and len(_HANDED) < 4096:
+        _HANDED.add(code)
+
+
+def _scalar_at(f, x, code, handed: list):
     """(x's copy taking gradients, f at it) for a runner of a scalar f, or None where
-    the general path must run (x not plain, f raised, a result off the graph or not 0-d)."""
-    xg = _plain_copy(x)
+    the general path must run: x not plain; or, after f ran, f raised or its result is
+    off the graph or not 0-d. Those are facts of f's code, so they are recorded
+    (``_hand_over``): no runner is built for it again, and this one hands over before
+    running f. f then runs twice once, not on every call."""
+    xg = None if handed else _plain_copy(x)
     if xg is None:
         return None
     xg.requires_grad_()
     try:
         y = f(xg)
     except RuntimeError:
+        _hand_over(code, handed)
         return None
     if type(y) is not torch.Tensor or y.grad_fn is None or y.ndim:
+        _hand_over(code, handed)
         return None
     return xg, y
 
 
-def _hvp(prob, f, value):
+def _hvp(prob, f, value, code):
     """The double backward: the gradient's graph, then the reverse pass along v."""
 
+    handed: list = []  # f's result is one the general path handles (see _scalar_at)
+
     def run(x, v):
-        got = _scalar_at(f, x) if _like(v, x) else None
+        got = _scalar_at(f, x, code, handed) if _like(v, x) else None
         if got is None:
             return SLOW
         xg, y = got
         attached = finished(y, (xg,), False)
         (g,) = grads(prob, y, (xg,), None, True, True)
-        if not g.requires_grad:  # unused or linear x: the general path
+        if not g.requires_grad:  # unused or linear x: the general path, from now on
+            _hand_over(code, handed)
             return SLOW
         (hv,) = grads(prob, g, (xg,), v, attached, False)
         return (g if attached else g.detach(), hv) if value else hv
@@ -211,13 +235,15 @@ def _hvp(prob, f, value):
     return run
 
 
-def _scalar(prob, f, value, second):
+def _scalar(prob, f, value, second, code):
     """derivative (``second``: and the second derivative) of f at a 0-d tensor x with a
     0-d result, by reverse mode (and reverse over reverse), as torch's users write it;
     any other shape takes the general path (forward mode)."""
 
+    handed: list = []  # f's result is one the general path handles (see _scalar_at)
+
     def run(x):
-        got = _scalar_at(f, x) if not x.ndim else None
+        got = _scalar_at(f, x, code, handed) if not x.ndim else None
         if got is None:
             return SLOW
         xg, y = got
@@ -227,7 +253,7 @@ def _scalar(prob, f, value, second):
             return (y if attached else y.detach(), d) if value else d
         if d.requires_grad:
             (d2,) = grads(prob, d, (xg,), None, attached, False)
-        elif attached:  # linear f on an outer graph: the general path
+        elif attached:  # linear f on an outer graph: the general path (x's graph: per call)
             return SLOW
         else:  # linear f
             d2 = torch.zeros_like(d)

@@ -31,7 +31,7 @@ from ._contexts import FixedParams as FixedParams
 from ._errors import SparsityWarning as SparsityWarning
 from ._tangents import Tangents as Tangents
 from ._within import within_gradient as within_gradient
-from .bridge.node import differentiate_with as differentiate_with  # (and the bridge hooks in)
+from .bridge.node import differentiate_with as differentiate_with
 from .core.plan import MismatchError as MismatchError
 from .core.plan import Prep as Prep
 from .nested.route import nested_ad as nested_ad

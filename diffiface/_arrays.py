@@ -47,7 +47,8 @@ class Framework:
     less_memory_strategy = "reverse_over_reverse"
 
     def owns(self, leaf: Any) -> bool:
-        """``leaf`` (of a type from one of ``modules``) is an array of this framework."""
+        """``leaf`` (of a type from one of ``modules``) is an array of this framework;
+        the answer is the same for every leaf of its type (an isinstance check)."""
         return False
 
     def within_gradient(self, x: Any) -> bool:

@@ -27,21 +27,6 @@ class FrameworkMissingError(ImportError):
     """A backend's framework is not installed."""
 
 
-class Foreign(DiffifaceTypeError):
-    """Raised by the argument conversions on an array of another framework; the
-    operator shell hands the call to the bridge (``diffiface.bridge``)."""
-
-    def __init__(self) -> None:
-        super().__init__(
-            "an argument is an array of another framework; diffiface operators cross a "
-            "bridge for it (this message means the crossing itself failed: please report it)."
-        )
-
-
-class Crossing(Foreign):
-    """Raised for ``second_order(outer, inner)`` of two frameworks."""
-
-
 class SparsityWarning(UserWarning):
     """A sparsity pattern that may miss nonzeros: detected locally (at a few points), or
     widened to dense for an operation the global detector does not know."""

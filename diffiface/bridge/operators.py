@@ -15,12 +15,12 @@ from typing import Any
 
 from .. import _checks
 from .._arrays import framework_of, is_tracer
-from .._backend_types import AutoSparse, SecondOrder
+from .._backend_types import AutoSparse
 from .._cache import FunctionCache
 from .._contexts import Constant, FixedParams
-from .._errors import Crossing, Foreign
 from .._tangents import Tangents
 from .._tree import flatten, tree_map
+from ..core import crossing
 from ..core.operator import OPS, of_family, pick
 from ..operators.first_order import (
     derivative,
@@ -31,7 +31,7 @@ from ..operators.first_order import (
     value_and_vjp,
 )
 from ..operators.jacobian import value_and_jacobian
-from .node import Bridged, framework_key
+from .node import Bridged
 
 # f -> the Bridged operators on it, holding f weakly: the entry dies with f. The
 # derivatives of a bridged call run after the call returns (torch's backward, JAX's
@@ -40,11 +40,9 @@ from .node import Bridged, framework_key
 _CACHE = FunctionCache(per_function=16, functions=32)
 
 
-def cross(exc: Foreign, op: Callable, f: Callable, backend: Any, args: tuple, kw: dict) -> Any:
-    """The public operator ``op`` run across a bridge: the operator shell's hook for a
-    ``Foreign`` raised while converting the arguments. A ``Foreign`` that did not come
-    from this call's own arguments (one raised inside f) is not this call's to cross:
-    it goes on up."""
+def cross(how: str, op: Callable, f: Callable, backend: Any, args: tuple, kw: dict) -> Any:
+    """The public operator ``op`` run across a bridge, ``how`` the shell's crossing
+    decided (``core.crossing``) before converting anything."""
     if isinstance(backend, AutoSparse):
         raise _checks.DiffifaceTypeError(
             f"{op.__name__}(f, {backend!r}, x): a sparse Jacobian or Hessian does not cross "
@@ -52,32 +50,22 @@ def cross(exc: Foreign, op: Callable, f: Callable, backend: Any, args: tuple, kw
             "framework (NumPy for finite differences, also over an AD gradient), and "
             "second_order(outer, inner) must keep to one framework. Convert x first."
         )
-    if isinstance(exc, Crossing):
-        return cross_second_order(op.__name__, f, backend, args, kw)
-    if isinstance(backend, SecondOrder) and backend.differences_over_ad:  # on NumPy copies
-        return _fd_over_arrays(exc, op, f, backend, args, kw)
-    own = framework_key(backend)
-    params = f.params if isinstance(f, FixedParams) else None
-    values = [
-        a.value if isinstance(a, Constant) else tuple(a) if isinstance(a, Tangents) else a
-        for a in args
-    ]
-    if all(framework_of(a) in (None, "numpy", own) for a in flatten((params, values))[0]):
-        raise exc
-    return call(op, f, backend, args, kw)
+    if how == crossing.ARRAYS:
+        return call(op, f, backend, args, kw)
+    if how == crossing.DIFFERENCES:  # finite differences over AD, on NumPy copies
+        _check_untraced(op, f, backend, args)
+    return cross_second_order(op.__name__, f, backend, args, kw)
 
 
-def _fd_over_arrays(exc: Foreign, op: Callable, f: Callable, backend: Any, args, kw) -> Any:
-    """Finite differences over ``inner`` on arrays of a framework: they run on NumPy
-    copies (the inner backend takes NumPy) and the results come back like x. An outer
-    pass or a trace cannot see through finite differences: a clear error there."""
+def _check_untraced(op: Callable, f: Callable, backend: Any, args) -> None:
+    """Finite differences over ``inner`` on arrays of a framework run on NumPy copies
+    (the inner backend takes NumPy) and the results come back like x. An outer pass or
+    a trace cannot see through finite differences: a clear error there."""
     from .._within import within_gradient
 
     params = f.params if isinstance(f, FixedParams) else None
     values = [a.value if isinstance(a, Constant) else a for a in args]
     leaves = flatten((params, values))[0]
-    if all(framework_of(a) in (None, "numpy") for a in leaves):
-        raise exc
     if any(within_gradient(a) or is_tracer(a) for a in leaves):
         name = op.__name__
         raise _checks.DiffifaceTypeError(
@@ -85,7 +73,6 @@ def _fd_over_arrays(exc: Foreign, op: Callable, f: Callable, backend: Any, args,
             "outer differentiation or a trace (jit, vmap) sees. Use an AD outer backend "
             f"instead: second_order({backend.inner!r}, {backend.inner!r})."
         )
-    return cross_second_order(op.__name__, f, backend, args, kw)
 
 
 # the calls made below, named in errors: the inner gradient or derivative, and the

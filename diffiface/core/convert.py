@@ -16,7 +16,6 @@ import numpy as np
 from .. import _checks
 from .._arrays import foreign, framework_of, named
 from .._contexts import Constant
-from .._errors import Foreign
 from .._tangents import Tangents
 from .._tree import flatten, late_node, paths, unflatten
 from .operator import names
@@ -83,8 +82,6 @@ def masked(op: str, impl: Any, where: str, name: str) -> _checks.DiffifaceTypeEr
 
 
 def _raise_leaf(op: str, impl: Any, tree: Any, i: int, leaf: Any):
-    if foreign(impl.traits.arrays, leaf):
-        raise Foreign  # the operator crosses a bridge (see diffiface.bridge)
     path = paths(tree)[i]
     if is_complex(leaf):
         fix = (
@@ -160,8 +157,6 @@ def native_tangent(op: str, impl: Any, name: str, leaf: Any) -> Any:
                 f"{_checks.call_form(op, impl.backend)}: {name} is {leaf.dtype}, but {reason}"
             )
         return impl.from_numpy(np.asarray(leaf))
-    if foreign(impl.traits.arrays, leaf):
-        raise Foreign
     raise _checks.mismatch(
         op, impl.backend, name, "kind", impl.traits.native_kind, _checks.describe(leaf)
     )
@@ -199,8 +194,13 @@ def contexts(op: str, impl: Any, contexts: tuple) -> tuple:
                 raise masked(op, impl, f"a leaf c of Constant #{n}", "c")
             if isinstance(v, np.ndarray):
                 numpy = True
-            elif foreign(impl.traits.arrays, v):
-                raise Foreign
+            elif foreign(impl.traits.arrays, v):  # (an operator crossed before converting)
+                raise _checks.DiffifaceTypeError(
+                    f"{_checks.call_form(op, impl.backend)}: Constant #{n} holds "
+                    f"{_checks.describe(v)}, an array of another framework; "
+                    f"{type(impl.backend).__name__}() takes {impl.traits.native_kind}, NumPy "
+                    "arrays or Python floats. Convert it."
+                )
         if numpy:
             leaves = [_context_leaf(op, impl, v) for v in leaves]
             out.append(unflatten(tree, leaves))

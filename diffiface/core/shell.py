@@ -14,8 +14,9 @@ every operator:
    converted, the Problem, a FixedParams routed to its nested-AD rule;
 3. run, then keep the plan of an unprepared call for the next one like it (with
    ``has_aux``, the general path runs inside a sink that catches f's aux);
-4. arrays of another framework raise ``Foreign`` while converting: the shell hands
-   the call to the bridge, the one hook through which the layer above is reached.
+4. a call on arrays of another framework (or a ``second_order`` of two frameworks)
+   is known before anything is converted (``core.crossing``): it runs across the
+   bridge.
 """
 
 from __future__ import annotations
@@ -26,11 +27,10 @@ from typing import Any
 from .. import _checks, _config, _finite
 from .._backend_types import AutoSparse
 from .._contexts import Constant, FixedParams, unfix
-from .._errors import Foreign
 from .._tangents import Tangents
 from .._tree import TooDeep, flatten, too_deep, tree_map, unflatten
 from ..nested.route import planned, route
-from . import convert, outputs, registry, unprepared
+from . import convert, crossing, outputs, registry, unprepared
 from .backend import SLOW
 from .operator import OPS
 from .plan import OwnPlan, Prep
@@ -144,15 +144,6 @@ class Call:
         return gs[0] if prob.single else unflatten(prob.treedef, gs)
 
 
-# the bridge's entry (diffiface.bridge registers it): hook(exc, operator, f, backend,
-# args, kwargs) runs the public operator across frameworks
-_BRIDGE: list = [None]
-
-
-def on_foreign(hook: Callable) -> None:
-    _BRIDGE[0] = hook
-
-
 def call(
     op: Operator, f, backend, x, t, contexts: tuple, prep, chunk_size=None, has_aux=False
 ) -> Any:
@@ -182,6 +173,9 @@ def call(
                 out = SLOW
             if out is not SLOW:  # (SLOW: the general path runs, and explains)
                 return out if sink is None else (out, _aux(op, backend, sink))
+        how = crossing.of(f, backend, x, t, contexts)
+        if how is not None:  # the call runs across the bridge
+            return _cross(how, op, f, backend, x, t, contexts, prep, chunk_size, aux)
         c = enter(op, f, backend, x, contexts, prep, t, aux)
         out = op.run(c, t, chunk_size)
         if prep is None:
@@ -192,8 +186,6 @@ def call(
         elif planned and type(prep) is Prep:
             prep.learn(op.name)
         return out if sink is None else (out, c.impl.settle(_aux(op, backend, sink), out))
-    except Foreign as exc:  # arrays of another framework: the call crosses a bridge
-        return _cross(exc, op, f, backend, x, t, contexts, prep, chunk_size, aux)
     except TooDeep:
         raise _too_deep(op, backend, x, t, contexts) from None
     finally:
@@ -226,15 +218,12 @@ def _too_deep(
     return _checks.DiffifaceValueError(f"{form}: {TooDeep(what)}")
 
 
-def _cross(exc, op: Operator, f, backend, x, t, contexts, prep, chunk_size, has_aux) -> Any:
+def _cross(how: str, op: Operator, f, backend, x, t, contexts, prep, chunk_size, has_aux) -> Any:
     args = (x, t, *contexts) if op.tangent else (x, *contexts)
     kw = {"prep": prep} if chunk_size is None else {"prep": prep, "chunk_size": chunk_size}
     if has_aux:
         kw["has_aux"] = True
-    hook = _BRIDGE[0]
-    if hook is None:
-        raise exc
-    return hook(exc, op.public, f, backend, args, kw)
+    return crossing.run(how, op.public, f, backend, args, kw)
 
 
 def _check_aux(op: Operator, backend, prep, has_aux) -> None:
@@ -318,6 +307,13 @@ def prepare(op: Operator, f, backend, x, contexts: tuple, t=None, has_aux=False)
             f"{has_aux!r}."
         )
     try:
+        if crossing.of(f, backend, x, t, contexts) is not None:
+            raise _checks.DiffifaceValueError(
+                f"prepare_{op.family}(f, {backend!r}, ...): the arguments hold arrays of "
+                "another framework (or second_order crosses frameworks), and a preparation "
+                "holds one framework's arrays. Prepare with the backend's arrays, or call "
+                "the operator without prep= (it then crosses a bridge)."
+            )
         c = enter(op, f, backend, x, contexts, None, aux=has_aux)
         plan = Prep(op.family, f, backend, c.impl, c.combo, c.prob, x, c.kinds, contexts, t)
         if type(f) is FixedParams and f.strategy in ("auto", "min_memory"):
@@ -329,13 +325,6 @@ def prepare(op: Operator, f, backend, x, contexts: tuple, t=None, has_aux=False)
             unprepared.remember(op.name, f, backend, c.impl, prob, c.combo, x, c.kinds, contexts, t)
     except TooDeep:
         raise _too_deep(op, backend, x, t, contexts, f"prepare_{op.family}") from None
-    except Foreign:
-        raise _checks.DiffifaceValueError(
-            f"prepare_{op.family}(f, {backend!r}, ...): the arguments hold arrays of another "
-            "framework (or second_order crosses frameworks), and a preparation holds one "
-            "framework's arrays. Prepare with the backend's arrays, or call the operator "
-            "without prep= (it then crosses a bridge)."
-        ) from None
     except _checks.ERRORS as exc:  # raised for op: the user called prepare_<family>
         called = _checks.call_form(f"prepare_{op.family}", backend)
         _checks.restate(exc, called, _checks.call_form(op.name, backend))

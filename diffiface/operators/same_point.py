@@ -38,10 +38,9 @@ import numpy as np
 from .. import _checks
 from .._backend_types import AutoSparse, SecondOrder
 from .._contexts import Constant, FixedParams
-from .._errors import Foreign
 from .._tangents import Tangents
 from .._tree import TooDeep, flatten
-from ..core import convert, outputs, shell
+from ..core import convert, crossing, outputs, shell
 from ..core.operator import FAMILY, OPS, pick
 from ..core.plan import MismatchError, OwnPlan, Prep
 from . import first_order, second_order
@@ -79,6 +78,12 @@ class SamePoint(OwnPlan):
                 f"{_form(op.name, backend)}: a same-point preparation takes no chunk_size. "
                 "Call it without chunk_size."
             )
+        if crossing.of(f, backend, x, t, contexts) is not None:
+            raise _checks.DiffifaceTypeError(
+                f"{_form(op.name, backend)}: the arguments hold arrays of another framework, "
+                "and a same-point preparation does not cross frameworks. Pass the backend's "
+                "arrays or NumPy arrays."
+            )
         try:
             if not isinstance(self._prep, Prep):  # the signature checks: made on first use
                 self._prep = self._prep()
@@ -89,15 +94,7 @@ class SamePoint(OwnPlan):
             ) from None
         if not _holds(self._point, self._single, impl, x, contexts):
             raise _moved(op.name, backend, self.family)
-        c = shell.Call(impl, prob, xs, kinds, ctx)
-        try:
-            return _FINISH[self.family](c, self._linear, t)
-        except Foreign:  # a tangent of another framework
-            raise _checks.DiffifaceTypeError(
-                f"{_form(op.name, backend)}: the tangent holds arrays of another framework, "
-                "and a same-point preparation does not cross frameworks. Pass the backend's "
-                "arrays or NumPy arrays."
-            ) from None
+        return _FINISH[self.family](shell.Call(impl, prob, xs, kinds, ctx), self._linear, t)
 
     def _run_fast(self, name: str, f, backend, x, t):
         """The result of a native call that matches exactly, else None (the general
@@ -201,6 +198,11 @@ def prepare(op, f: Callable, backend: Any, x: Any, t: Any, contexts: tuple, has_
     form = f"{name}(f, {backend!r}, x, {'w' if op.family == 'vjp' else 'v'})"
     _refuse(form, f, backend, contexts, has_aux, op.family)
     try:
+        if crossing.of(f, backend, x, t, contexts) is not None:
+            raise _checks.DiffifaceValueError(
+                f"{form}: the arguments hold arrays of another framework. Prepare with the "
+                "backend's arrays."
+            )
         c = shell.enter(op, f, backend, x, contexts, None)
         kit = _kit(form, c.impl)
         if any(c.impl.is_complex(v) or c.impl.is_traced(v) for v in c.xs):
@@ -217,11 +219,6 @@ def prepare(op, f: Callable, backend: Any, x: Any, t: Any, contexts: tuple, has_
         linear = getattr(kit, op.family)(c.impl, c.prob, c.xs, c.ctx)
     except TooDeep:
         raise _checks.DiffifaceValueError(f"{form}: {TooDeep('x or a context')}") from None
-    except Foreign:
-        raise _checks.DiffifaceValueError(
-            f"{form}: the arguments hold arrays of another framework. Prepare with the "
-            "backend's arrays."
-        ) from None
     except _checks.ERRORS as exc:
         _checks.restate(exc, form, _checks.call_form(op.name, backend))
         raise

@@ -16,7 +16,6 @@ import numpy as np
 from .. import _checks
 from .._backend_types import AutoSparse, SecondOrder
 from .._cache import FunctionCache
-from .._errors import Crossing
 from .._tangents import Tangents
 from ..core import convert, direction, outputs, registry, shell
 from ..core.backend import size
@@ -34,8 +33,6 @@ def _resolve(f, backend, contexts: tuple):
     if not isinstance(backend, SecondOrder):
         return registry.implementation(backend), None
     outer, inner = backend.outer, backend.inner
-    if registry.crosses(backend):
-        raise Crossing  # the outer framework differentiates across a bridge
     if backend.differences_over_ad:
         return FiniteDifferencesOver(backend, registry.implementation(outer), f, contexts), None
     combo = (getattr(outer, "mode", None) or "forward", getattr(inner, "mode", None) or "reverse")

@@ -34,7 +34,7 @@ def sparsity_pattern(f, backend: Any, x: Any, *contexts: Any, hessian: bool = Fa
                [0, 1, 1, 0],
                [0, 0, 1, 1]])
     """
-    from ..core import registry, shell
+    from ..core import crossing, registry, shell
     from ..core.backend import size
     from .detect import pattern
 
@@ -43,6 +43,12 @@ def sparsity_pattern(f, backend: Any, x: Any, *contexts: Any, hessian: bool = Fa
     dense = sparse.backend
     impl = registry.implementation(dense.inner if isinstance(dense, SecondOrder) else dense)
     called = f"sparsity_pattern(f, {backend!r}, x)"
+    if crossing.holds_other(f, impl.traits.arrays, x, None, contexts):
+        raise DiffifaceTypeError(
+            f"{called}: x and the contexts hold arrays of another framework, and a sparsity "
+            "pattern does not cross frameworks: pass the backend's arrays or NumPy arrays "
+            "(NumPy for finite differences)."
+        )
     try:
         c = shell.enter_impl(op, f, sparse, impl, x, contexts, hessian)
         if not c.prob.single:
@@ -55,7 +61,7 @@ def sparsity_pattern(f, backend: Any, x: Any, *contexts: Any, hessian: bool = Fa
         m = size(xv) if hessian else m
         return pattern(sparse, impl, c.prob, xv, c.ctx, m)
     except _checks.ERRORS as exc:  # the checks name the operator the pattern is for
-        _checks.restate(exc, called, _checks.call_form(op, sparse))
+        _checks.restate(exc, called, _checks.call_form(op, sparse), _checks.call_form(op, dense))
         raise
 
 

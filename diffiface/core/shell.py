@@ -173,7 +173,7 @@ def call(
                 out = SLOW
             if out is not SLOW:  # (SLOW: the general path runs, and explains)
                 return out if sink is None else (out, _aux(op, backend, sink))
-        how = crossing.of(f, backend, x, t, contexts)
+        how = crosses(op, f, backend, x, t, contexts, prep)
         if how is not None:  # the call runs across the bridge
             return _cross(how, op, f, backend, x, t, contexts, prep, chunk_size, aux)
         c = enter(op, f, backend, x, contexts, prep, t, aux)
@@ -256,8 +256,17 @@ def prepared(prep: Any, op: Operator, backend: Any) -> Prep:
     return prep
 
 
+def crosses(op: Operator, f, backend, x, t, contexts: tuple, prep) -> str | None:
+    """How the call crosses to another framework (``core.crossing``; None: it does not),
+    asked before :func:`enter` and once the backend is checked."""
+    if prep is None:
+        _checks.check_backend(op.name, f, backend, second=op.resolve is not None)
+    return crossing.of(f, backend, x, t, contexts)
+
+
 def enter(op: Operator, f, backend, x, contexts: tuple, prep, t=None, aux=False) -> Call:
-    """Check the arguments, convert x and the contexts, build the Problem."""
+    """Check the arguments, convert x and the contexts, build the Problem (the backend
+    was checked: :func:`crosses`)."""
     if _config.check_finite():
         _finite.check(op.name, backend, f, x, contexts, t)
     if prep is not None:
@@ -266,7 +275,6 @@ def enter(op: Operator, f, backend, x, contexts: tuple, prep, t=None, aux=False)
         if not getattr(plan.impl, "holds_call", False):
             return Call(impl, prob, xs, kinds, ctx, plan.combo)
         # finite differences over an AD gradient hold f and the contexts: enter anew
-    _checks.check_backend(op.name, f, backend, second=op.resolve is not None)
     if op.resolve is None:
         impl, combo = registry.implementation(backend), None
     else:
@@ -307,7 +315,7 @@ def prepare(op: Operator, f, backend, x, contexts: tuple, t=None, has_aux=False)
             f"{has_aux!r}."
         )
     try:
-        if crossing.of(f, backend, x, t, contexts) is not None:
+        if crosses(op, f, backend, x, t, contexts, None) is not None:
             raise _checks.DiffifaceValueError(
                 f"prepare_{op.family}(f, {backend!r}, ...): the arguments hold arrays of "
                 "another framework (or second_order crosses frameworks), and a preparation "

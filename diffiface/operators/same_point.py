@@ -198,7 +198,7 @@ def prepare(op, f: Callable, backend: Any, x: Any, t: Any, contexts: tuple, has_
     form = f"{name}(f, {backend!r}, x, {'w' if op.family == 'vjp' else 'v'})"
     _refuse(form, f, backend, contexts, has_aux, op.family)
     try:
-        if crossing.of(f, backend, x, t, contexts) is not None:
+        if shell.crosses(op, f, backend, x, t, contexts, None) is not None:
             raise _checks.DiffifaceValueError(
                 f"{form}: the arguments hold arrays of another framework. Prepare with the "
                 "backend's arrays."

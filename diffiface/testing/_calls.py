@@ -13,10 +13,13 @@ from typing import Any
 
 import numpy as np
 
-from ..core.operator import OPS, pick
+from ..core.operator import OPS, of_family, pick
 
-# the kinds of point an operator needs, in the order tests list them
-KINDS = ("scalar_y", "vector", "scalar_x", "batch")
+# the base operator of each family (the one ``prepare_<family>`` is named after)
+BASES = tuple(dict.fromkeys(d.family for d in OPS.values()))
+# the families whose f may return a pytree: those with a ``tree_output`` member
+# (batched_jacobian's base operator is declared without it, yet takes one)
+TREE_FAMILIES = tuple(f for f in BASES if any(OPS[op].tree_output for op in of_family(f)))
 
 
 def point_kind(op: str) -> str:
@@ -93,6 +96,22 @@ def _batched(y: np.ndarray, jac: np.ndarray) -> np.ndarray | None:
     if jac.ndim == 3:
         return jac
     return np.stack([jac[i, :, i, :] for i in range(jac.shape[0])])
+
+
+def part_shapes(xs: tuple, ys: tuple) -> dict:
+    """The shape of each result part for x of shape ``xs`` and f(x) of shape ``ys``."""
+    return {
+        "value": ys,
+        "derivative": ys,
+        "second_derivative": ys,
+        "gradient": xs,
+        "jacobian": ys + xs,
+        "jvp": ys,
+        "vjp": xs,
+        "hvp": xs,
+        "hessian": xs + xs,
+        "batched_jacobian": ys[:1] + ys[1:] + xs[1:],
+    }
 
 
 def expected(op: str, references: dict) -> Any:

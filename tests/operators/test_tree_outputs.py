@@ -20,9 +20,9 @@ import pytest
 from helpers import HAVE, assert_tree_close, native, to_numpy
 
 import diffiface as di
-from diffiface.core.operator import OPS, names
+from diffiface.core.operator import OPS
 from diffiface.testing import namespace
-from diffiface.testing._calls import expected, point_kind, prepare_of, tangent_args
+from diffiface.testing._calls import TREE_FAMILIES, expected, point_kind, prepare_of, tangent_args
 
 X1 = np.array([0.3, -0.7, 1.1])
 X2 = np.array([-0.4, 0.9, 0.25])
@@ -161,8 +161,7 @@ def d_dtree(x):
 
 
 # the operators that take a pytree-output f: every operator of a family with a
-# tree_output member (batched_jacobian's own declaration says False, yet it takes one)
-TREE_FAMILIES = {OPS[op].family for op in names(tree_output=True)}
+# tree_output member
 TREE_OPS = sorted(op for op in OPS if OPS[op].family in TREE_FAMILIES)
 # each point kind (an operator's kind, tangent and results come from its declaration):
 # the function and two points

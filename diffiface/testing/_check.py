@@ -15,13 +15,13 @@ from .._backend_types import AutoFiniteDifferences, AutoSparse, SecondOrder
 from .._contexts import Constant
 from .._errors import DiffifaceValueError
 from .._tree import flatten, unflatten
-from ..core.operator import FAMILY, OPS, names
+from ..core.operator import names
 from ..core.registry import FRAMEWORKS, implementation
+from ._calls import prepare_of, tangent_args
 from ._kit import of
 from ._report import Report, Result
 from ._scenario import OPERATORS, SECOND, Scenario, flat_result, is_sparse
 
-_TANGENT = {name: d.tangent for name, d in OPS.items() if d.tangent is not None}
 SPARSE = names(sparse=True)
 
 
@@ -196,7 +196,7 @@ class Case:
         conv = _converter(backend, inputs)
         self.x = conv(s.x)
         self.ctx = tuple(Constant(conv(c.value)) for c in s.contexts)
-        self.tangent = () if op not in _TANGENT else (conv(getattr(s, _TANGENT[op])),)
+        self.tangent = tuple(conv(t) for t in tangent_args(op, s.v, s.w))
         self.calls = 0
 
         def counted(*args):
@@ -211,7 +211,7 @@ class Case:
         self.operator = getattr(di, op)
         self.prep = None
         if prepared:
-            prepare = getattr(di, "prepare_" + FAMILY[op])
+            prepare = prepare_of(op)
             self.prep = prepare(self.fn, backend, self.x, *self.tangent, *self.ctx)
 
     def __call__(self) -> Any:

@@ -19,6 +19,7 @@ from .._backend_types import AbstractBackend, AutoSparse, SecondOrder
 from .._errors import DiffifaceValueError
 from ..core.operator import FAMILY
 from . import _matrix_builtins
+from ._calls import BASES, TREE_FAMILIES
 from ._check import SPARSE, available_backends
 from ._kit import of
 from ._matrix_case import NODE_OPS, TANGENT, MatrixCase, Spec
@@ -46,20 +47,9 @@ CONTEXTS = (
     "fw_outer+tree",
     "plain+module",
 )
-# the operators a pytree output goes through ("+tree")
-TREE_OPS = ("derivative", "jacobian", "jvp", "vjp", "batched_jacobian")
-# the operators every array kind and every way of passing s runs for (without full=True)
-CORE = (
-    "derivative",
-    "second_derivative",
-    "gradient",
-    "jacobian",
-    "jvp",
-    "vjp",
-    "hvp",
-    "hessian",
-    "batched_jacobian",
-)
+# the families a pytree output goes through ("+tree"), and the operators every array kind
+# and every way of passing s runs for (without full=True): the base one of each family
+TREE_OPS, CORE = TREE_FAMILIES, BASES
 _S0 = 0.8
 
 

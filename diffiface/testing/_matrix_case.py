@@ -18,6 +18,7 @@ from .._contexts import Constant, FixedParams
 from .._errors import DiffifaceValueError, SparsityWarning
 from ..core import registry
 from ..core.operator import FAMILY, OPS, SHAPED_LIKE_F
+from ._calls import part_shapes
 from ._check import relative_error, short_name, tolerance
 from ._kit import kit
 from ._matrix_builtins import like
@@ -259,18 +260,7 @@ class MatrixCase:
 
     def _shapes(self) -> tuple:
         xs, ys = self.spec.x.shape, np.shape(self.spec.ref.call(self.spec.x))
-        one = {
-            "value": ys,
-            "derivative": ys,
-            "second_derivative": ys,
-            "gradient": xs,
-            "jacobian": ys + xs,
-            "jvp": ys,
-            "vjp": xs,
-            "hvp": xs,
-            "hessian": xs + xs,
-            "batched_jacobian": ys[:1] + ys[1:] + xs[1:],
-        }
+        one = part_shapes(xs, ys)
         return tuple(one[name] for name in outputs(self.op))
 
     def _run(self) -> MatrixResult:

@@ -18,8 +18,10 @@ import pytest
 from helpers import HAVE, assert_tree_close, native, to_numpy
 
 import diffiface as di
-from diffiface.core.operator import names
+from diffiface.core.operator import OPS, of_family
 from diffiface.testing import namespace
+from diffiface.testing._calls import expected, parts, point_kind, prepare_of, tangent_args
+from diffiface.testing._scenario import OPERATORS
 
 X1 = np.array([0.3, -0.7, 1.1])
 X2 = np.array([-0.4, 0.9, 0.25])
@@ -80,87 +82,25 @@ def j_b(x):
     return np.stack([j_v(r) for r in x])
 
 
-# op: (f, points, tangent, prepare_ function, reference(x, t), the value of f at x)
-OPS = {
-    "gradient": (f_scalar, "vec", None, "gradient", lambda x, t: g_s(x), y_s),
-    "value_and_gradient": (
-        f_scalar,
-        "vec",
-        None,
-        "gradient",
-        lambda x, t: (y_s(x), g_s(x)),
-        y_s,
-    ),
-    "derivative": (f_scalar, "scalar", None, "derivative", lambda x, t: g_s(x), y_s),
-    "value_and_derivative": (
-        f_scalar,
-        "scalar",
-        None,
-        "derivative",
-        lambda x, t: (y_s(x), g_s(x)),
-        y_s,
-    ),
-    "jvp": (f_vec, "vec", V, "jvp", lambda x, t: j_v(x) @ t, y_v),
-    "value_and_jvp": (f_vec, "vec", V, "jvp", lambda x, t: (y_v(x), j_v(x) @ t), y_v),
-    "vjp": (f_vec, "vec", W, "vjp", lambda x, t: t @ j_v(x), y_v),
-    "value_and_vjp": (f_vec, "vec", W, "vjp", lambda x, t: (y_v(x), t @ j_v(x)), y_v),
-    "jacobian": (f_vec, "vec", None, "jacobian", lambda x, t: j_v(x), y_v),
-    "value_and_jacobian": (
-        f_vec,
-        "vec",
-        None,
-        "jacobian",
-        lambda x, t: (y_v(x), j_v(x)),
-        y_v,
-    ),
-    "batched_jacobian": (f_batch, "batch", None, "batched_jacobian", lambda x, t: j_b(x), y_b),
-    "value_and_batched_jacobian": (
-        f_batch,
-        "batch",
-        None,
-        "batched_jacobian",
-        lambda x, t: (y_b(x), j_b(x)),
-        y_b,
-    ),
-}
-SECOND_OPS = {
-    "hvp": (f_scalar, "vec", V, "hvp", lambda x, t: h_s(x) @ t, y_s),
-    "gradient_and_hvp": (f_scalar, "vec", V, "hvp", lambda x, t: (g_s(x), h_s(x) @ t), y_s),
-    "value_gradient_and_hvp": (
-        f_scalar,
-        "vec",
-        V,
-        "hvp",
-        lambda x, t: (y_s(x), g_s(x), h_s(x) @ t),
-        y_s,
-    ),
-    "hessian": (f_scalar, "vec", None, "hessian", lambda x, t: h_s(x), y_s),
-    "value_gradient_and_hessian": (
-        f_scalar,
-        "vec",
-        None,
-        "hessian",
-        lambda x, t: (y_s(x), g_s(x), h_s(x)),
-        y_s,
-    ),
-    "second_derivative": (
-        f_scalar,
-        "scalar",
-        None,
-        "second_derivative",
-        lambda x, t: h_s(x),
-        y_s,
-    ),
-    "value_derivative_and_second_derivative": (
-        f_scalar,
-        "scalar",
-        None,
-        "second_derivative",
-        lambda x, t: (y_s(x), g_s(x), h_s(x)),
-        y_s,
-    ),
-}
-POINTS = {"vec": (X1, X2), "scalar": (S1, S2), "batch": (XB1, XB2)}
+# each point kind (an operator's kind, tangent and results come from its declaration):
+# the function and two points
+FUNCTIONS = {"scalar_y": f_scalar, "vector": f_vec, "scalar_x": f_scalar, "batch": f_batch}
+POINTS = {"scalar_y": (X1, X2), "vector": (X1, X2), "scalar_x": (S1, S2), "batch": (XB1, XB2)}
+
+
+def refs(op, x, t=None):
+    """The closed-form result parts at x for ``op``'s kind (t: its tangent, if any)."""
+    kind = point_kind(op)
+    tangent = {} if t is None else {OPS[op].tangent: t}
+    if kind == "vector":
+        return parts(y_v(x), j_v(x), **tangent)
+    if kind == "batch":
+        return parts(y_b(x), j_b(x))
+    return parts(y_s(x), g_s(x), h_s(x), **tangent)
+
+
+def reference(op, x, t=None):
+    return expected(op, refs(op, x, t))
 
 
 def _mark(*mods):
@@ -212,9 +152,8 @@ SECOND_BACKENDS = [
 # second_order of two frameworks takes no prep
 CASES = [
     pytest.param(op, *b.values, prepared, id=f"{op}-{b.id}-{name}", marks=b.marks)
-    for table, backends in ((OPS, FIRST_BACKENDS), (SECOND_OPS, SECOND_BACKENDS))
-    for op in table
-    for b in backends
+    for op in OPERATORS
+    for b in (SECOND_BACKENDS if OPS[op].second else FIRST_BACKENDS)
     for prepared, name in ((False, "unprepared"), (True, "prepared"))
     if not (prepared and b.id in ("jax-fwd-over-rev", "jax-over-torch"))
 ]
@@ -281,26 +220,26 @@ def check_aux(aux, framework, x, y, rtol=1e-12):
 # ---- every operator x every backend, unprepared and prepared -----------------------
 @pytest.mark.parametrize(("op", "backend", "prepared"), CASES)
 def test_every_operator_returns_fresh_aux(op, backend, prepared):
-    f, kind, t, prepare, ref, value = {**OPS, **SECOND_OPS}[op]
+    f, (p1, p2) = FUNCTIONS[point_kind(op)], POINTS[point_kind(op)]
     fw = framework_backend(backend)
-    p1, p2 = POINTS[kind]
     pb = point_backend(backend)
     x1, x2 = native(pb, p1), native(pb, p2)
+    (t,) = tangent_args(op, V, W) or (None,)
     tt = () if t is None else (native(pb, t),)
     kw = {}
     if prepared:
-        kw["prep"] = getattr(di, f"prepare_{prepare}")(f, backend, x1, *tt, has_aux=True)
-    second = op in SECOND_OPS
+        kw["prep"] = prepare_of(op)(f, backend, x1, *tt, has_aux=True)
+    second = OPS[op].second
     for x, p in ((x1, p1), (x1, p1), (x2, p2)):
         res, aux = getattr(di, op)(f, backend, x, *tt, has_aux=True, **kw)
-        want = ref(p, t)
+        want = reference(op, p, t)
         assert_tree_close(
             tuple(map(to_numpy, res)) if isinstance(want, tuple) else to_numpy(res),
             want,
             rtol=tol(backend, second),
             atol=tol(backend, second),
         )
-        check_aux(aux, fw.framework, p, value(p))
+        check_aux(aux, fw.framework, p, refs(op, p)["value"])
 
 
 # ---- the array kinds of x ----------------------------------------------------------
@@ -357,39 +296,41 @@ def test_derivative_at_python_float_and_0d(backend):
 
 
 # ---- several tangents --------------------------------------------------------------
-TANGENT_OPS = {
-    "jvp": (f_vec, (V, V2), lambda x, t: j_v(x) @ t),
-    "vjp": (f_vec, (W, W2), lambda x, t: t @ j_v(x)),
-    "hvp": (f_scalar, (V, V2), lambda x, t: h_s(x) @ t),
-}
+# the families that take a Tangents of several (declared ``several``), each with its
+# variant that returns one more part first (value_and_jvp, gradient_and_hvp, ...)
+TANGENT_FAMILIES = sorted({d.family for d in OPS.values() if d.several is not None})
+SECOND_TANGENTS = {"v": V2, "w": W2}
+
+
+def _with_one_more(family):
+    return next(op for op in of_family(family) if len(OPS[op].returns) == 2)
 
 
 @pytest.mark.parametrize("prepared", [False, True], ids=["unprepared", "prepared"])
-@pytest.mark.parametrize("op", sorted(TANGENT_OPS))
+@pytest.mark.parametrize("op", TANGENT_FAMILIES)
 @pytest.mark.parametrize("backend", FIRST_BACKENDS)
 def test_tangents_with_aux(backend, op, prepared):
-    f, ts, ref = TANGENT_OPS[op]
+    f = FUNCTIONS[point_kind(op)]
+    ts = (*tangent_args(op, V, W), SECOND_TANGENTS[OPS[op].tangent])
     tangents = di.Tangents(*(native(backend, t) for t in ts))
     x1, x2 = native(backend, X1), native(backend, X2)
     kw = {}
     if prepared:
-        kw["prep"] = getattr(di, f"prepare_{op}")(f, backend, x1, tangents, has_aux=True)
-    t = tol(backend, op == "hvp")
+        kw["prep"] = prepare_of(op)(f, backend, x1, tangents, has_aux=True)
+    t = tol(backend, OPS[op].second)
     for x, p in ((x1, X1), (x1, X1), (x2, X2)):
         res, aux = getattr(di, op)(f, backend, x, tangents, has_aux=True, **kw)
         assert isinstance(res, di.Tangents) and len(res) == 2
         for r, direction in zip(res, ts, strict=True):
-            np.testing.assert_allclose(to_numpy(r), ref(p, direction), rtol=t, atol=t)
-        value = y_s(p) if f is f_scalar else y_v(p)
-        check_aux(aux, backend.framework, p, value)
-    (first, res), aux = getattr(di, f"value_and_{op}" if op != "hvp" else "gradient_and_hvp")(
-        f, backend, x2, tangents, has_aux=True
-    )
-    want = g_s(X2) if op == "hvp" else y_v(X2)  # the gradient, or the value
+            np.testing.assert_allclose(to_numpy(r), reference(op, p, direction), rtol=t, atol=t)
+        check_aux(aux, backend.framework, p, refs(op, p)["value"])
+    variant = _with_one_more(op)
+    (first, res), aux = getattr(di, variant)(f, backend, x2, tangents, has_aux=True)
+    want = reference(variant, X2, ts[0])[0]  # the value, or the gradient
     np.testing.assert_allclose(to_numpy(first), want, rtol=tol(backend), atol=tol(backend))
     for r, direction in zip(res, ts, strict=True):
-        np.testing.assert_allclose(to_numpy(r), ref(X2, direction), rtol=t, atol=t)
-    check_aux(aux, backend.framework, X2, y_s(X2) if f is f_scalar else y_v(X2))
+        np.testing.assert_allclose(to_numpy(r), reference(op, X2, direction), rtol=t, atol=t)
+    check_aux(aux, backend.framework, X2, refs(op, X2)["value"])
 
 
 # ---- a new shape of x on the second call ------------------------------------------
@@ -516,11 +457,12 @@ def test_inside_jax_grad_aux_is_the_outer_trace(prepared):
 def test_inside_jax_jit_aux_follows_x(op, prepared):
     jax = pytest.importorskip("jax")
     b = di.AutoJax()
-    f, _, t, family, ref, value = {**OPS, **SECOND_OPS}[op]
+    f = FUNCTIONS[point_kind(op)]
+    (t,) = tangent_args(op, V, W) or (None,)
     tt = () if t is None else (jax.numpy.asarray(t),)
     prep = None
     if prepared:
-        prep = getattr(di, f"prepare_{family}")(f, b, jax.numpy.asarray(X1), *tt, has_aux=True)
+        prep = prepare_of(op)(f, b, jax.numpy.asarray(X1), *tt, has_aux=True)
     calls = []
 
     @jax.jit
@@ -530,8 +472,8 @@ def test_inside_jax_jit_aux_follows_x(op, prepared):
 
     for p in (X1, X2, X1):  # one trace: the compiled function gives each x its own aux
         res, aux = run(jax.numpy.asarray(p))
-        np.testing.assert_allclose(res, ref(p, t), rtol=1e-10, atol=1e-12)
-        check_aux(aux, "jax", p, value(p))
+        np.testing.assert_allclose(res, reference(op, p, t), rtol=1e-10, atol=1e-12)
+        check_aux(aux, "jax", p, refs(op, p)["value"])
     assert len(calls) == 1
 
 
@@ -774,8 +716,3 @@ def test_torch_aux_keeps_the_outer_graph_of_a_closure():
     (dw,) = torch.autograd.grad(aux["w2"], w)
     assert float(dw) == 4.0
     np.testing.assert_allclose(g.numpy(), 2 * X1, rtol=1e-12)
-
-
-def test_the_table_covers_every_declared_operator():
-    """A new operator in core.operator must get a case here (its reference)."""
-    assert set({**OPS, **SECOND_OPS}) == set(names())

@@ -20,7 +20,9 @@ import pytest
 from helpers import HAVE, assert_tree_close, native, to_numpy
 
 import diffiface as di
+from diffiface.core.operator import OPS
 from diffiface.testing import namespace
+from diffiface.testing._calls import TREE_FAMILIES, expected, point_kind, prepare_of, tangent_args
 
 X1 = np.array([0.3, -0.7, 1.1])
 X2 = np.array([-0.4, 0.9, 0.25])
@@ -158,38 +160,30 @@ def d_dtree(x):
     return (np.cos(x) * x + np.sin(x), np.array([1.0, 2 * x, 3 * x**2]))
 
 
-# op: (f, points, tangent (or the cotangent pytree), prepare_ function, reference(x, t))
-OPS = {
-    "jvp": (f_tree, "vec", V, "jvp", jvp_tree),
-    "value_and_jvp": (f_tree, "vec", V, "jvp", lambda x, v: (y_tree(x), jvp_tree(x, v))),
-    "vjp": (f_tree, "vec", W1, "vjp", vjp_tree),
-    "value_and_vjp": (f_tree, "vec", W1, "vjp", lambda x, w: (y_tree(x), vjp_tree(x, w))),
-    "jacobian": (f_tree, "vec", None, "jacobian", lambda x, t: j_tree(x)),
-    "value_and_jacobian": (
-        f_tree,
-        "vec",
-        None,
-        "jacobian",
-        lambda x, t: (y_tree(x), j_tree(x)),
-    ),
-    "batched_jacobian": (f_btree, "batch", None, "batched_jacobian", lambda x, t: j_btree(x)),
-    "value_and_batched_jacobian": (
-        f_btree,
-        "batch",
-        None,
-        "batched_jacobian",
-        lambda x, t: (y_btree(x), j_btree(x)),
-    ),
-    "derivative": (f_dtree, "scalar", None, "derivative", lambda x, t: d_dtree(x)),
-    "value_and_derivative": (
-        f_dtree,
-        "scalar",
-        None,
-        "derivative",
-        lambda x, t: (y_dtree(x), d_dtree(x)),
-    ),
-}
-POINTS = {"vec": (X1, X2), "scalar": (S1, S2), "batch": (XB1, XB2)}
+# the operators that take a pytree-output f: every operator of a family with a
+# tree_output member
+TREE_OPS = sorted(op for op in OPS if OPS[op].family in TREE_FAMILIES)
+# each point kind (an operator's kind, tangent and results come from its declaration):
+# the function and two points
+FUNCTIONS = {"vector": f_tree, "scalar_x": f_dtree, "batch": f_btree}
+POINTS = {"vector": (X1, X2), "scalar_x": (S1, S2), "batch": (XB1, XB2)}
+
+
+def reference(op, x, t=None):
+    """``op``'s closed-form result at x (t: its tangent or cotangent pytree)."""
+    kind = point_kind(op)
+    if kind == "vector":
+        refs = {"value": y_tree(x), "jacobian": j_tree(x)}
+        tangent = OPS[op].tangent
+        if tangent == "v":
+            refs["jvp"] = jvp_tree(x, t)
+        if tangent == "w":
+            refs["vjp"] = vjp_tree(x, t)
+    elif kind == "batch":
+        refs = {"value": y_btree(x), "batched_jacobian": j_btree(x)}
+    else:
+        refs = {"value": y_dtree(x), "derivative": d_dtree(x)}
+    return expected(op, refs)
 
 
 def _native_tree(backend, t):
@@ -198,17 +192,17 @@ def _native_tree(backend, t):
 
 @pytest.mark.parametrize("prepared", [False, True], ids=["unprepared", "prepared"])
 @pytest.mark.parametrize("backend", BACKENDS)
-@pytest.mark.parametrize("op", sorted(OPS))
+@pytest.mark.parametrize("op", TREE_OPS)
 def test_every_operator_gives_the_output_tree(op, backend, prepared):
-    f, kind, t, prepare, ref = OPS[op]
-    p1, p2 = POINTS[kind]
+    f, (p1, p2) = FUNCTIONS[point_kind(op)], POINTS[point_kind(op)]
     x1, x2 = native(backend, p1), native(backend, p2)
+    (t,) = tangent_args(op, V, W1) or (None,)
     tt = () if t is None else (_native_tree(backend, t),)
     kw = {}
     if prepared:
-        kw["prep"] = getattr(di, f"prepare_{prepare}")(f, backend, x1, *tt)
+        kw["prep"] = prepare_of(op)(f, backend, x1, *tt)
     for x, p in ((x1, p1), (x1, p1), (x2, p2)):
-        close(getattr(di, op)(f, backend, x, *tt, **kw), ref(p, t), backend)
+        close(getattr(di, op)(f, backend, x, *tt, **kw), reference(op, p, t), backend)
 
 
 @pytest.mark.parametrize("backend", MODED)
@@ -342,17 +336,15 @@ def f_tree_aux(x):
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("op", ["value_and_jvp", "vjp", "jacobian"])
 def test_tree_output_with_aux(op, backend, prepared):
-    t = {"value_and_jvp": V, "vjp": W1, "jacobian": None}[op]
-    ref = OPS[op][4]
+    (t,) = tangent_args(op, V, W1) or (None,)
     tt = () if t is None else (_native_tree(backend, t),)
     x1, x2 = native(backend, X1), native(backend, X2)
-    family = op.removeprefix("value_and_")
     kw = {}
     if prepared:
-        kw["prep"] = getattr(di, f"prepare_{family}")(f_tree_aux, backend, x1, *tt, has_aux=True)
+        kw["prep"] = prepare_of(op)(f_tree_aux, backend, x1, *tt, has_aux=True)
     for x, p in ((x1, X1), (x1, X1), (x2, X2)):
         res, aux = getattr(di, op)(f_tree_aux, backend, x, *tt, has_aux=True, **kw)
-        close(res, ref(p, t), backend)
+        close(res, reference(op, p, t), backend)
         close(aux, {"n": p**3, "b": (p**2).sum()}, backend, t=1e-12)
 
 

@@ -35,8 +35,9 @@ from conftest import AD_BACKENDS, ALL_BACKENDS, MODED_BACKENDS
 from helpers import HAVE, assert_tree_close, native, to_numpy, tolerance, zero_or_clear_error
 
 import diffiface as di
-from diffiface.core.operator import names
+from diffiface.core.operator import OPS
 from diffiface.testing import namespace
+from diffiface.testing._calls import expected, point_kind, prepare_of, tangent_args
 
 if HAVE["jax"]:
     import jax
@@ -680,59 +681,22 @@ def _jax_core(x, v, w, s, xb):
 
 
 def _jax_refs():
-    """name -> (point, JAX's result in diffiface's (result, aux) order); JAX's transforms
+    """point kind -> (its point, JAX's result parts, aux at the point); JAX's transforms
     jit-compiled (eager, each primitive compiles on its own: seconds)."""
     args = (jnp.asarray(a) for a in (_X3, _V3, _W3, _S, _X23))
     (g, aux_s, jac, aux_v, t, ct, hv, h, d, aux_1, d2, jb), values = jax.jit(_jax_core)(*args)
     y_s, y_v, y_1, y_b, aux_b = values
     return {
-        "gradient": ("x", (g, aux_s)),
-        "value_and_gradient": ("x", ((y_s, g), aux_s)),
-        "jacobian": ("x", (jac, aux_v)),
-        "value_and_jacobian": ("x", ((y_v, jac), aux_v)),
-        "jvp": ("x", (t, aux_v)),
-        "value_and_jvp": ("x", ((y_v, t), aux_v)),
-        "vjp": ("x", (ct, aux_v)),
-        "value_and_vjp": ("x", ((y_v, ct), aux_v)),
-        "hvp": ("x", (hv, aux_s)),
-        "gradient_and_hvp": ("x", ((g, hv), aux_s)),
-        "value_gradient_and_hvp": ("x", ((y_s, g, hv), aux_s)),
-        "hessian": ("x", (h, aux_s)),
-        "value_gradient_and_hessian": ("x", ((y_s, g, h), aux_s)),
-        "derivative": ("s", (d, aux_1)),
-        "value_and_derivative": ("s", ((y_1, d), aux_1)),
-        "second_derivative": ("s", (d2, aux_1)),
-        "value_derivative_and_second_derivative": ("s", ((y_1, d, d2), aux_1)),
-        "batched_jacobian": ("b", (jb, aux_b)),
-        "value_and_batched_jacobian": ("b", ((y_b, jb), aux_b)),
+        "scalar_y": ("x", {"value": y_s, "gradient": g, "hvp": hv, "hessian": h}, aux_s),
+        "vector": ("x", {"value": y_v, "jacobian": jac, "jvp": t, "vjp": ct}, aux_v),
+        "scalar_x": ("s", {"value": y_1, "derivative": d, "second_derivative": d2}, aux_1),
+        "batch": ("b", {"value": y_b, "batched_jacobian": jb}, aux_b),
     }
 
 
 _JAX_REFS = {}
-
-# operator -> (f, extra argument, its prepare_ function)
-_OPS = {
-    "gradient": (_f_s, None, "gradient"),
-    "value_and_gradient": (_f_s, None, "gradient"),
-    "jacobian": (_f_v, None, "jacobian"),
-    "value_and_jacobian": (_f_v, None, "jacobian"),
-    "jvp": (_f_v, _V3, "jvp"),
-    "value_and_jvp": (_f_v, _V3, "jvp"),
-    "vjp": (_f_v, _W3, "vjp"),
-    "value_and_vjp": (_f_v, _W3, "vjp"),
-    "hvp": (_f_s, _V3, "hvp"),
-    "gradient_and_hvp": (_f_s, _V3, "hvp"),
-    "value_gradient_and_hvp": (_f_s, _V3, "hvp"),
-    "hessian": (_f_s, None, "hessian"),
-    "value_gradient_and_hessian": (_f_s, None, "hessian"),
-    "derivative": (_f_1, None, "derivative"),
-    "value_and_derivative": (_f_1, None, "derivative"),
-    "second_derivative": (_f_1, None, "second_derivative"),
-    "value_derivative_and_second_derivative": (_f_1, None, "second_derivative"),
-    "batched_jacobian": (_f_b, None, "batched_jacobian"),
-    "value_and_batched_jacobian": (_f_b, None, "batched_jacobian"),
-}
-_SECOND = {"hvp", "hessian", "second_derivative"}
+# the function of each point kind (an operator's kind comes from its declaration)
+_F = {"scalar_y": _f_s, "vector": _f_v, "scalar_x": _f_1, "batch": _f_b}
 
 
 # upstream: APITest.test_grad_and_aux_basic, test_jacfwd_and_aux_basic,
@@ -740,17 +704,19 @@ _SECOND = {"hvp", "hessian", "second_derivative"}
 # test_grad_and_aux_no_tracers, carried to every diffiface operator and its prepare_
 # (plain and prepared calls agree; aux carries no trace of the inner pass)
 @needs_jax
-@pytest.mark.parametrize("op", sorted(_OPS))
+@pytest.mark.parametrize("op", sorted(OPS))
 def test_every_operator_has_aux_against_jax(backend, op):
     if not _JAX_REFS:
         _JAX_REFS.update(_jax_refs())
-    kind, (want, want_aux) = _JAX_REFS[op]
-    f, extra, prep_name = _OPS[op]
-    x = arr(backend, {"x": _X3, "s": _S, "b": _X23}[kind])
-    args = () if extra is None else (arr(backend, extra),)
+    kind = point_kind(op)
+    point, jax_parts, want_aux = _JAX_REFS[kind]
+    want = expected(op, jax_parts)
+    f = _F[kind]
+    x = arr(backend, {"x": _X3, "s": _S, "b": _X23}[point])
+    args = tuple(arr(backend, t) for t in tangent_args(op, _V3, _W3))
     call = getattr(di, op)
     got, aux = call(f, backend, x, *args, has_aux=True)
-    order = 2 if any(s in op for s in _SECOND) else 1
+    order = 2 if OPS[op].second else 1
     if isinstance(want, tuple):  # value variants: first orders at first-order tolerance
         assert isinstance(got, tuple) and len(got) == len(want)
         for i, (a, b) in enumerate(zip(got, want, strict=True)):
@@ -761,9 +727,9 @@ def test_every_operator_has_aux_against_jax(backend, op):
     close_aux(aux, want_aux)
     assert type(aux) is type(want_aux)
     assert_no_inner_trace(backend, aux)
-    if op != prep_name:
+    if op != OPS[op].family:
         return  # (a value variant takes its base operator's preparation: checked there)
-    prep = getattr(di, "prepare_" + prep_name)(f, backend, x, *args, has_aux=True)
+    prep = prepare_of(op)(f, backend, x, *args, has_aux=True)
     got2, aux2 = call(f, backend, x, *args, prep=prep, has_aux=True)
     close(got2, got, backend, order=order)
     close_aux(aux2, aux)
@@ -1415,8 +1381,3 @@ def test_namedtuple_output_and_aux(backend):
     t, aux = di.jvp(_namedtuple_out, backend, arr(backend, _XT), arr(backend, _TT), has_aux=True)
     assert type(t) is _Point
     close(t, want_t, backend)
-
-
-def test_the_table_covers_every_declared_operator():
-    """A new operator in core.operator must get a case here (its reference)."""
-    assert set(_OPS) == set(names())

@@ -11,6 +11,8 @@ import pytest
 from helpers import HAVE
 
 import diffiface as di
+from diffiface.core.operator import OPS
+from diffiface.testing._calls import expected, parts, point_kind, tangent_args
 
 X = np.linspace(-1.0, 1.0, 5)
 
@@ -23,20 +25,24 @@ def _square(x):
     return x**2
 
 
-OPS = {  # module-level functions: a new lambda per call would recompile on JAX
-    "gradient": lambda b, x: di.gradient(_f, b, x),
-    "jacobian": lambda b, x: di.jacobian(_square, b, x),  # forward mode (5 -> 5)
-    "jvp": lambda b, x: di.jvp(_square, b, x, x),
-    "hvp": lambda b, x: di.hvp(_f, b, x, x),
-    "hessian": lambda b, x: di.hessian(_f, b, x),
+# the base operator of every family that takes an array x (declared facts: not a
+# scalar x, not a batch): gradient, jvp, vjp, jacobian, hvp, hessian
+BASE = [op for op, d in OPS.items() if op == d.family and point_kind(op) in ("scalar_y", "vector")]
+# closed forms at X: f = sum(x^3) for a scalar f, square = x^2 otherwise; tangents X
+REFS = {
+    "scalar_y": parts((X**3).sum(), 3 * X**2, np.diag(6 * X), v=X),
+    "vector": parts(X**2, np.diag(2 * X), v=X, w=X),
 }
-EXACT = {  # closed forms at X: f = sum(x^3), square = x^2
-    "gradient": 3 * X**2,
-    "jacobian": np.diag(2 * X),
-    "jvp": 2 * X * X,
-    "hvp": 6 * X * X,
-    "hessian": np.diag(6 * X),
-}
+EXACT = {op: expected(op, REFS[point_kind(op)]) for op in BASE}
+
+
+def _call(op):
+    """``op`` on a module-level function (a new lambda per call would recompile on JAX)."""
+    f = _f if OPS[op].scalar else _square  # (jacobian: forward mode, 5 -> 5)
+    return lambda b, x: getattr(di, op)(f, b, x, *tangent_args(op, x, x))
+
+
+CALLS = {op: _call(op) for op in BASE}
 
 
 def _tol(backend):
@@ -44,10 +50,10 @@ def _tol(backend):
 
 
 def test_sixteen_threads_give_identical_results(backend):
-    """16 threads x 100 rounds of five operators share the backend and its caches; the
+    """16 threads x 100 rounds of the base operators share the backend and its caches; the
     results equal the single-threaded ones bit for bit (torch's forward mode keeps a
     process-wide level, so diffiface runs its jvps one thread at a time)."""
-    ref = {op: np.asarray(fn(backend, X)) for op, fn in OPS.items()}
+    ref = {op: np.asarray(fn(backend, X)) for op, fn in CALLS.items()}
     for op, exact in EXACT.items():
         np.testing.assert_allclose(ref[op], exact, rtol=_tol(backend), atol=_tol(backend))
     errors = []
@@ -55,7 +61,7 @@ def test_sixteen_threads_give_identical_results(backend):
     def work():
         try:
             for _ in range(100):
-                for op, fn in OPS.items():
+                for op, fn in CALLS.items():
                     if not np.array_equal(np.asarray(fn(backend, X)), ref[op]):
                         errors.append(f"{op} differs")
         except Exception as exc:  # collected, then reported
@@ -70,7 +76,7 @@ def test_sixteen_threads_give_identical_results(backend):
 
 
 def test_repeated_calls_are_bitwise_identical(backend):
-    for fn in OPS.values():
+    for fn in CALLS.values():
         a, b = np.asarray(fn(backend, X)), np.asarray(fn(backend, X))
         np.testing.assert_array_equal(a, b)
 
@@ -82,7 +88,7 @@ def test_torch_under_no_grad_and_inference_mode(mode):
 
     with getattr(torch, mode)():
         x = torch.tensor(X)
-        for op, fn in OPS.items():
+        for op, fn in CALLS.items():
             out = fn(di.AutoTorch(), x)
             assert not out.requires_grad, op
             np.testing.assert_allclose(out, EXACT[op], rtol=1e-12, atol=1e-12, err_msg=op)
@@ -95,7 +101,7 @@ def test_torch_inference_tensor_used_outside_inference_mode():
 
     with torch.inference_mode():
         x = torch.tensor(X)
-    for op, fn in OPS.items():
+    for op, fn in CALLS.items():
         np.testing.assert_allclose(fn(di.AutoTorch(), x), EXACT[op], rtol=1e-12, atol=1e-12)
 
 

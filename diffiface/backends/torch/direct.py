@@ -357,3 +357,34 @@ def _back(a, t):
     if t is not None and a.untyped_storage().data_ptr() == t.untyped_storage().data_ptr():
         a = a.clone()
     return a.cpu().numpy()
+
+
+def python_in_out(run):
+    """``run`` for a Python float x (and a float tangent, for the operators that take
+    one): each made the tensor the general path makes of it (torch's default float
+    dtype, read per call), each result given back as the general path gives it (a
+    float where it is 0-d, else NumPy; a result an outer pass sees stays a tensor)."""
+
+    def run_python(x, *tangent):
+        dtype = torch.get_default_dtype()
+        if tangent:
+            (t,) = tangent
+            if type(t) is not float:
+                return SLOW
+            out = run(torch.tensor(x, dtype=dtype), torch.tensor(t, dtype=dtype))
+        else:
+            out = run(torch.tensor(x, dtype=dtype))
+        if out is SLOW:
+            return out
+        if type(out) is tuple:
+            return tuple(_python(a) for a in out)
+        return _python(out)
+
+    return run_python
+
+
+def _python(a):
+    """A result for a Python float x: a float where it is 0-d, else NumPy."""
+    if a.requires_grad or is_functorch_wrapped_tensor(a):
+        return a
+    return a.item() if not a.ndim else a.cpu().numpy()

@@ -220,20 +220,20 @@ class TorchImpl(BackendImpl):
         return None
 
     def runner(self, prob, form, combo=None, weak=False):
-        """The runners of ``direct``, for one tensor or NumPy array, or for native leaves;
-        for an unprepared call (``weak``) they call f through a weak reference (the plan
-        table holds f weakly)."""
+        """The runners of ``direct``, for one tensor, NumPy array or Python float, or for
+        native leaves; for an unprepared call (``weak``) they call f through a weak
+        reference (the plan table holds f weakly)."""
         f = weak_callable(prob.f, weak)
-        if f is None or form == "python":  # (a Python float x: the general path)
+        if f is None:
             return None
         if form == "leaves":
             return direct.leaves_runner(prob, f, weak)
         if not prob.single:
             return None
         run = direct.runner(prob, combo, f, weak)
-        if run is None or form != "numpy":
+        if run is None or form == "array":
             return run
-        return direct.numpy_in_out(self, run)
+        return direct.python_in_out(run) if form == "python" else direct.numpy_in_out(self, run)
 
     def value_and_jvp(self, prob, xs, vs, ctx):
         """Dual numbers on plain tensors (measured about three times as fast as

@@ -1,0 +1,152 @@
+"""torch call forms that once left the runner: a Python float x. Each test proves the
+runner answered (the general path made to fail), compares with torch's own transform
+and counts f's runs (once per call, as torch itself runs it)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import diffiface as di
+
+torch = pytest.importorskip("torch")
+
+B = di.AutoTorch()
+
+
+def _general_path_fails(monkeypatch):
+    from diffiface.core import shell
+
+    def fail(*args, **kwargs):
+        raise AssertionError("the general path ran")
+
+    monkeypatch.setattr(shell, "enter", fail)
+
+
+@pytest.fixture
+def float64():
+    """torch's default float dtype float64 for the test (a Python float x becomes one)."""
+    before = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    yield
+    torch.set_default_dtype(before)
+
+
+def _counted():
+    runs = [0]
+
+    def curve(x):
+        runs[0] += 1
+        return torch.sin(x) * x**2
+
+    return curve, runs
+
+
+def _curve(x):
+    return torch.sin(x) * x**2
+
+
+def _own(op, x, t=None):
+    """torch's own transforms at a 0-d tensor x (tangent t), for ``op``."""
+    d1 = torch.func.grad(_curve)
+    d2 = torch.func.grad(d1)
+    return {
+        "derivative": (d1(x),),
+        "value_and_derivative": (_curve(x), d1(x)),
+        "second_derivative": (d2(x),),
+        "value_derivative_and_second_derivative": (_curve(x), d1(x), d2(x)),
+        "gradient": (d1(x),),
+        "jvp": (torch.func.jvp(_curve, (x,), (t,))[1],) if t is not None else None,
+        "vjp": (torch.func.vjp(_curve, x)[1](t)[0],) if t is not None else None,
+        "hvp": (torch.func.jvp(d1, (x,), (t,))[1],) if t is not None else None,
+    }[op]
+
+
+SCALAR = (
+    "derivative",
+    "value_and_derivative",
+    "second_derivative",
+    "value_derivative_and_second_derivative",
+)
+FAMILY = {"value_and_derivative": "derivative"}
+FAMILY["value_derivative_and_second_derivative"] = "second_derivative"
+
+
+@pytest.mark.parametrize("op", (*SCALAR, "gradient", "jvp", "vjp", "hvp"))
+@pytest.mark.parametrize("prepared", [True, False])
+def test_a_python_float_x_runs_the_runner(monkeypatch, float64, op, prepared):
+    """Prepared and unprepared calls at a Python float x (a float tangent where the
+    operator takes one) run the runner: floats back, torch's own values, f run once
+    per call."""
+    f, runs = _counted()
+    x, t = 0.7, 1.3
+    args = (t,) if op in ("jvp", "vjp", "hvp") else ()
+    fn = getattr(di, op)
+    prep = None
+    if prepared:
+        prep = getattr(di, f"prepare_{FAMILY.get(op, op)}")(f, B, x, *args)
+    fn(f, B, x, *args, prep=prep)  # (an unprepared call keeps its plan)
+    _general_path_fails(monkeypatch)
+    runs[0] = 0
+    want = _own(op, torch.tensor(x), torch.tensor(t))
+    for _ in range(3):
+        got = fn(f, B, x, *args, prep=prep)
+        got = got if isinstance(got, tuple) else (got,)
+        assert all(type(a) is float for a in got)
+        np.testing.assert_allclose(got, [w.item() for w in want], rtol=1e-12)
+    assert runs[0] == 3
+
+
+def test_a_python_float_follows_the_default_dtype(monkeypatch):
+    """The runner makes x in torch's default float dtype of each call, as the general
+    path does: float32 values, then float64 ones, from one preparation."""
+    before = torch.get_default_dtype()
+    try:
+        torch.set_default_dtype(torch.float32)
+        prep = di.prepare_second_derivative(_curve, B, 0.7)
+        _general_path_fails(monkeypatch)
+        for dtype in (torch.float32, torch.float64):
+            torch.set_default_dtype(dtype)
+            got = di.second_derivative(_curve, B, 0.7, prep=prep)
+            want = _own("second_derivative", torch.tensor(0.7, dtype=dtype))[0].item()
+            assert got == want  # the same float operations in the same dtype
+        assert got != di.second_derivative(_curve, B, np.float32(0.7).item())  # (float64 now)
+    finally:
+        torch.set_default_dtype(before)
+
+
+def test_a_python_float_result_an_outer_pass_sees_stays_a_tensor(monkeypatch, float64):
+    """f closing over a tensor that requires grad: the runner's result at a float x
+    stays on its graph (as the general path gives it), with torch's own derivative."""
+    p = torch.tensor(1.5, requires_grad=True)
+
+    def f(x):
+        return p * torch.sin(x) * x**2
+
+    prep = di.prepare_second_derivative(f, B, 0.7)
+    _general_path_fails(monkeypatch)
+    got = di.second_derivative(f, B, 0.7, prep=prep)
+    assert isinstance(got, torch.Tensor) and got.requires_grad
+    (dp,) = torch.autograd.grad(got, p)
+    want = _own("second_derivative", torch.tensor(0.7))[0]
+    np.testing.assert_allclose(dp.item(), want.item(), rtol=1e-12)  # f is linear in p
+    np.testing.assert_allclose(got.item(), 1.5 * want.item(), rtol=1e-12)
+
+
+def test_a_python_float_with_a_vector_f_hands_over_once(float64):
+    """A vector f of a float x: the runner hands over (the general path's forward
+    mode), f runs once per call from then on, NumPy back with the closed form."""
+    runs = [0]
+
+    def vec(x):
+        runs[0] += 1
+        return torch.stack([torch.sin(x), x * x])
+
+    for _ in range(3):
+        di.derivative(vec, B, 0.3)
+    runs[0] = 0
+    for _ in range(3):
+        got = di.derivative(vec, B, 0.3)
+        assert type(got) is np.ndarray
+        np.testing.assert_allclose(got, [np.cos(0.3), 0.6], rtol=1e-12)
+    assert runs[0] == 3

@@ -150,3 +150,117 @@ def test_a_python_float_with_a_vector_f_hands_over_once(float64):
         assert type(got) is np.ndarray
         np.testing.assert_allclose(got, [np.cos(0.3), 0.6], rtol=1e-12)
     assert runs[0] == 3
+
+
+# ---------------------------------------------------------------------- has_aux
+
+X = np.array([0.3, -0.7, 1.1, 0.2, 0.9, -1.3])
+V = np.array([1.0, 0.5, -2.0, 0.25, -0.4, 0.8])
+
+
+def _aux_fs():
+    runs = [0]
+
+    def s_aux(x):
+        runs[0] += 1
+        return (torch.sin(x) * x**2).sum(), {"c": torch.cos(x), "n": 3}
+
+    def v_aux(x):
+        runs[0] += 1
+        return torch.sin(x) * x**2, {"c": torch.cos(x), "n": 3}
+
+    return s_aux, v_aux, runs
+
+
+def _aux_own(op, x, t):
+    """torch.func's own transform of f without its aux, for ``op``."""
+    fn = torch.func
+    s, v = (lambda x: (torch.sin(x) * x**2).sum()), (lambda x: torch.sin(x) * x**2)
+    if op == "gradient":
+        return fn.grad(s)(x)
+    if op == "value_and_gradient":
+        return s(x), fn.grad(s)(x)
+    if op in ("jvp", "value_and_jvp"):
+        y, jt = fn.jvp(v, (x,), (t,))
+        return (y, jt) if op == "value_and_jvp" else jt
+    if op in ("vjp", "value_and_vjp"):
+        y, pb = fn.vjp(v, x)
+        return (y, pb(t)[0]) if op == "value_and_vjp" else pb(t)[0]
+    g, hv = fn.jvp(fn.grad(s), (x,), (t,))
+    return (g, hv) if op == "gradient_and_hvp" else hv
+
+
+AUX_OPS = ("gradient", "value_and_gradient", "jvp", "value_and_jvp", "vjp", "value_and_vjp")
+AUX_OPS += ("hvp", "gradient_and_hvp")
+AUX_FAMILY = {"value_and_gradient": "gradient", "value_and_jvp": "jvp"}
+AUX_FAMILY.update(value_and_vjp="vjp", gradient_and_hvp="hvp")
+
+
+def _leaves(r):
+    return [a.numpy() if hasattr(a, "numpy") else a for a in (r if type(r) is tuple else (r,))]
+
+
+@pytest.mark.parametrize("op", AUX_OPS)
+@pytest.mark.parametrize("kind", ["tensor", "numpy"])
+@pytest.mark.parametrize("prepared", [True, False])
+def test_has_aux_calls_run_the_runner(monkeypatch, op, kind, prepared):
+    """has_aux=True, prepared and unprepared, a tensor or a NumPy x: the runner answers
+    with torch.func's own result and aux (off the call's graph), f run once per call."""
+    s_aux, v_aux, runs = _aux_fs()
+    f = s_aux if op in ("gradient", "value_and_gradient", "hvp", "gradient_and_hvp") else v_aux
+    x, t = (X.copy(), V.copy()) if kind == "numpy" else (torch.tensor(X), torch.tensor(V))
+    args = () if "gradient" in op and "hvp" not in op else (t,)
+    fn = getattr(di, op)
+    prep = None
+    if prepared:
+        prep = getattr(di, f"prepare_{AUX_FAMILY.get(op, op)}")(f, B, x, *args, has_aux=True)
+    fn(f, B, x, *args, prep=prep, has_aux=True)  # (an unprepared call keeps its plan)
+    _general_path_fails(monkeypatch)
+    want = _aux_own(op, torch.tensor(X), torch.tensor(V))
+    runs[0] = 0
+    for _ in range(2):
+        got, aux = fn(f, B, x, *args, prep=prep, has_aux=True)
+        for a, w in zip(_leaves(got), _leaves(want), strict=True):
+            if kind == "numpy":
+                assert type(a) is np.ndarray
+            np.testing.assert_allclose(a, w, rtol=1e-12)
+        assert aux["n"] == 3 and type(aux["c"]) is torch.Tensor
+        assert not aux["c"].requires_grad
+        np.testing.assert_allclose(aux["c"].numpy(), np.cos(X), rtol=1e-15)
+    assert runs[0] == 2
+
+
+def test_has_aux_runner_keeps_an_aux_an_outer_pass_sees(monkeypatch):
+    """An aux computed from a tensor an outer pass differentiates stays on its graph;
+    one computed from x alone does not (settled as the general path settles it)."""
+    p = torch.tensor(1.5, dtype=torch.float64, requires_grad=True)
+
+    def f(x):
+        return (torch.sin(x) * x).sum(), (p * x.sum(), torch.cos(x))
+
+    x = torch.tensor(X)
+    prep = di.prepare_gradient(f, B, x, has_aux=True)
+    _general_path_fails(monkeypatch)
+    g, (outer, own) = di.gradient(f, B, x, prep=prep, has_aux=True)
+    np.testing.assert_allclose(g.numpy(), (torch.cos(x) * x + torch.sin(x)).numpy(), rtol=1e-12)
+    assert outer.requires_grad and not own.requires_grad
+    (dp,) = torch.autograd.grad(outer, p)
+    np.testing.assert_allclose(dp.item(), X.sum(), rtol=1e-12)  # closed form
+
+
+def test_has_aux_runner_explains_an_output_that_is_no_pair(monkeypatch):
+    """f that stops returning a pair once the runner takes its calls: the runner
+    raises the general path's error."""
+    pair = [True]
+
+    def f(x):
+        y = (x**2).sum()
+        return (y, None) if pair[0] else y
+
+    x = torch.tensor(X)
+    for _ in range(2):
+        di.gradient(f, B, x, has_aux=True)
+    _general_path_fails(monkeypatch)
+    pair[0] = False
+    with pytest.raises(di.DiffifaceTypeError, match=r"has_aux=True: f must return a pair"):
+        di.gradient(f, B, x, has_aux=True)

@@ -21,7 +21,7 @@ from torch._C._functorch import is_functorch_wrapped_tensor
 from ..._cache import code_of
 from ..._tangents import one_by_one
 from ..._tree import unflatten
-from ...core import direction
+from ...core import direction, outputs
 from ...core.backend import OUT_SIZE, SLOW
 from .forward import FORWARD_LOCK
 from .graph import CHECKED, finished, grads, leaf
@@ -33,6 +33,7 @@ def runner(prob, combo, f, weak: bool):
     op = prob.op
     if CHECKED.get(prob.f) is None:  # f's first call is the general path's, watched
         return None
+    aux = _Aux(prob) if prob.aux else None  # f returns (out, aux)
     value = op.startswith("value") or op == "gradient_and_hvp"
     known = direction.only(prob.f)  # f runs in one direction only: the general path
     if known == direction.FORWARD and op not in ("jvp", "value_and_jvp"):
@@ -40,17 +41,36 @@ def runner(prob, combo, f, weak: bool):
     if known == direction.REVERSE and op in ("jvp", "value_and_jvp"):
         return None
     if op in ("gradient", "value_and_gradient", "vjp", "value_and_vjp"):
-        return _reverse(_named(prob, weak), f, value, cotangent="vjp" in op)
+        return _reverse(_named(prob, weak), f, value, "vjp" in op, aux)
     if op in ("jvp", "value_and_jvp"):
-        return _few(one_by_one(_jvp(f, value), value, SLOW))
+        return _few(one_by_one(_jvp(f, value, aux), value, SLOW), aux)
     code = code_of(prob.f, strict=True)
     if op in ("hvp", "gradient_and_hvp") and combo is None and not _handed(code):
-        return _hvp(_named(prob, weak), f, value, code)
-    if op in ("jacobian", "value_and_jacobian"):
+        return _hvp(_named(prob, weak), f, value, code, aux)
+    if op in ("jacobian", "value_and_jacobian") and aux is None:
         return _jacobian(prob, value, f)
     if op in _SCALAR and known != direction.FORWARD and not _handed(code):
-        return _scalar(_named(prob, weak), f, value, _SCALAR[op], code)
+        return _scalar(_named(prob, weak), f, value, _SCALAR[op], code, aux)
     return None
+
+
+class _Aux:
+    """For an f that returns ``(out, aux)`` (``has_aux=True``): its output checked and
+    split, and the aux handed to the open sink as the caller sees it (``settle``: kept
+    on an outer pass's graph, off the call's own), once the runner's result is known
+    (a runner that hands over puts none: the general path's call of f does)."""
+
+    __slots__ = ("backend", "op", "settle")
+
+    def __init__(self, prob) -> None:
+        self.op, self.backend, self.settle = prob.op, prob.backend, prob.impl.settle
+
+    def split(self, y) -> tuple:
+        return outputs.pair(self.op, self.backend, y)
+
+    def give(self, aux, result):
+        outputs.put(self.settle(aux, result))
+        return result
 
 
 # derivative operators a runner takes (on a scalar x and f(x)) -> second order
@@ -68,15 +88,15 @@ def _named(prob, weak: bool):
     return prob.named() if weak else prob
 
 
-def _few(run):
+def _few(run, aux):
     """``run`` for one tangent, and for a Tangents of k on a small x (dual numbers once
     per tangent: 4 tangents at n = 1e3 in 0.9x torch.func's vmap, against 3.6x by the
     general path); a large x's Tangents takes the general path's one vmapped pass
     (1.0x against 1.3x for the loop at n = 1e6)."""
 
     def run_few(x, t):
-        if type(t) is not torch.Tensor and x.numel() > _LOOP_MAX:
-            return SLOW
+        if type(t) is not torch.Tensor and (aux is not None or x.numel() > _LOOP_MAX):
+            return SLOW  # (with aux: f runs once, in the general path's vmapped pass)
         return run(x, t)
 
     return run_few
@@ -127,8 +147,9 @@ def _like(t, x) -> bool:
     )
 
 
-def _reverse(prob, f, value, cotangent):
-    """gradient (``cotangent`` False: f(x) must be a scalar) or vjp along w."""
+def _reverse(prob, f, value, cotangent, aux):
+    """gradient (``cotangent`` False: f(x) must be a scalar) or vjp along w (``aux``: an
+    ``_Aux`` where f returns (out, aux))."""
 
     def run(x, w=None):
         xg = _plain_copy(x)
@@ -139,6 +160,8 @@ def _reverse(prob, f, value, cotangent):
             y = f(xg)
         except RuntimeError:  # the general path runs f again and explains
             return SLOW
+        if aux is not None:
+            y, a = aux.split(y)
         if type(y) is not torch.Tensor or y.grad_fn is None:
             return SLOW
         if cotangent:
@@ -148,12 +171,13 @@ def _reverse(prob, f, value, cotangent):
             return SLOW
         attached = finished(y, (xg,), False)
         (g,) = grads(prob, y, (xg,), w, attached, False)
-        return (y if attached else y.detach(), g) if value else g
+        out = (y if attached else y.detach(), g) if value else g
+        return out if aux is None else aux.give(a, out)
 
     return run
 
 
-def _jvp(f, value):
+def _jvp(f, value, aux):
     """Forward mode on dual numbers, under the one forward-mode lock. A jvp nested in f
     fails on them (torch nests no dual levels): the general path (torch.func.jvp)
     takes that f's calls from then on."""
@@ -166,6 +190,8 @@ def _jvp(f, value):
         try:
             with FORWARD_LOCK, fwAD.dual_level():
                 y = f(fwAD.make_dual(xc, v.clone()))  # f may write to both
+                if aux is not None:
+                    y, a = aux.split(y)
                 if type(y) is not torch.Tensor:
                     return SLOW
                 y, t = fwAD.unpack_dual(y)
@@ -174,7 +200,8 @@ def _jvp(f, value):
             return SLOW
         if t is None:  # y does not depend on x: the general path warns
             return SLOW
-        return (y, t) if value else t
+        out = (y, t) if value else t
+        return out if aux is None else aux.give(a, out)  # (a's tangents left with the level)
 
     return run
 
@@ -193,8 +220,8 @@ def _hand_over(code, handed: list) -> None:
         _HANDED.add(code)
 
 
-def _scalar_at(f, x, code, handed: list):
-    """(x's copy taking gradients, f at it) for a runner of a scalar f, or None where
+def _scalar_at(f, x, code, handed: list, aux):
+    """(x's copy taking gradients, f at it, f's aux) for a runner of a scalar f, or None where
     the general path must run: x not plain; or, after f ran, f raised or its result is
     off the graph or not 0-d. Those are facts of f's code, so they are recorded
     (``_hand_over``): no runner is built for it again, and this one hands over before
@@ -208,34 +235,38 @@ def _scalar_at(f, x, code, handed: list):
     except RuntimeError:
         _hand_over(code, handed)
         return None
+    a = None
+    if aux is not None:
+        y, a = aux.split(y)
     if type(y) is not torch.Tensor or y.grad_fn is None or y.ndim:
         _hand_over(code, handed)
         return None
-    return xg, y
+    return xg, y, a
 
 
-def _hvp(prob, f, value, code):
+def _hvp(prob, f, value, code, aux):
     """The double backward: the gradient's graph, then the reverse pass along v."""
 
     handed: list = []  # f's result is one the general path handles (see _scalar_at)
 
     def run(x, v):
-        got = _scalar_at(f, x, code, handed) if _like(v, x) else None
+        got = _scalar_at(f, x, code, handed, aux) if _like(v, x) else None
         if got is None:
             return SLOW
-        xg, y = got
+        xg, y, a = got
         attached = finished(y, (xg,), False)
         (g,) = grads(prob, y, (xg,), None, True, True)
         if not g.requires_grad:  # unused or linear x: the general path, from now on
             _hand_over(code, handed)
             return SLOW
         (hv,) = grads(prob, g, (xg,), v, attached, False)
-        return (g if attached else g.detach(), hv) if value else hv
+        out = (g if attached else g.detach(), hv) if value else hv
+        return out if aux is None else aux.give(a, out)
 
     return run
 
 
-def _scalar(prob, f, value, second, code):
+def _scalar(prob, f, value, second, code, aux):
     """derivative (``second``: and the second derivative) of f at a 0-d tensor x with a
     0-d result, by reverse mode (and reverse over reverse), as torch's users write it;
     any other shape takes the general path (forward mode)."""
@@ -243,14 +274,15 @@ def _scalar(prob, f, value, second, code):
     handed: list = []  # f's result is one the general path handles (see _scalar_at)
 
     def run(x):
-        got = _scalar_at(f, x, code, handed) if not x.ndim else None
+        got = _scalar_at(f, x, code, handed, aux) if not x.ndim else None
         if got is None:
             return SLOW
-        xg, y = got
+        xg, y, a = got
         attached = finished(y, (xg,), False)
         (d,) = grads(prob, y, (xg,), None, attached or second, second)
         if not second:
-            return (y if attached else y.detach(), d) if value else d
+            out = (y if attached else y.detach(), d) if value else d
+            return out if aux is None else aux.give(a, out)
         if d.requires_grad:
             (d2,) = grads(prob, d, (xg,), None, attached, False)
         elif attached:  # linear f on an outer graph: the general path (x's graph: per call)
@@ -259,7 +291,8 @@ def _scalar(prob, f, value, second, code):
             d2 = torch.zeros_like(d)
         if not attached:
             y, d = y.detach(), d.detach()
-        return (y, d, d2) if value else d2
+        out = (y, d, d2) if value else d2
+        return out if aux is None else aux.give(a, out)
 
     return run
 
@@ -268,6 +301,8 @@ def leaves_runner(prob, f, weak: bool):
     """For a gradient of native leaves (x and Constant contexts), calling ``f``."""
     op = prob.op
     if op not in ("gradient", "value_and_gradient") or direction.only(prob.f) is not None:
+        return None
+    if prob.aux:  # (native leaves take no aux: see Prep._takes)
         return None
     if CHECKED.get(prob.f) is None:  # f's first call is the general path's, watched
         return None

@@ -61,6 +61,7 @@ class TorchImpl(BackendImpl):
         cheap_forward=False,  # forward-mode AD runs far slower than a backward here
         reverse_combo=None,  # the plain double backward
         keeps_plans=True,  # f's graph is built anew on every call: nothing to go stale
+        runs_aux=True,  # the runners of ``direct`` hand f's aux to the sink, settled
     )
 
     def is_native(self, leaf: Any) -> bool:

@@ -264,3 +264,85 @@ def test_has_aux_runner_explains_an_output_that_is_no_pair(monkeypatch):
     pair[0] = False
     with pytest.raises(di.DiffifaceTypeError, match=r"has_aux=True: f must return a pair"):
         di.gradient(f, B, x, has_aux=True)
+
+
+# ------------------------------------------------------------- f made per call
+
+
+def _maker(runs):
+    def make(c):
+        def f(x, scale=c):  # (a default and a cell, both read at each call)
+            runs[0] += 1
+            return c * scale * (torch.sin(x) * x**2).sum()
+
+        return f
+
+    return make
+
+
+def _maker_v(runs):
+    def make(c):
+        def f(x):
+            runs[0] += 1
+            return c * torch.sin(x) * x**2
+
+        return f
+
+    return make
+
+
+def _per_call_own(op, f, x, t):
+    """torch's own transform of f at x (tangent t), for ``op``."""
+    if op == "gradient":
+        return torch.func.grad(f)(x)
+    if op == "value_and_gradient":
+        return f(x), torch.func.grad(f)(x)
+    if op == "jvp":
+        return torch.func.jvp(f, (x,), (t,))[1]
+    if op == "vjp":
+        return torch.func.vjp(f, x)[1](t)[0]
+    return torch.func.jvp(torch.func.grad(f), (x,), (t,))[1]
+
+
+@pytest.mark.parametrize("op", ["gradient", "value_and_gradient", "jvp", "vjp", "hvp"])
+@pytest.mark.parametrize("kind", ["tensor", "numpy", "float"])
+def test_a_closure_made_per_call_runs_its_codes_runner(monkeypatch, op, kind, float64):
+    """Closures made anew per call run the runner of their code, each with its own
+    captured value (a closure over another value gives that value's derivative), f run
+    once per call; against torch's own transform of the same closure."""
+    runs = [0]
+    scalar = op in ("gradient", "value_and_gradient", "hvp")
+    make = _maker(runs) if scalar else _maker_v(runs)
+    x, t = (X.copy(), V.copy()) if kind == "numpy" else (torch.tensor(X), torch.tensor(V))
+    if kind == "float":
+        x, t = 0.7, 1.3
+    args = () if "gradient" in op else (t,)
+    fn = getattr(di, op)
+    fn(make(2.0), B, x, *args)  # (the general path, then the code's plan is kept)
+    _general_path_fails(monkeypatch)
+    runs[0] = 0
+    xt, tt = torch.as_tensor(x), torch.as_tensor(t)
+    kind_of = {"tensor": torch.Tensor, "numpy": np.ndarray, "float": float}[kind]
+    for c in (3.0, -0.5, 2.0):
+        got = fn(make(c), B, x, *args)
+        own = _per_call_own(op, make(c), xt, tt)
+        runs[0] -= 2 if op in ("value_and_gradient",) else 1  # (the reference's runs)
+        assert all(type(a) is kind_of for a in (got if type(got) is tuple else (got,)))
+        for a, w in zip(_leaves(got), _leaves(own), strict=True):
+            np.testing.assert_allclose(a, w, rtol=1e-12)
+    assert runs[0] == 3
+
+
+def test_closures_of_one_code_on_an_outer_graph_stay_on_it(monkeypatch):
+    """A closure made per call over a tensor an outer pass differentiates: the code's
+    runner keeps the result on that tensor's graph, with torch's own derivative."""
+    x = torch.tensor(X)
+    make = _maker_v([0])
+    di.vjp(make(2.0), B, x, torch.tensor(V))
+    _general_path_fails(monkeypatch)
+    p = torch.tensor(1.5, dtype=torch.float64, requires_grad=True)
+    g = di.vjp(make(p), B, x, torch.tensor(V))
+    assert g.requires_grad
+    (dp,) = torch.autograd.grad(g.sum(), p)
+    want = torch.func.vjp(make(1.0), x)[1](torch.tensor(V))[0].sum()
+    np.testing.assert_allclose(dp.item(), want.item(), rtol=1e-12)  # g is linear in p

@@ -30,6 +30,14 @@ from .graph import CHECKED, finished, grads, leaf
 def runner(prob, combo, f, weak: bool):
     """The runner of ``prob.op`` calling ``f`` (prob's f, or a weak reference to it:
     ``weak``) on one tensor, or None where there is none."""
+    make = maker(prob, combo, weak)
+    return None if make is None else make(f)
+
+
+def maker(prob, combo, weak: bool):
+    """``f -> the runner calling f (or None)`` for ``prob.op``: one per object of f's
+    code, as f's facts (its first call watched, its direction, a result handed over)
+    are its code's; None where there is none. ``weak``: it holds neither f nor prob."""
     op = prob.op
     if CHECKED.get(prob.f) is None:  # f's first call is the general path's, watched
         return None
@@ -40,18 +48,44 @@ def runner(prob, combo, f, weak: bool):
         return None
     if known == direction.REVERSE and op in ("jvp", "value_and_jvp"):
         return None
+    named, code = _named(prob, weak), code_of(prob.f, strict=True)
     if op in ("gradient", "value_and_gradient", "vjp", "value_and_vjp"):
-        return _reverse(_named(prob, weak), f, value, "vjp" in op, aux)
+        return lambda f: _reverse(named, f, value, "vjp" in op, aux)
     if op in ("jvp", "value_and_jvp"):
-        return _few(one_by_one(_jvp(f, value, aux), value, SLOW), aux)
-    code = code_of(prob.f, strict=True)
-    if op in ("hvp", "gradient_and_hvp") and combo is None and not _handed(code):
-        return _hvp(_named(prob, weak), f, value, code, aux)
-    if op in ("jacobian", "value_and_jacobian") and aux is None:
-        return _jacobian(prob, value, f)
-    if op in _SCALAR and known != direction.FORWARD and not _handed(code):
-        return _scalar(_named(prob, weak), f, value, _SCALAR[op], code, aux)
+        nests = None if code is None else (code, "jvp")  # (see _jvp)
+        return lambda f: None if _handed(nests) else _few(_jvp(f, value, aux, nests), aux)
+    if op in ("hvp", "gradient_and_hvp") and combo is None:
+        return lambda f: None if _handed(code) else _hvp(named, f, value, code, aux)
+    if op in _JACOBIAN and aux is None:  # (it holds prob: never per code)
+        return lambda f: _jacobian(prob, value, f)
+    if op in _SCALAR and known != direction.FORWARD:
+        second = _SCALAR[op]
+        return lambda f: None if _handed(code) else _scalar(named, f, value, second, code, aux)
     return None
+
+
+def in_form(impl, run, form: str):
+    """``run`` (taking one tensor) for calls in ``form`` (see ``Signature.form``)."""
+    if run is None or form == "array":
+        return run
+    return python_in_out(run) if form == "python" else numpy_in_out(impl, run)
+
+
+def code_runner(impl, prob, form: str):
+    """``runner(f, x, *t)`` for any object of f's code (a closure made anew per call):
+    the runner of that object, built per call (f's cells and defaults are the call's
+    own: torch runs f as it is, nothing is kept from another object). It holds neither
+    f nor prob; None where there is none."""
+    per_code = prob.single and form != "leaves" and prob.op not in _JACOBIAN
+    make = maker(prob, None, True) if per_code else None
+    if make is None:
+        return None
+
+    def code_run(f, x, *t):
+        run = make(f)
+        return SLOW if run is None else in_form(impl, run, form)(x, *t)
+
+    return code_run
 
 
 class _Aux:
@@ -72,6 +106,8 @@ class _Aux:
         outputs.put(self.settle(aux, result))
         return result
 
+
+_JACOBIAN = ("jacobian", "value_and_jacobian")
 
 # derivative operators a runner takes (on a scalar x and f(x)) -> second order
 _SCALAR = {
@@ -177,11 +213,11 @@ def _reverse(prob, f, value, cotangent, aux):
     return run
 
 
-def _jvp(f, value, aux):
-    """Forward mode on dual numbers, under the one forward-mode lock. A jvp nested in f
-    fails on them (torch nests no dual levels): the general path (torch.func.jvp)
-    takes that f's calls from then on."""
-    nested = []
+def _jvp(f, value, aux, nests):
+    """Forward mode on dual numbers, under the one forward-mode lock, one tangent at a
+    time. A jvp nested in f fails on them (torch nests no dual levels): the general path
+    (torch.func.jvp) takes the calls of f's code from then on (``nests``: its key)."""
+    nested: list = []
 
     def run(x, v):
         xc = _plain_copy(x)
@@ -196,17 +232,18 @@ def _jvp(f, value, aux):
                     return SLOW
                 y, t = fwAD.unpack_dual(y)
         except RuntimeError:
-            nested.append(True)
+            _hand_over(nests, nested)
             return SLOW
         if t is None:  # y does not depend on x: the general path warns
             return SLOW
         out = (y, t) if value else t
         return out if aux is None else aux.give(a, out)  # (a's tangents left with the level)
 
-    return run
+    return one_by_one(run, value, SLOW)
 
 
-_HANDED: set = set()  # code_of(f) whose results the scalar runners hand over (bounded)
+# code_of(f) whose results the scalar runners hand over, (code, "jvp") that nests a jvp
+_HANDED: set = set()  # (bounded)
 
 
 def _handed(code) -> bool:

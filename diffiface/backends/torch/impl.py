@@ -229,12 +229,11 @@ class TorchImpl(BackendImpl):
             return None
         if form == "leaves":
             return direct.leaves_runner(prob, f, weak)
-        if not prob.single:
-            return None
-        run = direct.runner(prob, combo, f, weak)
-        if run is None or form == "array":
-            return run
-        return direct.python_in_out(run) if form == "python" else direct.numpy_in_out(self, run)
+        run = direct.runner(prob, combo, f, weak) if prob.single else None
+        return direct.in_form(self, run, form)
+
+    def code_runner(self, prob, form):
+        return direct.code_runner(self, prob, form)
 
     def value_and_jvp(self, prob, xs, vs, ctx):
         """Dual numbers on plain tensors (measured about three times as fast as

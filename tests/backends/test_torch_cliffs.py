@@ -346,3 +346,26 @@ def test_closures_of_one_code_on_an_outer_graph_stay_on_it(monkeypatch):
     (dp,) = torch.autograd.grad(g.sum(), p)
     want = torch.func.vjp(make(1.0), x)[1](torch.tensor(V))[0].sum()
     np.testing.assert_allclose(dp.item(), want.item(), rtol=1e-12)  # g is linear in p
+
+
+def test_closures_per_call_that_nest_a_jvp_run_f_once_per_call():
+    """torch nests no dual levels: once a closure of a code that runs a jvp itself fails
+    on dual numbers, the closures of that code made later take the general path before
+    running f (f once per call), with the closed form 2 c x."""
+    runs = [0]
+    one = torch.tensor(1.0, dtype=torch.float64)
+    x, v = torch.tensor(4.0, dtype=torch.float64), torch.tensor(1.0, dtype=torch.float64)
+
+    def make(c):
+        def outer(x):
+            runs[0] += 1
+            return c * x * di.jvp(lambda y: x * y, B, one, one)
+
+        return outer
+
+    for _ in range(3):
+        di.jvp(make(1.0), B, x, v)
+    runs[0] = 0
+    for c in (1.0, 2.0, 3.0):
+        assert di.jvp(make(c), B, x, v).item() == pytest.approx(8.0 * c, rel=1e-12)
+    assert runs[0] == 3

@@ -369,3 +369,35 @@ def test_closures_per_call_that_nest_a_jvp_run_f_once_per_call():
     for c in (1.0, 2.0, 3.0):
         assert di.jvp(make(c), B, x, v).item() == pytest.approx(8.0 * c, rel=1e-12)
     assert runs[0] == 3
+
+
+# ------------------------------------------------------------- Tangents of a vjp
+
+
+@pytest.mark.parametrize("op", ["vjp", "value_and_vjp"])
+@pytest.mark.parametrize("prepared", [True, False])
+def test_vjp_tangents_run_the_runner(monkeypatch, op, prepared):
+    """vjp with a Tangents of k: the runner answers (one forward pass, one batched
+    backward), f run once per call, each result torch.func's own."""
+    _, v_aux, runs = _aux_fs()
+
+    def f(x):
+        return v_aux(x)[0]
+
+    x = torch.tensor(X)
+    ws = (torch.tensor(V), torch.cos(torch.tensor(V)), torch.tensor(X) ** 2)
+    prep = di.prepare_vjp(f, B, x, di.Tangents(*ws)) if prepared else None
+    getattr(di, op)(f, B, x, di.Tangents(*ws), prep=prep)  # (an unprepared call keeps it)
+    _general_path_fails(monkeypatch)
+    y, pb = torch.func.vjp(lambda x: torch.sin(x) * x**2, torch.tensor(X))
+    runs[0] = 0
+    for _ in range(2):
+        got = getattr(di, op)(f, B, x, di.Tangents(*ws), prep=prep)
+        if op == "value_and_vjp":
+            np.testing.assert_allclose(got[0].numpy(), y.numpy(), rtol=1e-12)
+            got = got[1]
+        assert type(got) is di.Tangents and len(got) == 3
+        for g, w in zip(got, ws, strict=True):
+            np.testing.assert_allclose(g.numpy(), pb(w)[0].numpy(), rtol=1e-12)
+    assert runs[0] == 2
+    assert torch.equal(x, torch.tensor(X))

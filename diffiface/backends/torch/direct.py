@@ -19,12 +19,12 @@ import torch.autograd.forward_ad as fwAD
 from torch._C._functorch import is_functorch_wrapped_tensor
 
 from ..._cache import code_of
-from ..._tangents import one_by_one
+from ..._tangents import Tangents, one_by_one
 from ..._tree import unflatten
 from ...core import direction, outputs
 from ...core.backend import OUT_SIZE, SLOW
 from .forward import FORWARD_LOCK
-from .graph import CHECKED, finished, grads, leaf
+from .graph import CHECKED, batched_grads, check_twice, finished, grads, leaf
 
 
 def runner(prob, combo, f, weak: bool):
@@ -184,12 +184,13 @@ def _like(t, x) -> bool:
 
 
 def _reverse(prob, f, value, cotangent, aux):
-    """gradient (``cotangent`` False: f(x) must be a scalar) or vjp along w (``aux``: an
-    ``_Aux`` where f returns (out, aux))."""
+    """gradient (``cotangent`` False: f(x) must be a scalar) or vjp along w, or along
+    each of a ``Tangents`` (one forward pass, one batched backward) (``aux``: an ``_Aux``
+    where f returns (out, aux))."""
 
     def run(x, w=None):
         xg = _plain_copy(x)
-        if xg is None or (cotangent and (type(w) is not torch.Tensor or w.requires_grad)):
+        if xg is None or (cotangent and not _plain_ws(w)):
             return SLOW
         xg.requires_grad_()
         try:
@@ -201,16 +202,37 @@ def _reverse(prob, f, value, cotangent, aux):
         if type(y) is not torch.Tensor or y.grad_fn is None:
             return SLOW
         if cotangent:
-            if w.shape != y.shape or w.dtype != y.dtype or w.device != y.device:
+            if not all(_like(v, y) for v in (w._values if type(w) is Tangents else (w,))):
                 return SLOW
         elif y.ndim:
             return SLOW
         attached = finished(y, (xg,), False)
-        (g,) = grads(prob, y, (xg,), w, attached, False)
+        if type(w) is Tangents:
+            g = _each(prob, y, xg, w._values, attached)
+        else:
+            (g,) = grads(prob, y, (xg,), w, attached, False)
         out = (y if attached else y.detach(), g) if value else g
         return out if aux is None else aux.give(a, out)
 
     return run
+
+
+def _plain_ws(w) -> bool:
+    """w is a plain tensor, or a Tangents of them (none an outer pass sees)."""
+    if type(w) is Tangents:
+        return all(type(v) is torch.Tensor and not v.requires_grad for v in w._values)
+    return type(w) is torch.Tensor and not w.requires_grad
+
+
+def _each(prob, y, xg, ws: tuple, attached: bool):
+    """The pullbacks of y along each of ``ws``, as a Tangents: one batched backward
+    (as ``TorchImpl.value_and_vjps``)."""
+    if attached:
+        check_twice(prob, y, (xg,))
+    (g,) = batched_grads(y, (xg,), torch.stack(ws), attached)
+    if g is None:  # y does not depend on x
+        g = torch.zeros((len(ws), *xg.shape), dtype=xg.dtype, device=xg.device)
+    return Tangents(*g.unbind(0))
 
 
 def _jvp(f, value, aux, nests):

@@ -37,7 +37,8 @@ def runner(prob, combo, f, weak: bool):
 def maker(prob, combo, weak: bool):
     """``f -> the runner calling f (or None)`` for ``prob.op``: one per object of f's
     code, as f's facts (its first call watched, its direction, a result handed over)
-    are its code's; None where there is none. ``weak``: it holds neither f nor prob."""
+    are its code's; None where there is none. ``weak``: its runners hold neither f nor
+    prob (the Jacobian's excepted: it reads prob's memo, and is never per code)."""
     op = prob.op
     if CHECKED.get(prob.f) is None:  # f's first call is the general path's, watched
         return None

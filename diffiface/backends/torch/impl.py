@@ -31,6 +31,7 @@ from ...core import direction
 from ...core.backend import BackendImpl, Traits
 from ...core.registry import register
 from . import direct, memory
+from .forward import dual_jvp
 from .graph import (
     DONE,
     NoGradInForward,
@@ -244,7 +245,7 @@ class TorchImpl(BackendImpl):
         fn = prob.flat()
         if _duals_work() and not _NESTS.get(prob.f) and self.no_forward(xs, ctx) is None:
             try:
-                return call_forward(prob, lambda: _dual_jvp(fn, xs, vs, ctx))
+                return call_forward(prob, lambda: dual_jvp(fn, xs, vs, ctx))
             except RuntimeError as exc:
                 if "Nested forward mode" not in str(exc):
                     raise
@@ -574,14 +575,6 @@ def _duals_work() -> bool:
         and torch._C._is_fwd_grad_enabled()
         and peek_interpreter_stack() is None
     )
-
-
-def _dual_jvp(fn, xs: tuple, vs: tuple, ctx: tuple):
-    """(f(x), J v) on forward-mode dual numbers (a zero tangent where y does not depend
-    on x, as torch.func.jvp gives)."""
-    with fwAD.dual_level():
-        y, t = fwAD.unpack_dual(fn(tuple(map(fwAD.make_dual, xs, vs)), *ctx))
-    return y, (torch.zeros_like(y) if t is None else t)
 
 
 # f's code -> f runs a jvp itself: its jvps take torch.func.jvp, which nests

@@ -19,39 +19,96 @@ import torch.autograd.forward_ad as fwAD
 from torch._C._functorch import is_functorch_wrapped_tensor
 
 from ..._cache import code_of
-from ..._tangents import one_by_one
+from ..._tangents import Tangents, one_by_one
 from ..._tree import unflatten
-from ...core import direction
+from ...core import direction, outputs
 from ...core.backend import OUT_SIZE, SLOW
 from .forward import FORWARD_LOCK
-from .graph import CHECKED, finished, grads, leaf
+from .graph import CHECKED, batched_grads, check_twice, finished, grads, leaf
 
 
 def runner(prob, combo, f, weak: bool):
     """The runner of ``prob.op`` calling ``f`` (prob's f, or a weak reference to it:
     ``weak``) on one tensor, or None where there is none."""
+    make = maker(prob, combo, weak)
+    return None if make is None else make(f)
+
+
+def maker(prob, combo, weak: bool):
+    """``f -> the runner calling f (or None)`` for ``prob.op``: one per object of f's
+    code, as f's facts (its first call watched, its direction, a result handed over)
+    are its code's; None where there is none. ``weak``: its runners hold neither f nor
+    prob (the Jacobian's excepted: it reads prob's memo, and is never per code)."""
     op = prob.op
     if CHECKED.get(prob.f) is None:  # f's first call is the general path's, watched
         return None
+    aux = _Aux(prob) if prob.aux else None  # f returns (out, aux)
     value = op.startswith("value") or op == "gradient_and_hvp"
     known = direction.only(prob.f)  # f runs in one direction only: the general path
     if known == direction.FORWARD and op not in ("jvp", "value_and_jvp"):
         return None
     if known == direction.REVERSE and op in ("jvp", "value_and_jvp"):
         return None
+    named, code = _named(prob, weak), code_of(prob.f, strict=True)
     if op in ("gradient", "value_and_gradient", "vjp", "value_and_vjp"):
-        return _reverse(_named(prob, weak), f, value, cotangent="vjp" in op)
+        return lambda f: _reverse(named, f, value, "vjp" in op, aux)
     if op in ("jvp", "value_and_jvp"):
-        return _few(one_by_one(_jvp(f, value), value, SLOW))
-    code = code_of(prob.f, strict=True)
-    if op in ("hvp", "gradient_and_hvp") and combo is None and not _handed(code):
-        return _hvp(_named(prob, weak), f, value, code)
-    if op in ("jacobian", "value_and_jacobian"):
-        return _jacobian(prob, value, f)
-    if op in _SCALAR and known != direction.FORWARD and not _handed(code):
-        return _scalar(_named(prob, weak), f, value, _SCALAR[op], code)
+        nests = None if code is None else (code, "jvp")  # (see _jvp)
+        return lambda f: None if _handed(nests) else _few(_jvp(f, value, aux, nests), aux)
+    if op in ("hvp", "gradient_and_hvp") and combo is None:
+        return lambda f: None if _handed(code) else _hvp(named, f, value, code, aux)
+    if op in _JACOBIAN and aux is None:  # (it holds prob: never per code)
+        return lambda f: _jacobian(prob, value, f)
+    if op in _SCALAR and known != direction.FORWARD:
+        second = _SCALAR[op]
+        return lambda f: None if _handed(code) else _scalar(named, f, value, second, code, aux)
     return None
 
+
+def in_form(impl, run, form: str):
+    """``run`` (taking one tensor) for calls in ``form`` (see ``Signature.form``)."""
+    if run is None or form == "array":
+        return run
+    return python_in_out(run) if form == "python" else numpy_in_out(impl, run)
+
+
+def code_runner(impl, prob, form: str):
+    """``runner(f, x, *t)`` for any object of f's code (a closure made anew per call):
+    the runner of that object, built per call (f's cells and defaults are the call's
+    own: torch runs f as it is, nothing is kept from another object). It holds neither
+    f nor prob; None where there is none."""
+    per_code = prob.single and form != "leaves" and prob.op not in _JACOBIAN
+    make = maker(prob, None, True) if per_code else None
+    if make is None:
+        return None
+
+    def code_run(f, x, *t):
+        run = make(f)
+        return SLOW if run is None else in_form(impl, run, form)(x, *t)
+
+    return code_run
+
+
+class _Aux:
+    """For an f that returns ``(out, aux)`` (``has_aux=True``): its output checked and
+    split, and the aux handed to the open sink as the caller sees it (``settle``: kept
+    on an outer pass's graph, off the call's own), once the runner's result is known
+    (a runner that hands over puts none: the general path's call of f does)."""
+
+    __slots__ = ("backend", "op", "settle")
+
+    def __init__(self, prob) -> None:
+        self.op, self.backend, self.settle = prob.op, prob.backend, prob.impl.settle
+
+    def split(self, y) -> tuple:
+        return outputs.pair(self.op, self.backend, y)
+
+    def give(self, aux, result):
+        outputs.put(self.settle(aux, result))
+        return result
+
+
+_JACOBIAN = ("jacobian", "value_and_jacobian")
 
 # derivative operators a runner takes (on a scalar x and f(x)) -> second order
 _SCALAR = {
@@ -68,15 +125,15 @@ def _named(prob, weak: bool):
     return prob.named() if weak else prob
 
 
-def _few(run):
+def _few(run, aux):
     """``run`` for one tangent, and for a Tangents of k on a small x (dual numbers once
     per tangent: 4 tangents at n = 1e3 in 0.9x torch.func's vmap, against 3.6x by the
     general path); a large x's Tangents takes the general path's one vmapped pass
     (1.0x against 1.3x for the loop at n = 1e6)."""
 
     def run_few(x, t):
-        if type(t) is not torch.Tensor and x.numel() > _LOOP_MAX:
-            return SLOW
+        if type(t) is not torch.Tensor and (aux is not None or x.numel() > _LOOP_MAX):
+            return SLOW  # (with aux: f runs once, in the general path's vmapped pass)
         return run(x, t)
 
     return run_few
@@ -127,37 +184,63 @@ def _like(t, x) -> bool:
     )
 
 
-def _reverse(prob, f, value, cotangent):
-    """gradient (``cotangent`` False: f(x) must be a scalar) or vjp along w."""
+def _reverse(prob, f, value, cotangent, aux):
+    """gradient (``cotangent`` False: f(x) must be a scalar) or vjp along w, or along
+    each of a ``Tangents`` (one forward pass, one batched backward) (``aux``: an ``_Aux``
+    where f returns (out, aux))."""
 
     def run(x, w=None):
         xg = _plain_copy(x)
-        if xg is None or (cotangent and (type(w) is not torch.Tensor or w.requires_grad)):
+        if xg is None or (cotangent and not _plain_ws(w)):
             return SLOW
         xg.requires_grad_()
         try:
             y = f(xg)
         except RuntimeError:  # the general path runs f again and explains
             return SLOW
+        if aux is not None:
+            y, a = aux.split(y)
         if type(y) is not torch.Tensor or y.grad_fn is None:
             return SLOW
         if cotangent:
-            if w.shape != y.shape or w.dtype != y.dtype or w.device != y.device:
+            if not all(_like(v, y) for v in (w._values if type(w) is Tangents else (w,))):
                 return SLOW
         elif y.ndim:
             return SLOW
         attached = finished(y, (xg,), False)
-        (g,) = grads(prob, y, (xg,), w, attached, False)
-        return (y if attached else y.detach(), g) if value else g
+        if type(w) is Tangents:
+            g = _each(prob, y, xg, w._values, attached)
+        else:
+            (g,) = grads(prob, y, (xg,), w, attached, False)
+        out = (y if attached else y.detach(), g) if value else g
+        return out if aux is None else aux.give(a, out)
 
     return run
 
 
-def _jvp(f, value):
-    """Forward mode on dual numbers, under the one forward-mode lock. A jvp nested in f
-    fails on them (torch nests no dual levels): the general path (torch.func.jvp)
-    takes that f's calls from then on."""
-    nested = []
+def _plain_ws(w) -> bool:
+    """w is a plain tensor, or a Tangents of them (none an outer pass sees)."""
+    if type(w) is Tangents:
+        return all(type(v) is torch.Tensor and not v.requires_grad for v in w._values)
+    return type(w) is torch.Tensor and not w.requires_grad
+
+
+def _each(prob, y, xg, ws: tuple, attached: bool):
+    """The pullbacks of y along each of ``ws``, as a Tangents: one batched backward
+    (as ``TorchImpl.value_and_vjps``)."""
+    if attached:
+        check_twice(prob, y, (xg,))
+    (g,) = batched_grads(y, (xg,), torch.stack(ws), attached)
+    if g is None:  # y does not depend on x
+        g = torch.zeros((len(ws), *xg.shape), dtype=xg.dtype, device=xg.device)
+    return Tangents(*g.unbind(0))
+
+
+def _jvp(f, value, aux, nests):
+    """Forward mode on dual numbers, under the one forward-mode lock, one tangent at a
+    time. A jvp nested in f fails on them (torch nests no dual levels): the general path
+    (torch.func.jvp) takes the calls of f's code from then on (``nests``: its key)."""
+    nested: list = []
 
     def run(x, v):
         xc = _plain_copy(x)
@@ -166,20 +249,24 @@ def _jvp(f, value):
         try:
             with FORWARD_LOCK, fwAD.dual_level():
                 y = f(fwAD.make_dual(xc, v.clone()))  # f may write to both
+                if aux is not None:
+                    y, a = aux.split(y)
                 if type(y) is not torch.Tensor:
                     return SLOW
                 y, t = fwAD.unpack_dual(y)
         except RuntimeError:
-            nested.append(True)
+            _hand_over(nests, nested)
             return SLOW
         if t is None:  # y does not depend on x: the general path warns
             return SLOW
-        return (y, t) if value else t
+        out = (y, t) if value else t
+        return out if aux is None else aux.give(a, out)  # (a's tangents left with the level)
 
-    return run
+    return one_by_one(run, value, SLOW)
 
 
-_HANDED: set = set()  # code_of(f) whose results the scalar runners hand over (bounded)
+# code_of(f) whose results the scalar runners hand over, (code, "jvp") that nests a jvp
+_HANDED: set = set()  # (bounded)
 
 
 def _handed(code) -> bool:
@@ -193,8 +280,8 @@ def _hand_over(code, handed: list) -> None:
         _HANDED.add(code)
 
 
-def _scalar_at(f, x, code, handed: list):
-    """(x's copy taking gradients, f at it) for a runner of a scalar f, or None where
+def _scalar_at(f, x, code, handed: list, aux):
+    """(x's copy taking gradients, f at it, f's aux) for a runner of a scalar f, or None where
     the general path must run: x not plain; or, after f ran, f raised or its result is
     off the graph or not 0-d. Those are facts of f's code, so they are recorded
     (``_hand_over``): no runner is built for it again, and this one hands over before
@@ -208,34 +295,38 @@ def _scalar_at(f, x, code, handed: list):
     except RuntimeError:
         _hand_over(code, handed)
         return None
+    a = None
+    if aux is not None:
+        y, a = aux.split(y)
     if type(y) is not torch.Tensor or y.grad_fn is None or y.ndim:
         _hand_over(code, handed)
         return None
-    return xg, y
+    return xg, y, a
 
 
-def _hvp(prob, f, value, code):
+def _hvp(prob, f, value, code, aux):
     """The double backward: the gradient's graph, then the reverse pass along v."""
 
     handed: list = []  # f's result is one the general path handles (see _scalar_at)
 
     def run(x, v):
-        got = _scalar_at(f, x, code, handed) if _like(v, x) else None
+        got = _scalar_at(f, x, code, handed, aux) if _like(v, x) else None
         if got is None:
             return SLOW
-        xg, y = got
+        xg, y, a = got
         attached = finished(y, (xg,), False)
         (g,) = grads(prob, y, (xg,), None, True, True)
         if not g.requires_grad:  # unused or linear x: the general path, from now on
             _hand_over(code, handed)
             return SLOW
         (hv,) = grads(prob, g, (xg,), v, attached, False)
-        return (g if attached else g.detach(), hv) if value else hv
+        out = (g if attached else g.detach(), hv) if value else hv
+        return out if aux is None else aux.give(a, out)
 
     return run
 
 
-def _scalar(prob, f, value, second, code):
+def _scalar(prob, f, value, second, code, aux):
     """derivative (``second``: and the second derivative) of f at a 0-d tensor x with a
     0-d result, by reverse mode (and reverse over reverse), as torch's users write it;
     any other shape takes the general path (forward mode)."""
@@ -243,14 +334,15 @@ def _scalar(prob, f, value, second, code):
     handed: list = []  # f's result is one the general path handles (see _scalar_at)
 
     def run(x):
-        got = _scalar_at(f, x, code, handed) if not x.ndim else None
+        got = _scalar_at(f, x, code, handed, aux) if not x.ndim else None
         if got is None:
             return SLOW
-        xg, y = got
+        xg, y, a = got
         attached = finished(y, (xg,), False)
         (d,) = grads(prob, y, (xg,), None, attached or second, second)
         if not second:
-            return (y if attached else y.detach(), d) if value else d
+            out = (y if attached else y.detach(), d) if value else d
+            return out if aux is None else aux.give(a, out)
         if d.requires_grad:
             (d2,) = grads(prob, d, (xg,), None, attached, False)
         elif attached:  # linear f on an outer graph: the general path (x's graph: per call)
@@ -259,7 +351,8 @@ def _scalar(prob, f, value, second, code):
             d2 = torch.zeros_like(d)
         if not attached:
             y, d = y.detach(), d.detach()
-        return (y, d, d2) if value else d2
+        out = (y, d, d2) if value else d2
+        return out if aux is None else aux.give(a, out)
 
     return run
 
@@ -268,6 +361,8 @@ def leaves_runner(prob, f, weak: bool):
     """For a gradient of native leaves (x and Constant contexts), calling ``f``."""
     op = prob.op
     if op not in ("gradient", "value_and_gradient") or direction.only(prob.f) is not None:
+        return None
+    if prob.aux:  # (native leaves take no aux: see Prep._takes)
         return None
     if CHECKED.get(prob.f) is None:  # f's first call is the general path's, watched
         return None
@@ -357,3 +452,34 @@ def _back(a, t):
     if t is not None and a.untyped_storage().data_ptr() == t.untyped_storage().data_ptr():
         a = a.clone()
     return a.cpu().numpy()
+
+
+def python_in_out(run):
+    """``run`` for a Python float x (and a float tangent, for the operators that take
+    one): each made the tensor the general path makes of it (torch's default float
+    dtype, read per call), each result given back as the general path gives it (a
+    float where it is 0-d, else NumPy; a result an outer pass sees stays a tensor)."""
+
+    def run_python(x, *tangent):
+        dtype = torch.get_default_dtype()
+        if tangent:
+            (t,) = tangent
+            if type(t) is not float:
+                return SLOW
+            out = run(torch.tensor(x, dtype=dtype), torch.tensor(t, dtype=dtype))
+        else:
+            out = run(torch.tensor(x, dtype=dtype))
+        if out is SLOW:
+            return out
+        if type(out) is tuple:
+            return tuple(_python(a) for a in out)
+        return _python(out)
+
+    return run_python
+
+
+def _python(a):
+    """A result for a Python float x: a float where it is 0-d, else NumPy."""
+    if a.requires_grad or is_functorch_wrapped_tensor(a):
+        return a
+    return a.item() if not a.ndim else a.cpu().numpy()

@@ -31,6 +31,7 @@ from ...core import direction
 from ...core.backend import BackendImpl, Traits
 from ...core.registry import register
 from . import direct, memory
+from .forward import dual_jvp
 from .graph import (
     DONE,
     NoGradInForward,
@@ -61,6 +62,7 @@ class TorchImpl(BackendImpl):
         cheap_forward=False,  # forward-mode AD runs far slower than a backward here
         reverse_combo=None,  # the plain double backward
         keeps_plans=True,  # f's graph is built anew on every call: nothing to go stale
+        runs_aux=True,  # the runners of ``direct`` hand f's aux to the sink, settled
     )
 
     def is_native(self, leaf: Any) -> bool:
@@ -220,20 +222,19 @@ class TorchImpl(BackendImpl):
         return None
 
     def runner(self, prob, form, combo=None, weak=False):
-        """The runners of ``direct``, for one tensor or NumPy array, or for native leaves;
-        for an unprepared call (``weak``) they call f through a weak reference (the plan
-        table holds f weakly)."""
+        """The runners of ``direct``, for one tensor, NumPy array or Python float, or for
+        native leaves; for an unprepared call (``weak``) they call f through a weak
+        reference (the plan table holds f weakly)."""
         f = weak_callable(prob.f, weak)
-        if f is None or form == "python":  # (a Python float x: the general path)
+        if f is None:
             return None
         if form == "leaves":
             return direct.leaves_runner(prob, f, weak)
-        if not prob.single:
-            return None
-        run = direct.runner(prob, combo, f, weak)
-        if run is None or form != "numpy":
-            return run
-        return direct.numpy_in_out(self, run)
+        run = direct.runner(prob, combo, f, weak) if prob.single else None
+        return direct.in_form(self, run, form)
+
+    def code_runner(self, prob, form):
+        return direct.code_runner(self, prob, form)
 
     def value_and_jvp(self, prob, xs, vs, ctx):
         """Dual numbers on plain tensors (measured about three times as fast as
@@ -244,7 +245,7 @@ class TorchImpl(BackendImpl):
         fn = prob.flat()
         if _duals_work() and not _NESTS.get(prob.f) and self.no_forward(xs, ctx) is None:
             try:
-                return call_forward(prob, lambda: _dual_jvp(fn, xs, vs, ctx))
+                return call_forward(prob, lambda: dual_jvp(fn, xs, vs, ctx))
             except RuntimeError as exc:
                 if "Nested forward mode" not in str(exc):
                     raise
@@ -574,14 +575,6 @@ def _duals_work() -> bool:
         and torch._C._is_fwd_grad_enabled()
         and peek_interpreter_stack() is None
     )
-
-
-def _dual_jvp(fn, xs: tuple, vs: tuple, ctx: tuple):
-    """(f(x), J v) on forward-mode dual numbers (a zero tangent where y does not depend
-    on x, as torch.func.jvp gives)."""
-    with fwAD.dual_level():
-        y, t = fwAD.unpack_dual(fn(tuple(map(fwAD.make_dual, xs, vs)), *ctx))
-    return y, (torch.zeros_like(y) if t is None else t)
 
 
 # f's code -> f runs a jvp itself: its jvps take torch.func.jvp, which nests

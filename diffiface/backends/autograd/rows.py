@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 from autograd.core import backward_pass, vspace
-from autograd.tracer import Box
+from autograd.tracer import Box, getval
 
 from .traces import make_vjp
 
@@ -50,11 +50,11 @@ def jacobian_rows(fun, x) -> tuple:
         _JOINS.reset(token)
     parts = next((p for out, p in joins if out is end[-1]), None)
     if parts is None or not isinstance(end[-1], Box):
-        return y, [pb(e) for e in _basis(np.asarray(y))]
+        return y, [pb(e) for e in _basis(getval(y))]
     trace = end[-1]._trace
     rows = []
     for part in parts:
-        value = part._value if isinstance(part, Box) else np.asarray(part)
+        value = np.asarray(getval(part))
         if isinstance(part, Box) and part._trace == trace:
             rows += [backward_pass(e, part._node) for e in _basis(value)]
         else:  # a part that does not depend on x
@@ -62,8 +62,9 @@ def jacobian_rows(fun, x) -> tuple:
     return y, rows
 
 
-def _basis(like: np.ndarray):
+def _basis(like: Any):
     """The standard basis of ``like``'s shape and dtype, one array at a time."""
+    like = np.asarray(like)
     for i in range(like.size):
         e = np.zeros(like.size, dtype=like.dtype)
         e[i] = 1

@@ -180,7 +180,7 @@ class AutogradImpl(BackendImpl):
         f = weak_callable(prob.f, weak)
         if f is None:
             return None
-        if prob.op in runners.TAKES:
+        if prob.op in runners.TAKES and ("hvp" not in prob.op or combo is None):
             return runners.runner(prob.op, f)
         return self._gradient_runner(prob, f)
 
@@ -240,26 +240,37 @@ class AutogradImpl(BackendImpl):
 
     # ---- second order ------------------------------------------------------------
     def gradient_and_hvp(self, prob, xs, vs, ctx, combo):
-        outer, inner = combo or ("forward", "reverse")
+        g, (hv,) = self.gradient_and_hvps(prob, xs, [vs], ctx, combo)
+        return g, hv
+
+    def gradient_and_hvps(self, prob, xs, vss, ctx, combo):
+        """The gradient and H v for each direction. Outer reverse mode traces the
+        gradient once and pulls each v back (H is symmetric); outer forward mode traces
+        it once per v. A plain backend's combination: ``runners.hvp_outer``."""
+        outer, inner = combo or (runners.hvp_outer(len(vss)), "reverse")
         fn = prob.flat()
         if prob.single:  # differentiate the array itself, not a 1-tuple
-            x, v = xs[0], vs[0]
+            x, vss = xs[0], [vs[0] for vs in vss]
             gf = grad_fn(lambda x: fn((x,), *ctx), inner)
         else:
             if inner == "forward":
                 raise _checks.not_single_array(prob.op, prob.backend, len(xs))
-            x, v = xs, vs
+            x = xs
             gf = grad_fn(lambda xs: fn(xs, *ctx), inner)
         if outer == "reverse":
             pb, g = call_f(prob, lambda: make_vjp(gf, x))
-            hv = pb(v)
+            hvs = [pb(v) for v in vss]
         else:
-            g, hv = call_f(prob, lambda: make_jvp(gf, x)(v))
-        if prob.single:
-            g, hv = (g,), (hv,)
-        return tuple(like_x(a, x) for a, x in zip(g, xs, strict=True)), tuple(
-            like_x(a, x) for a, x in zip(hv, xs, strict=True)
-        )
+            hvs = []
+            for v in vss:
+                g, hv = call_f(prob, lambda v=v: make_jvp(gf, x)(v))
+                hvs.append(hv)
+        return self._leaves(prob, g, xs), [self._leaves(prob, hv, xs) for hv in hvs]
+
+    @staticmethod
+    def _leaves(prob, out, xs) -> tuple:
+        out = (out,) if prob.single else out
+        return tuple(like_x(a, x) for a, x in zip(out, xs, strict=True))
 
     def value_gradient_and_hessian(self, prob, xs, ctx, combo):
         # default: reverse over reverse, one trace and one pullback per row
@@ -319,7 +330,11 @@ def grad_fn(fn, inner: str):
 def touch(g: Any, x: Any) -> Any:
     """``g + 0 x``: a derivative that is constant in x (f linear) still depends on x for
     autograd, which would otherwise warn "Output seems independent of input" when it
-    differentiates it again; the next derivative is then an exact zero."""
+    differentiates it again; the next derivative is then an exact zero. A derivative
+    already on x's trace is returned as it is (the two extra operations would run in
+    every later pass)."""
+    if isinstance(g, Box) and isinstance(x, Box) and g._trace == x._trace:
+        return g
     if isinstance(getattr(x, "_value", x), tuple):  # a tuple of leaves, maybe boxed
         return ag_tuple([g[i] + 0 * x[i] for i in range(len(x))])  # stays one box
     return g + 0 * x

@@ -16,8 +16,8 @@ from ... import _checks
 from ..._backend_types import AutoAutograd
 from ..._cache import weak_callable
 from ..._tree import TooDeep, flatten, tree_map
-from ...core.backend import SLOW, BackendImpl, Traits
 from ...core import direction
+from ...core.backend import SLOW, BackendImpl, Traits
 from ...core.convert import is_masked
 from ...core.registry import register
 from . import rows, runners

@@ -210,8 +210,9 @@ class FiniteDifferencesImpl(BackendImpl):
     @_operator("first")
     def _jvp(self, prob, fn, xs, vs, ctx):
         """(f(x), J v) of ``fn`` (``prob.flat()``); a plain jvp by central differences
-        gives None for f(x), which its 2 evaluations do not need."""
-        value = prob.op != "jvp" or self.method != "central"
+        gives None for f(x), which its 2 evaluations do not need (unless f's aux is
+        wanted: it is f's at x)."""
+        value = prob.op != "jvp" or self.method != "central" or prob.aux  # (aux: at x)
         y = self._eval(fn, xs, ctx) if value else None
         scale = max((float(np.max(np.abs(v), initial=0)) for v in vs), default=0.0)
         if scale == 0.0:

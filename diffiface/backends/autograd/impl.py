@@ -172,7 +172,8 @@ class AutogradImpl(BackendImpl):
         return y, gs
 
     def runner(self, prob, form, combo=None, weak=False):
-        """For a plain gradient (see ``_gradient_runner``), jvp and vjp (``runners``); for
+        """For a plain gradient (see ``_gradient_runner``), jvp, vjp and a plain backend's
+        hvp (``runners``); for
         an unprepared call (``weak``) it calls f through a weak reference (the plan table
         holds f weakly)."""
         if form != "array" or not prob.single:

@@ -173,9 +173,8 @@ class AutogradImpl(BackendImpl):
 
     def runner(self, prob, form, combo=None, weak=False):
         """For a plain gradient (see ``_gradient_runner``), jvp, vjp and a plain backend's
-        hvp (``runners``); for
-        an unprepared call (``weak``) it calls f through a weak reference (the plan table
-        holds f weakly)."""
+        hvp (``runners``); for an unprepared call (``weak``) it calls f through a weak
+        reference (the plan table holds f weakly)."""
         if form != "array" or not prob.single:
             return None
         f = weak_callable(prob.f, weak)

@@ -141,3 +141,18 @@ def test_third_derivative_through_second_derivative():
     want = autograd.grad(autograd.grad(autograd.grad(f)))(0.4)
     got = di.derivative(lambda t: di.second_derivative(f, B, t), B, 0.4)
     assert got == pytest.approx(want, rel=1e-12)
+
+
+@pytest.mark.parametrize("k", [1, 4])
+def test_an_outer_autograd_pass_sees_through_the_runner(k):
+    """f closing over a box of an outer pass: the runner hands over, and d/dc of
+    <H(c s) v, v> is <H v, v> summed over the directions."""
+    v = di.Tangents(*VS[:k])
+
+    def outer(c):
+        g = lambda x: c * s(x)  # noqa: E731
+        prep = di.prepare_hvp(g, B, X, v)
+        return sum(anp.sum(hv * u) for hv, u in zip(di.hvp(g, B, X, v, prep=prep), VS))
+
+    want = sum(u @ H @ u for u in VS[:k])
+    np.testing.assert_allclose(autograd.grad(outer)(2.0), want, rtol=1e-12)

@@ -119,9 +119,11 @@ def _scalar_on_trace(f):
         y = f(xb)
         if not (isinstance(y, Box) and y._trace == xb._trace):
             raise _Lost
-        value = y._value
-        if np.ndim(value) or np.result_type(value).kind != "f":
+        value = y._value  # (a box: f closes over a box of an outer pass)
+        if not isinstance(value, np.ndarray | np.floating) or np.ndim(value):
             raise _Lost  # the general path explains
+        if value.dtype.kind != "f":
+            raise _Lost
         return y
 
     return traced
@@ -156,6 +158,8 @@ def _hvp(f, value: bool):
             g, hvs = _hvps(_gradient(f), x, vs, reverse_only)
         except (_Lost, TypeError, AttributeError):
             return SLOW
+        if not all(_plain(h) or isinstance(h, np.floating) for h in (g, *hvs)):
+            return SLOW  # (boxes of an outer pass)
         hvs = [np.asarray(h, dtype=x.dtype).reshape(x.shape) for h in hvs]
         hv = Tangents(*hvs) if type(v) is Tangents else hvs[0]
         return (np.asarray(g, dtype=x.dtype).reshape(x.shape), hv) if value else hv

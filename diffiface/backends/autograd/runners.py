@@ -10,7 +10,7 @@ from typing import Any
 
 import autograd.numpy as anp
 import numpy as np
-from autograd.tracer import Box
+from autograd.tracer import Box, getval
 
 from ..._tangents import Tangents, one_by_one
 from ...core.backend import SLOW
@@ -119,11 +119,9 @@ def _scalar_on_trace(f):
         y = f(xb)
         if not (isinstance(y, Box) and y._trace == xb._trace):
             raise _Lost
-        value = y._value  # (a box: f closes over a box of an outer pass)
-        if not isinstance(value, np.ndarray | np.floating) or np.ndim(value):
+        value = getval(y)
+        if np.ndim(value) or np.result_type(value).kind != "f":
             raise _Lost  # the general path explains
-        if value.dtype.kind != "f":
-            raise _Lost
         return y
 
     return traced

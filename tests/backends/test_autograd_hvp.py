@@ -152,7 +152,8 @@ def test_an_outer_autograd_pass_sees_through_the_runner(k):
     def outer(c):
         g = lambda x: c * s(x)  # noqa: E731
         prep = di.prepare_hvp(g, B, X, v)
-        return sum(anp.sum(hv * u) for hv, u in zip(di.hvp(g, B, X, v, prep=prep), VS[:k], strict=True))
+        hvs = di.hvp(g, B, X, v, prep=prep)
+        return sum(anp.sum(hv * u) for hv, u in zip(hvs, VS[:k], strict=True))
 
     want = sum(u @ H @ u for u in VS[:k])
     np.testing.assert_allclose(autograd.grad(outer)(2.0), want, rtol=1e-12)

@@ -46,12 +46,6 @@ KNOWN_GAPS = (
     ),
     Gap(
         "AutoAutograd",
-        "Differentiating di.second_derivative (a third derivative) raises autograd's TypeError.",
-        "Nest di.derivative, or use AutoJax.",
-        ("*::test_third_derivative_through_second_derivative[*]",),
-    ),
-    Gap(
-        "AutoAutograd",
         "The second derivative of an inner di call made on a Python float drops x.",
         "Make the inner call on a 0-d NumPy array.",
         ("*::test_second_derivative_of_inner_call_on_python_float",),

@@ -10,18 +10,27 @@ from typing import Any
 
 import autograd.numpy as anp
 import numpy as np
-from autograd.tracer import Box
+from autograd.tracer import Box, getval
 
 from ..._tangents import Tangents, one_by_one
 from ...core.backend import SLOW
 from .traces import make_jvp, make_vjp
 
-TAKES = {"jvp": False, "value_and_jvp": True, "vjp": False, "value_and_vjp": True}
+TAKES = {
+    "jvp": False,
+    "value_and_jvp": True,
+    "vjp": False,
+    "value_and_vjp": True,
+    "hvp": False,
+    "gradient_and_hvp": True,
+}
 
 
 def runner(op: str, f):
     """The runner of ``op`` (one of ``TAKES``) calling ``f``."""
     value = TAKES[op]
+    if "hvp" in op:
+        return _hvp(f, value)
     return one_by_one(_jvp(f, value), value, SLOW) if "jvp" in op else _vjp(f, value)
 
 
@@ -94,3 +103,77 @@ def _vjp(f, value: bool):
         return (y, g) if value else g
 
     return run
+
+
+def hvp_outer(k: int) -> str:
+    """The outer mode of a plain backend's hvp of k directions (inner: reverse): forward
+    for one (one trace), reverse for several (one trace of the gradient, a pullback
+    each, H being symmetric, instead of a trace each): the faster, measured."""
+    return "forward" if k == 1 else "reverse"
+
+
+def _scalar_on_trace(f):
+    """f, stopping a call whose output is not a float scalar on x's trace."""
+
+    def traced(xb):
+        y = f(xb)
+        if not (isinstance(y, Box) and y._trace == xb._trace):
+            raise _Lost
+        value = getval(y)
+        if np.ndim(value) or np.result_type(value).kind != "f":
+            raise _Lost  # the general path explains
+        return y
+
+    return traced
+
+
+def _gradient(f):
+    """x -> the gradient of the scalar f, tied to x by ``+ 0 x`` where it does not
+    depend on x (a linear f: autograd would warn, and the next derivative is 0)."""
+
+    def grad(xb):
+        pb, y = make_vjp(_scalar_on_trace(f), xb)
+        g = pb(np.ones((), dtype=np.result_type(y)))
+        return g if isinstance(g, Box) and g._trace == xb._trace else g + 0 * xb
+
+    return grad
+
+
+def _hvp(f, value: bool):
+    """H v of each direction (a ``Tangents`` of k: k), the gradient given with
+    ``value`` (gradient_and_hvp); the outer mode is ``hvp_outer(k)``, reverse from the
+    first f without forward mode on (what the general path learns, ``core.direction``)."""
+    reverse_only = []
+
+    def run(x, v):
+        vs = v._values if type(v) is Tangents else (v,)
+        if not _plain(x):
+            return SLOW
+        for one in vs:
+            if not _plain(one) or one.shape != x.shape or one.dtype != x.dtype:
+                return SLOW
+        try:
+            g, hvs = _hvps(_gradient(f), x, vs, reverse_only)
+        except (_Lost, TypeError, AttributeError):
+            return SLOW
+        if not all(_plain(h) or isinstance(h, np.floating) for h in (g, *hvs)):
+            return SLOW  # (boxes of an outer pass)
+        hvs = [np.asarray(h, dtype=x.dtype).reshape(x.shape) for h in hvs]
+        hv = Tangents(*hvs) if type(v) is Tangents else hvs[0]
+        return (np.asarray(g, dtype=x.dtype).reshape(x.shape), hv) if value else hv
+
+    return run
+
+
+def _hvps(grad, x, vs: tuple, reverse_only: list) -> tuple:
+    """(g, [H v for v in vs]) from ``grad`` (x -> g)."""
+    if not reverse_only and hvp_outer(len(vs)) == "forward":
+        try:
+            g, hv = make_jvp(grad, x)(vs[0])
+            return g, [hv]
+        except NotImplementedError as exc:
+            if not str(exc).startswith("JVP of "):
+                raise
+            reverse_only.append(True)
+    pb, g = make_vjp(grad, x)
+    return g, [pb(one) for one in vs]

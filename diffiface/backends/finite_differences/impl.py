@@ -23,7 +23,8 @@ import numpy as np
 
 from ... import _checks
 from ..._backend_types import FD_MIN_STEP, AutoFiniteDifferences
-from ...core.backend import BackendImpl, Traits
+from ..._cache import weak_callable
+from ...core.backend import SLOW, BackendImpl, Traits
 from ...core.convert import is_masked
 from ...core.registry import register
 
@@ -86,6 +87,7 @@ class FiniteDifferencesImpl(BackendImpl):
         arrays="numpy",
         native_kind="NumPy arrays",
         output_kind="a NumPy array or number",
+        keeps_plans=True,  # f is evaluated anew on every call: nothing to go stale
     )
 
     def __init__(self, backend: AutoFiniteDifferences) -> None:
@@ -137,7 +139,10 @@ class FiniteDifferencesImpl(BackendImpl):
 
     @staticmethod
     def protect(xs: tuple) -> tuple:
-        """f always gets copies: it may even change its argument in place."""
+        """f always gets copies: it may even change its argument in place. The moved
+        points of a difference (``Moved``) are made for f alone: no copy."""
+        if type(xs) is Moved:  # (a 0-d x moves to a NumPy scalar: f gets an array)
+            return tuple(x if type(x) is np.ndarray else np.asarray(x) for x in xs)
         return tuple(np.array(x, copy=True) for x in xs)
 
     def _eval(self, fn, xs, ctx):
@@ -168,29 +173,63 @@ class FiniteDifferencesImpl(BackendImpl):
             return first
         return outer * (first if kind == "second" else outer)
 
+    def _sides(self) -> tuple[int, int]:
+        """The multiples of h at which f is evaluated: (-1, 1) central, else one side and 0."""
+        return {"central": (-1, 1), "forward": (0, 1), "backward": (-1, 0)}[self.method]
+
     def _difference(self, fn, xs, ctx, y, direction, h):
         """(f(x + h d) - f(x - h d)) / (2h) or the one-sided version, with exact h."""
-        lo, hi = (-1, 1) if self.method == "central" else (0, 1)
-        if self.method == "backward":
-            lo, hi = -1, 0
-        plus = tuple(x + hi * h * d for x, d in zip(xs, direction, strict=True))
-        minus = tuple(x + lo * h * d for x, d in zip(xs, direction, strict=True))
+        lo, hi = self._sides()
+        plus = Moved(x + hi * h * d for x, d in zip(xs, direction, strict=True))
+        minus = Moved(x + lo * h * d for x, d in zip(xs, direction, strict=True))
+        return self._quotient(fn, plus, minus, ctx, y, h)
+
+    def _quotient(self, fn, plus, minus, ctx, y, h):
+        """The difference quotient of f between the points ``plus`` and ``minus`` (f(x)
+        ``y`` on the side at 0)."""
+        lo, hi = self._sides()
         f_hi = y if hi == 0 else self._eval(fn, plus, ctx)
         f_lo = y if lo == 0 else self._eval(fn, minus, ctx)
         return np.asarray((f_hi - f_lo) / ((hi - lo) * h))
 
-    @_operator("first")
     def value_and_jvp(self, prob, xs, vs, ctx):
-        fn = prob.flat()
-        y = self._eval(fn, xs, ctx)
+        return self._jvp(prob, prob.flat(), xs, vs, ctx)
+
+    def runner(self, prob, form, combo=None, weak=False):
+        """For jvp and value_and_jvp at one float array: ``_jvp`` without the general
+        path (an unprepared call's runner, ``weak``, holds f weakly)."""
+        if form != "array" or not prob.single or prob.op not in ("jvp", "value_and_jvp"):
+            return None
+        f = weak_callable(prob.f, weak)
+        if f is None:
+            return None
+        fn, named, value = prob.without_f().flat(lambda: f), _named(prob, weak), prob.op != "jvp"
+
+        def run(x, v):
+            if type(v) is not np.ndarray or v.shape != x.shape or v.dtype != x.dtype:
+                return SLOW
+            if type(x) is not np.ndarray or x.dtype.kind != "f":
+                return SLOW
+            y, t = self._jvp(named, fn, (x,), (v,), ())
+            return (y, t) if value else t
+
+        return run
+
+    @_operator("first")
+    def _jvp(self, prob, fn, xs, vs, ctx):
+        """(f(x), J v) of ``fn`` (``prob.flat()``); a plain jvp by central differences
+        gives None for f(x), which its 2 evaluations do not need (unless f's aux is
+        wanted: it is f's at x)."""
+        value = prob.op != "jvp" or self.method != "central" or prob.aux  # (aux: at x)
+        y = self._eval(fn, xs, ctx) if value else None
         scale = max((float(np.max(np.abs(v), initial=0)) for v in vs), default=0.0)
         if scale == 0.0:
-            return y, np.zeros_like(y)
+            return y, np.zeros_like(self._eval(fn, xs, ctx) if y is None else y)
         dtype = np.result_type(*xs)
         size = max((float(np.max(np.abs(x), initial=0)) for x in xs), default=0.0)
         h = self._rel_step(prob, dtype) * max(1.0, size) / scale
         t = self._difference(fn, xs, ctx, y, vs, h)
-        return y, np.asarray(t, dtype=np.result_type(y, np.float32))
+        return y, np.asarray(t, dtype=np.result_type(t, np.float32))
 
     def _columns(self, prob, xs, ctx):
         """f(x) and the Jacobian columns of each leaf, one perturbed coordinate at a time."""
@@ -210,8 +249,8 @@ class FiniteDifferencesImpl(BackendImpl):
             xi = x.reshape(-1)[i]
             step = base * max(1.0, abs(float(xi)))
             h = float((xi + x.dtype.type(step)) - xi)  # exactly representable
-            d = [_unit(z, i if j == k else None, 1) for j, z in enumerate(xs)]
-            cols[..., i - start] = self._difference(fn, xs, ctx, y, d, h)
+            plus, minus = (_moved(xs, k, i, side * h) for side in reversed(self._sides()))
+            cols[..., i - start] = self._quotient(fn, plus, minus, ctx, y, h)
         return cols
 
     @_operator("first")
@@ -360,6 +399,25 @@ class FiniteDifferencesImpl(BackendImpl):
         d = np.asarray((fp - fm) / (2 * h), dtype=dtype)
         d2 = np.asarray((fp - 2 * y + fm) / (h * h), dtype=dtype)
         return y, d, d2
+
+
+class Moved(tuple):
+    """Leaves of a point a difference moved to (``x + h d``): new arrays, f's own."""
+
+
+def _moved(xs: tuple, k: int, i: int, step: float) -> Moved:
+    """Copies of the leaves with ``step`` added to element i (C order) of leaf k: one
+    copy and one addition, where ``x + step * unit`` takes three passes over x."""
+    out = Moved(np.array(x, copy=True) for x in xs)
+    if step:
+        out[k].flat[i] += step
+    return out
+
+
+def _named(prob, weak: bool):
+    """What a runner's errors name: ``prob``, or its operator and backend only where the
+    runner holds f weakly (``Problem.named``)."""
+    return prob.named() if weak else prob
 
 
 def _unit(like: np.ndarray, i: int | None, value: Any) -> np.ndarray:

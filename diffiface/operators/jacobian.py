@@ -89,7 +89,9 @@ def value_and_jacobian(
     """The value ``f(x)`` and the Jacobian, of shape ``f(x).shape + x.shape``.
 
     The direction follows the backend's ``mode``; with ``mode=None`` it is
-    forward when f has more outputs than inputs, else reverse.
+    the cheaper one by sizes: forward when f has more outputs than inputs, else
+    reverse (autograd, whose forward passes trace f again, takes reverse up to
+    three outputs per input).
 
     Args:
         f: function ``f(x, *contexts)`` returning an array.

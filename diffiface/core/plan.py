@@ -104,17 +104,17 @@ class Prep:
 
     def _takes(self) -> str | None:
         """The form in which the backend's runners take this plan's calls, or None (the
-        general path runs them): for an f with aux, one array and only where the runners
-        hand the aux to the sink (``runs_aux``); for a pytree output, one native array
-        (see ``tree_runner``); native pytree leaves without a tangent."""
+        general path runs them): for an f with aux, only where the runners hand the aux
+        to the sink (``runs_aux``); for a pytree output, one native array
+        (see ``tree_runner``); native pytree leaves (and a tangent's) without FixedParams."""
         form, sig, f = self.sig.form(), self.sig, unfix(self.f, ())[0]
-        if form is None or (self.aux and (not self.impl.traits.runs_aux or form == LEAVES)):
+        if form is None or (self.aux and not self.impl.traits.runs_aux):
             return None
         if outputs.returns_tree(f):
             if self.aux or form != ARRAY or type(self.f) is FixedParams or sig.many:
                 return None
             self._tree = True
-        elif form == LEAVES and (sig.t is not None or type(self.f) is FixedParams):
+        elif form == LEAVES and type(self.f) is FixedParams:
             return None
         return form
 

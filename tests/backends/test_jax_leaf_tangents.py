@@ -211,3 +211,59 @@ def test_one_tangent_and_tangents_keep_plans_of_their_own(monkeypatch):
     monkeypatch.setattr(shell, "enter", lambda *a, **k: entered.append(1) or enter(*a, **k))
     _close(tuple(di.jvp(f, B, x, di.Tangents(t, t, t))), (want,) * 3)
     assert entered == [1]
+
+
+def _tree_f(x):
+    return {"y": jnp.sin(x) * x, "z": (jnp.cos(x[:3]),)}
+
+
+def _cotangent(k: int = 0):
+    return {
+        "y": jnp.asarray(RNG.standard_normal(N) + k),
+        "z": (jnp.asarray(RNG.standard_normal(3)),),
+    }
+
+
+def _tree_reference(op: str, x, w):
+    y, pb = jax.vjp(_tree_f, x)
+    return (y, pb(w)[0]) if op == "value_and_vjp" else pb(w)[0]
+
+
+@pytest.mark.parametrize("prepared", [True, False], ids=["prepared", "unprepared"])
+@pytest.mark.parametrize("op", ["vjp", "value_and_vjp"])
+def test_a_cotangent_like_a_pytree_output_runs_the_compiled_function(op, prepared, monkeypatch):
+    """f returns a pytree: its cotangent's leaves are raveled for the compiled function
+    and the value split like f(x), with no general path and no compilation."""
+    f = lambda x: _tree_f(x)  # noqa: E731  (its own function: its own plans)
+    fn, x = getattr(di, op), jnp.asarray(RNG.standard_normal(N))
+    kw = {"prep": di.prepare_vjp(f, B, x, _cotangent())} if prepared else {}
+    fn(f, B, x, _cotangent(), **kw)
+    monkeypatch.setattr(shell, "enter", _no_general_path)
+    for k in range(1, 3):
+        x, w = jnp.asarray(RNG.standard_normal(N)), _cotangent(k)
+        before = _COMPILES[0]
+        got = fn(f, B, x, w, **kw)
+        assert _COMPILES[0] == before
+        _close(got, _tree_reference(op, x, w))
+
+
+@pytest.mark.parametrize("op", ["vjp", "value_and_vjp"])
+def test_a_cotangent_unlike_the_pytree_output_takes_the_general_path(op):
+    """NumPy leaves are converted by the general path; another structure or shape is its
+    error, for prepared and unprepared calls."""
+    f = lambda x: _tree_f(x)  # noqa: E731
+    fn, x, w = getattr(di, op), jnp.asarray(RNG.standard_normal(N)), _cotangent()
+    prep = di.prepare_vjp(f, B, x, w)
+    fn(f, B, x, w)
+    numpy = jax.tree_util.tree_map(np.asarray, w)
+    wrong = [
+        {"y": w["y"]},
+        {"y": w["y"][:3], "z": w["z"]},
+        {"y": w["y"], "z": w["z"][0]},
+        w["y"],
+    ]
+    for kw in ({"prep": prep}, {}):
+        _close(fn(f, B, x, numpy, **kw), _tree_reference(op, x, w))
+        for bad in wrong:
+            with pytest.raises(di.DiffifaceValueError):
+                fn(f, B, x, bad, **kw)

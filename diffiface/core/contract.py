@@ -170,9 +170,10 @@ class Contract:
 
         ``form``: "array" (``x -> result`` for one native array without contexts),
         "numpy" (the same for a NumPy x, results as NumPy) or "leaves" (``(x leaves,
-        context leaves, context values) -> result`` for native pytree leaves and
-        Constant contexts). ``weak``: for an unprepared call, a runner that holds ``f``
-        only weakly (see ``core.unprepared``); a backend that gives such runners sets
+        context leaves, context values[, tangent leaves]) -> result`` for native pytree
+        leaves and Constant contexts; see ``Signature.run``). ``weak``: for an
+        unprepared call, a runner that holds ``f`` only weakly (see
+        ``core.unprepared``); a backend that gives such runners sets
         ``keeps_plans``. A runner may return SLOW to hand over to the general path."""
         return None
 

@@ -78,16 +78,16 @@ class Prep:
             p.prepared = True
         self._runners: dict = {}  # op -> the backend's runner, taking calls in one form:
         self._form: str | None = None  # one array (x, *t), or native leaves (see Signature)
-        self._tree = False  # f returns a pytree: runners split its output
+        self._tree = None  # f returns a pytree: the signature of its layout (runners split)
         self._tried: set = set()  # operators whose runner was looked for after a call
 
     def finalize(self, x: Any = None) -> Prep:
         """Build the runners (after the warm-up call ``prepare`` made at ``x`` compiled
         what they use)."""
-        self._form = self._takes()
+        self._form = self._takes(x)
         if self._form is not None:
             for op in self._probs:
-                run = self._runner(op, x)
+                run = self._runner(op)
                 if run is not None:
                     self._runners[op] = run
         return self
@@ -95,33 +95,33 @@ class Prep:
     def learn(self, op: str) -> None:
         """The runner of ``op`` after its first call ran the general path (a sibling
         operator, e.g. value_and_jvp on a jvp prep: it compiled what its runner uses)."""
-        if self._form is None or self._tree or op in self._runners or op in self._tried:
+        if self._form is None or op in self._runners or op in self._tried:
             return
         self._tried.add(op)
         run = self._runner(op)
         if run is not None:
             self._runners[op] = run
 
-    def _takes(self) -> str | None:
+    def _takes(self, x: Any) -> str | None:
         """The form in which the backend's runners take this plan's calls, or None (the
-        general path runs them): for an f with aux, one array and only where the runners
-        hand the aux to the sink (``runs_aux``); for a pytree output, one native array
-        (see ``tree_runner``); native pytree leaves without a tangent."""
+        general path runs them): for an f with aux, only where the runners hand the aux
+        to the sink (``runs_aux``); for a pytree output, one native array
+        (see ``tree_runner``); native pytree leaves (and a tangent's) without FixedParams."""
         form, sig, f = self.sig.form(), self.sig, unfix(self.f, ())[0]
-        if form is None or (self.aux and (not self.impl.traits.runs_aux or form == LEAVES)):
+        if form is None or (self.aux and not self.impl.traits.runs_aux):
             return None
         if outputs.returns_tree(f):
             if self.aux or form != ARRAY or type(self.f) is FixedParams or sig.many:
                 return None
-            self._tree = True
-        elif form == LEAVES and (sig.t is not None or type(self.f) is FixedParams):
+            self._tree = outputs.signature((x,), (), False, self.impl.leaf_signature, self.family)
+        elif form == LEAVES and type(self.f) is FixedParams:
             return None
         return form
 
-    def _runner(self, op: str, x: Any = None) -> Callable | None:
-        form, prob = self._form, self._probs[op]
+    def _runner(self, op: str) -> Callable | None:
+        form, prob, tree = self._form, self._probs[op], self._tree
         run = self.impl.runner(prob, form, None if form == LEAVES else self.combo)
-        return tree_runner(self.impl, prob.f, op, x, run) if self._tree else run
+        return run if tree is None else tree_runner(self.impl, prob.f, op, tree, run)
 
     def problem(self, op: str) -> Problem:
         """The plan's problem for ``op`` (its compiled functions, once it ran)."""
@@ -217,18 +217,23 @@ class Prep:
         )
 
 
-def tree_runner(impl: Any, f: Callable, op: str, x: Any, run: Callable | None):
+def tree_runner(impl: Any, f: Callable, op: str, sig: tuple, run: Callable | None):
     """``run`` (a runner at one native array x) with the parts of its results shaped like
-    f(x) split as f's pytree output, or None. Only for a backend that compiles: the
-    compiled function fixed the output's structure when it traced f, and the layout
-    recorded then holds for every call of the runner's signature."""
-    if run is None or impl.compile is None or OPS[op].tangent == "w":
-        return None  # (a cotangent like f's pytree output: the general path ravels it)
-    layout = outputs.layout_of(f, outputs.signature((x,), (), False, impl.leaf_signature, op))
+    f(x) split as f's pytree output (and a cotangent like it raveled), or None. ``sig``:
+    the signature of the layout (``outputs.signature`` of x). Only for a backend that
+    compiles: the compiled function fixed the output's structure when it traced f, and
+    the layout recorded then holds for every call of the runner's signature."""
+    if run is None or impl.compile is None:
+        return None
+    layout = outputs.layout_of(f, sig)
     if layout is None or layout is outputs.MISSING:
         return None
+    if OPS[op].tangent == "w":
+        run = _raveled(impl, layout, run)
     shaped = tuple(part in SHAPED_LIKE_F for part in OPS[op].returns)
     split = layout.split
+    if shaped == (False,):  # (a vjp: a result like x)
+        return run
     if len(shaped) == 1:
 
         def one(*args):
@@ -244,6 +249,25 @@ def tree_runner(impl: Any, f: Callable, op: str, x: Any, run: Callable | None):
         return tuple(split(impl, o) if s else o for o, s in zip(out, shaped, strict=True))
 
     return several
+
+
+def _raveled(impl: Any, layout: outputs.Layout, run: Callable) -> Callable:
+    """``run(..., x, w)`` taking a cotangent like f's pytree output: its leaves, of x's type and
+    of the layout's structure and shapes, raveled as the general path ravels them (any
+    other cotangent: SLOW, the general path converts it or explains)."""
+    treedef, shapes, ravel = layout.treedef, layout.shapes, layout.ravel
+
+    def raveled(*args):  # (x, w), or (f, x, w) for a runner of f's code
+        *head, w = args
+        kind = type(head[-1])
+        leaves, tree = flatten(w)
+        if tree != treedef or any(type(a) is not kind for a in leaves):
+            return SLOW
+        if [a.shape for a in leaves] != shapes:
+            return SLOW
+        return run(*head, ravel(impl, leaves))
+
+    return raveled
 
 
 def _same_f(f: Any, g: Any) -> bool:

@@ -85,12 +85,26 @@ class Signature:
 
     ``x``, ``ctx`` and ``t`` compare calls (:func:`tree`, :func:`contexts`,
     :func:`tangent`); ``kind`` is the form of x where it is one leaf (``single``) and
-    ``one`` its (type, shape, dtype) (a Python float: its type only); ``x_native`` and
-    ``c_native`` are the native-leaf forms of x and of Constant contexts (see
-    :func:`native`), None where a leaf is not a native array.
+    ``one`` its (type, shape, dtype) (a Python float: its type only); ``x_native``,
+    ``c_native`` and ``t_native`` are the native-leaf forms of x, of Constant contexts
+    and of the tangent (of a Tangents: of its tuple of tangents) (see :func:`native`),
+    None where a leaf is not a native array; ``as_is``: a runner of one array takes
+    the tangent as it came (one of x's type, a Tangents of them, or native leaves).
     """
 
-    __slots__ = ("c_native", "count", "ctx", "kind", "many", "one", "t", "x", "x_native")
+    __slots__ = (
+        "as_is",
+        "c_native",
+        "count",
+        "ctx",
+        "kind",
+        "many",
+        "one",
+        "t",
+        "t_native",
+        "x",
+        "x_native",
+    )
 
     def __init__(self, impl: Any, x: Any, kinds: tuple, cs: tuple, t: Any, single: bool):
         self.x, self.ctx, self.t = tree(x), contexts(cs), tangent(t)
@@ -104,6 +118,12 @@ class Signature:
         self.x_native = native(impl, x) if natives else None
         constants = cs and all(type(c) is Constant for c in cs)
         self.c_native = native(impl, tuple(c.value for c in cs)) if constants else None
+        self.t_native, self.as_is = None, True
+        if t is not None:
+            ts = t._values if self.many else (t,)
+            if self.kind is None or cs or any(type(v) is not type(x) for v in ts):
+                self.t_native = native(impl, ts if self.many else t)
+            self.as_is = all(type(v) is type(x) for v in ts) or self.t_native is not None
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Signature):
@@ -115,26 +135,48 @@ class Signature:
 
     def form(self) -> str | None:
         """How a runner takes calls like this one: one array or float (ARRAY, NUMPY,
-        PYTHON) without contexts, native leaves (LEAVES) with native Constant contexts;
-        None: no runner."""
+        PYTHON) without contexts, with its tangent as it came; native leaves (LEAVES)
+        with native Constant contexts and a tangent of native leaves, which the runner
+        takes as its leaves (see :meth:`run`); None: no runner."""
         if self.kind is not None and not self.ctx:
-            return self.kind
+            return self.kind if self.as_is else None
         if self.x_native is not None and (self.c_native is not None or not self.ctx):
-            return LEAVES
+            return LEAVES if self.t is None or self.t_native is not None else None
         return None
 
     def run(self, form: str, run: Any, x: Any, cs: tuple, t: tuple) -> Any:
-        """``run`` on this call when x and the contexts match, else SLOW (``t``:
-        ``(tangent,)`` or ``()``)."""
+        """``run`` on this call when x, the contexts and (LEAVES) the tangent match, else
+        SLOW (``t``: ``(tangent,)`` or ``()``). A LEAVES runner takes ``(x leaves,
+        context leaves, context values)``, and the tangent's leaves after them (a
+        Tangents of k: a tuple of k such tuples)."""
         if form == LEAVES:
             got = leaves_of(x, cs, self.x_native, self.c_native)
-            return SLOW if got is None else run(*got)
+            if got is None:
+                return SLOW
+            if not t:
+                return run(*got)
+            ts = self.tangent_leaves(t[0])
+            return SLOW if ts is None else run(*got, ts)
         if form == PYTHON:  # a Python float: never its value (the runner checks the dtype)
             return SLOW if cs or type(x) is not float else run(x, *t)
         s = self.one
         if cs or type(x) is not s[0] or x.shape != s[1] or x.dtype != s[2]:
             return SLOW
         return run(x, *t)
+
+    def tangent_leaves(self, t: Any) -> tuple | None:
+        """The leaves of a tangent that matches ``t_native`` (of a Tangents of k: k tuples
+        of leaves), else None."""
+        if not self.many:
+            return matches_native(t, self.t_native)
+        k = self.count
+        if type(t) is not Tangents or len(t) != k:
+            return None
+        leaves = matches_native(t._values, self.t_native)
+        if leaves is None:
+            return None
+        n = len(leaves) // k
+        return tuple(leaves[i * n : (i + 1) * n] for i in range(k))
 
     def takes(self, t: Any) -> bool:
         """Whether a tangent has this signature's count (one, or Tangents of as many)."""

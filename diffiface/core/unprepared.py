@@ -62,44 +62,56 @@ def run(op: str, f: Any, backend: Any, x: Any, contexts: tuple, t: tuple) -> Any
 def remember(op: str, f, backend, impl, prob, combo, x, kinds, contexts, t) -> None:
     """Keep the runner of a plain call (or of a preparation) for the next call like it:
     one native or NumPy array or Python float without contexts, with a tangent (or
-    ``Tangents``) of x's type; or native pytree leaves with Constant contexts of native
-    leaves, without a tangent. Calls with aux, and with ``Tangents``, keep theirs under
-    their own key."""
+    ``Tangents``) of x's type (a pytree cotangent of native leaves for a pytree output);
+    or native pytree leaves with Constant contexts of native leaves and a tangent of
+    native leaves. Calls with aux, and with ``Tangents``, keep theirs under their own
+    key."""
     many = isinstance(t, Tangents)
-    if t is not None and not many and type(t) is not type(x):
-        return  # a tangent to convert
-    if many and (prob.aux or not all(type(v) is type(x) for v in t)):
-        return
     if impl is not prob.impl or type(f) is FixedParams:
         return  # a nested-AD rule
-    if not prob.single and (t is not None or prob.aux):
-        return  # native leaves take no tangent (and no aux): nothing to keep
     if contexts and any(type(c) is not Constant for c in contexts):
         return
+    if prob.aux and (many or not impl.traits.runs_aux):
+        return  # its runners do not hand f's aux to the sink
+    one = prob.single and not contexts  # one array x: its runner takes the tangent as it came
+    tree = outputs.returns_tree(prob.f)
+    if tree and (not one or prob.aux or many):
+        return  # a pytree output of pytree arguments, or with aux: the general path splits it
+    if one and t is not None and not tree and any(type(v) is not type(x) for v in _each(t)):
+        return  # a tangent to convert
+    run = None
+    if not one and t is not None:  # native leaves with a tangent: the backend's runner first
+        run = impl.runner(prob, LEAVES, combo, weak=True)
+        if run is None:
+            return
     sig = Signature(impl, x, kinds, contexts, t, prob.single)
     form = sig.form()
-    if form is None or (form == LEAVES and (t is not None or prob.aux)):
+    if form is None:
         return
-    if prob.aux and not impl.traits.runs_aux:
-        return  # its runners do not hand f's aux to the sink
     key = aux_key(op) if prob.aux else tangents_key(op) if many else op
     old = TABLE.peek(f, key)
     if old is not None and old.run is None and old.form == form and old.sig == sig:
         return  # the backend has no runner for calls like this one
-    tree = outputs.returns_tree(prob.f)
-    if tree and (form != ARRAY or prob.aux or many):
-        return  # a pytree output of pytree or NumPy arguments: the general path splits it
+    if tree and form != ARRAY:
+        return  # NumPy arguments: the general path splits the output
     registry.KEEPS_PLANS.add(type(backend))  # a SecondOrder of a backend that keeps plans
     reads = _reads(f) if impl.traits.bakes_reads else None
-    run = impl.runner(prob, form, combo, weak=True)
+    if run is None:
+        run = impl.runner(prob, form, combo, weak=True)
     if tree:
-        run = tree_runner(impl, prob.f, op, x, run)
+        tree = outputs.signature((x,), (), False, impl.leaf_signature, op)
+        run = tree_runner(impl, prob.f, op, tree, run)
     if run is not None or form != LEAVES:
         TABLE.put(f, key, Kept(backend, form, sig, reads, run))
     code_run = impl.code_runner(prob, form) if run and type(f) is FunctionType else None
     if code_run is not None:  # its code's plan, for the next new closure of that code
-        code_run = tree_runner(impl, prob.f, op, x, code_run) if tree else code_run
+        code_run = tree_runner(impl, prob.f, op, tree, code_run) if tree else code_run
         TABLE.put(f.__code__, key, Kept(backend, form, sig, None, code_run))
+
+
+def _each(t: Any) -> tuple:
+    """The tangents of a call: a Tangents' values, or the one tangent."""
+    return t._values if type(t) is Tangents else (t,)
 
 
 def aux_key(op: str) -> str:

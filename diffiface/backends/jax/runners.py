@@ -17,7 +17,7 @@ import numpy as np
 from ..._tangents import Tangents
 from ..._tree import unflatten
 from ...core.backend import SLOW
-from ...core.operator import OPS, names
+from ...core.operator import OPS, SHAPED_LIKE_F, names
 from . import closures
 from .running import TANGENTS, call, dense, only_compiled
 
@@ -184,10 +184,15 @@ def _tangents(op: str, who, name: str, run, numpy: bool, k: int | None = None):
 
 
 def leaves(prob):
-    """For a prepared call of native leaves (x and Constant contexts): the compiled
-    function on the leaves, its gradient put back in the structure of x."""
+    """For a call of native leaves (x and Constant contexts, and a tangent's leaves):
+    the compiled function on the leaves, its results like x put back in the structure
+    of x."""
     found, treedef = only_compiled(prob), prob.treedef
-    if prob.op not in ("gradient", "value_and_gradient") or found is None:
+    if found is None:
+        return None
+    if prob.op in _KEEPS:
+        return _leaf_tangents(prob, *found)
+    if prob.op not in ("gradient", "value_and_gradient"):
         return None
     run = found[1]
     if prob.single:
@@ -200,6 +205,49 @@ def leaves(prob):
         return y, unflatten(treedef, g)
 
     return value_and_gradient
+
+
+def _leaf_tangents(prob, tag: tuple, run):
+    """``runner(xs, context leaves, context values, tangent leaves)`` (see
+    ``Signature.run``): the leaves match the plan's, so they pass the general path's
+    checks (and the compiled function's trace: it runs as is); a tangent like x goes in
+    as x does, a cotangent as its one array. Results
+    like x come back in x's structure; a Tangents' as k of them."""
+    name, op, single, treedef = tag[0], prob.op, prob.single, prob.treedef
+    if name not in _TAGS or tag[1:] == (True,):  # (a Python float's vjp)
+        return None
+    like_x, several, keep = name in _LIKE_X, name in _SEVERAL, _KEEPS[op]
+    first_x, out_x = (
+        OPS[op].returns[0] not in SHAPED_LIKE_F,
+        OPS[op].returns[-1] not in SHAPED_LIKE_F,
+    )
+    back = (lambda a: a) if single else (lambda a: unflatten(treedef, a))
+    if like_x:
+        arg = (lambda ts: ts[0]) if single else (lambda ts: ts)
+    else:
+        arg = lambda ts: ts[0] if len(ts) == 1 else None  # noqa: E731 (a pytree of f(x))
+
+    def one(xs, cs, _, ts):
+        w = arg(ts)
+        if w is None:
+            return SLOW
+        first, out = run(xs[0] if single else xs, w, *cs)
+        out = back(out) if out_x else out
+        if not keep:
+            return out
+        return (back(first) if first_x else first), out
+
+    def many(xs, cs, _, tss):
+        ws = tuple(arg(ts) for ts in tss)
+        if any(w is None for w in ws):
+            return SLOW
+        first, outs = run(xs[0] if single else xs, ws, *cs)
+        outs = Tangents(*(back(o) for o in outs) if out_x else outs)
+        if not keep:
+            return outs
+        return (back(first) if first_x else first), outs
+
+    return many if several else one
 
 
 def _numpy_in_out(run, value: bool):

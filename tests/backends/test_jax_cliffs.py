@@ -499,14 +499,7 @@ PER_CODE = [
     pytest.param(op, False, marks=[_NO_CODE_PLAN] if op == "value_gradient_and_hvp" else [])
     for op in (*of_family("gradient"), *OPS_SEVERAL)
 ]
-_TREE_W_NO_PLAN = pytest.mark.xfail(
-    reason="vjp of a closure per call with a pytree cotangent: no plan kept per code", strict=True
-)
-PER_CODE += [
-    pytest.param(op, True, marks=[_TREE_W_NO_PLAN] if OPS[op].tangent == "w" else [])
-    for op in FAMILIES_SEVERAL
-    if OPS[op].tree_output
-]
+PER_CODE += [(op, True) for op in FAMILIES_SEVERAL if OPS[op].tree_output]
 
 
 @pytest.mark.parametrize(("op", "tree"), PER_CODE)

@@ -191,7 +191,10 @@ def _reverse(prob, f, value, cotangent, aux):
 
     def run(x, w=None):
         xg = _plain_copy(x)
-        if xg is None or (cotangent and not _plain_ws(w)):
+        many = type(w) is Tangents
+        if xg is None:
+            return SLOW
+        if cotangent and not (_plain_ws(w) if many else _plain(w)):
             return SLOW
         xg.requires_grad_()
         try:
@@ -203,12 +206,12 @@ def _reverse(prob, f, value, cotangent, aux):
         if type(y) is not torch.Tensor or y.grad_fn is None:
             return SLOW
         if cotangent:
-            if not all(_like(v, y) for v in (w._values if type(w) is Tangents else (w,))):
+            if not (all(_like(v, y) for v in w._values) if many else _like(w, y)):
                 return SLOW
         elif y.ndim:
             return SLOW
         attached = finished(y, (xg,), False)
-        if type(w) is Tangents:
+        if many:
             g = _each(prob, y, xg, w._values, attached)
         else:
             (g,) = grads(prob, y, (xg,), w, attached, False)
@@ -218,11 +221,14 @@ def _reverse(prob, f, value, cotangent, aux):
     return run
 
 
-def _plain_ws(w) -> bool:
-    """w is a plain tensor, or a Tangents of them (none an outer pass sees)."""
-    if type(w) is Tangents:
-        return all(type(v) is torch.Tensor and not v.requires_grad for v in w._values)
+def _plain(w) -> bool:
+    """w is a plain tensor that no outer pass sees."""
     return type(w) is torch.Tensor and not w.requires_grad
+
+
+def _plain_ws(w) -> bool:
+    """w is a Tangents of plain tensors."""
+    return all(type(v) is torch.Tensor and not v.requires_grad for v in w._values)
 
 
 def _each(prob, y, xg, ws: tuple, attached: bool):

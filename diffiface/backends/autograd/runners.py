@@ -14,21 +14,19 @@ from autograd.tracer import Box, getval
 
 from ..._tangents import Tangents, one_by_one
 from ...core.backend import SLOW
+from ...core.operator import OPS
 from .traces import make_jvp, make_vjp
 
-TAKES = {
-    "jvp": False,
-    "value_and_jvp": True,
-    "vjp": False,
-    "value_and_vjp": True,
-    "hvp": False,
-    "gradient_and_hvp": True,
-}
+# the operators run here (declared in core.operator): jvp, vjp and hvp, alone or with
+# one part before (f's value; the gradient for hvp)
+TAKES = frozenset(
+    n for n, d in OPS.items() if d.family in ("jvp", "vjp", "hvp") and len(d.returns) <= 2
+)
 
 
 def runner(op: str, f):
     """The runner of ``op`` (one of ``TAKES``) calling ``f``."""
-    value = TAKES[op]
+    value = len(OPS[op].returns) == 2
     if "hvp" in op:
         return _hvp(f, value)
     return one_by_one(_jvp(f, value), value, SLOW) if "jvp" in op else _vjp(f, value)

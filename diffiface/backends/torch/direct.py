@@ -23,6 +23,7 @@ from ..._tangents import Tangents, one_by_one
 from ..._tree import unflatten
 from ...core import direction, outputs
 from ...core.backend import OUT_SIZE, SLOW
+from ...core.operator import OPS
 from .forward import FORWARD_LOCK
 from .graph import CHECKED, batched_grads, check_twice, finished, grads, leaf
 
@@ -43,24 +44,23 @@ def maker(prob, combo, weak: bool):
     if CHECKED.get(prob.f) is None:  # f's first call is the general path's, watched
         return None
     aux = _Aux(prob) if prob.aux else None  # f returns (out, aux)
-    value = op.startswith("value") or op == "gradient_and_hvp"
+    decl = OPS[op]  # (its declaration: family, parts returned)
+    family, value = decl.family, len(decl.returns) > 1  # (a part before the derivative)
     known = direction.only(prob.f)  # f runs in one direction only: the general path
-    if known == direction.FORWARD and op not in ("jvp", "value_and_jvp"):
-        return None
-    if known == direction.REVERSE and op in ("jvp", "value_and_jvp"):
+    if known is not None and (known == direction.FORWARD) != (family == "jvp"):
         return None
     named, code = _named(prob, weak), code_of(prob.f, strict=True)
-    if op in ("gradient", "value_and_gradient", "vjp", "value_and_vjp"):
-        return lambda f: _reverse(named, f, value, "vjp" in op, aux)
-    if op in ("jvp", "value_and_jvp"):
+    if family in ("gradient", "vjp"):
+        return lambda f: _reverse(named, f, value, family == "vjp", aux)
+    if family == "jvp":
         nests = None if code is None else (code, "jvp")  # (see _jvp)
         return lambda f: None if _handed(nests) else _few(_jvp(f, value, aux, nests), aux)
-    if op in ("hvp", "gradient_and_hvp") and combo is None:
+    if family == "hvp" and len(decl.returns) < 3 and combo is None:
         return lambda f: None if _handed(code) else _hvp(named, f, value, code, aux)
-    if op in _JACOBIAN and aux is None:  # (it holds prob: never per code)
+    if family == "jacobian" and aux is None:  # (it holds prob: never per code)
         return lambda f: _jacobian(prob, value, f)
-    if op in _SCALAR and known != direction.FORWARD:
-        second = _SCALAR[op]
+    if family in ("derivative", "second_derivative"):
+        second = family == "second_derivative"
         return lambda f: None if _handed(code) else _scalar(named, f, value, second, code, aux)
     return None
 
@@ -77,7 +77,7 @@ def code_runner(impl, prob, form: str):
     the runner of that object, built per call (f's cells and defaults are the call's
     own: torch runs f as it is, nothing is kept from another object). It holds neither
     f nor prob; None where there is none."""
-    per_code = prob.single and form != "leaves" and prob.op not in _JACOBIAN
+    per_code = prob.single and form != "leaves" and OPS[prob.op].family != "jacobian"
     make = maker(prob, None, True) if per_code else None
     if make is None:
         return None
@@ -106,17 +106,6 @@ class _Aux:
     def give(self, aux, result):
         outputs.put(self.settle(aux, result))
         return result
-
-
-_JACOBIAN = ("jacobian", "value_and_jacobian")
-
-# derivative operators a runner takes (on a scalar x and f(x)) -> second order
-_SCALAR = {
-    "derivative": False,
-    "value_and_derivative": False,
-    "second_derivative": True,
-    "value_derivative_and_second_derivative": True,
-}
 
 
 def _named(prob, weak: bool):

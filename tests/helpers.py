@@ -283,3 +283,14 @@ def python_calls(fn) -> int:
     finally:
         sys.setprofile(None)
     return n[0]
+
+
+def counted(f):
+    """``(g, calls)``: g calls f and counts its runs in ``calls[0]``."""
+    calls = [0]
+
+    def g(*args, **kwargs):
+        calls[0] += 1
+        return f(*args, **kwargs)
+
+    return g, calls

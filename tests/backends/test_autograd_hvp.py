@@ -9,6 +9,7 @@ import warnings
 
 import numpy as np
 import pytest
+from helpers import counted
 
 import diffiface as di
 
@@ -27,16 +28,6 @@ def s(x):
 
 H = autograd.hessian(s)(X)
 G = autograd.grad(s)(X)
-
-
-def counted(f):
-    calls = [0]
-
-    def g(x):
-        calls[0] += 1
-        return f(x)
-
-    return g, calls
 
 
 def _general_path_fails(monkeypatch):

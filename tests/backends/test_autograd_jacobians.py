@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from helpers import counted
 
 import diffiface as di
 
@@ -24,16 +25,6 @@ def tree(x):
 
 def tree_ref(x):
     return {k: autograd.jacobian(lambda x, k=k: tree(x)[k])(x) for k in ("y", "z", "w")}
-
-
-def counted(f):
-    calls = [0]
-
-    def g(x):
-        calls[0] += 1
-        return f(x)
-
-    return g, calls
 
 
 def _close(got, want):

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 import diffiface as di
+from diffiface.core.operator import OPS, names, pick
 
 torch = pytest.importorskip("torch")
 
@@ -47,29 +48,18 @@ def _curve(x):
 
 
 def _own(op, x, t=None):
-    """torch's own transforms at a 0-d tensor x (tangent t), for ``op``."""
+    """torch's own transforms at a 0-d tensor x (tangent t), as ``op`` returns them (a
+    tuple of its declared parts)."""
     d1 = torch.func.grad(_curve)
-    d2 = torch.func.grad(d1)
-    return {
-        "derivative": (d1(x),),
-        "value_and_derivative": (_curve(x), d1(x)),
-        "second_derivative": (d2(x),),
-        "value_derivative_and_second_derivative": (_curve(x), d1(x), d2(x)),
-        "gradient": (d1(x),),
-        "jvp": (torch.func.jvp(_curve, (x,), (t,))[1],) if t is not None else None,
-        "vjp": (torch.func.vjp(_curve, x)[1](t)[0],) if t is not None else None,
-        "hvp": (torch.func.jvp(d1, (x,), (t,))[1],) if t is not None else None,
-    }[op]
+    parts = {"value": _curve(x), "derivative": d1(x), "gradient": d1(x)}
+    parts["second_derivative"] = torch.func.grad(d1)(x)
+    if t is not None:
+        parts["jvp"] = parts["vjp"] = torch.func.jvp(_curve, (x,), (t,))[1]  # (0-d: alike)
+        parts["hvp"] = torch.func.jvp(d1, (x,), (t,))[1]
+    return tuple(parts[part] for part in OPS[op].returns)
 
 
-SCALAR = (
-    "derivative",
-    "value_and_derivative",
-    "second_derivative",
-    "value_derivative_and_second_derivative",
-)
-FAMILY = {"value_and_derivative": "derivative"}
-FAMILY["value_derivative_and_second_derivative"] = "second_derivative"
+SCALAR = names(scalar_x=True)  # derivative, second_derivative and their value variants
 
 
 @pytest.mark.parametrize("op", (*SCALAR, "gradient", "jvp", "vjp", "hvp"))
@@ -84,7 +74,7 @@ def test_a_python_float_x_runs_the_runner(monkeypatch, float64, op, prepared):
     fn = getattr(di, op)
     prep = None
     if prepared:
-        prep = getattr(di, f"prepare_{FAMILY.get(op, op)}")(f, B, x, *args)
+        prep = getattr(di, f"prepare_{OPS[op].family}")(f, B, x, *args)
     fn(f, B, x, *args, prep=prep)  # (an unprepared call keeps its plan)
     _general_path_fails(monkeypatch)
     runs[0] = 0
@@ -176,24 +166,15 @@ def _aux_own(op, x, t):
     """torch.func's own transform of f without its aux, for ``op``."""
     fn = torch.func
     s, v = (lambda x: (torch.sin(x) * x**2).sum()), (lambda x: torch.sin(x) * x**2)
-    if op == "gradient":
-        return fn.grad(s)(x)
-    if op == "value_and_gradient":
-        return s(x), fn.grad(s)(x)
-    if op in ("jvp", "value_and_jvp"):
-        y, jt = fn.jvp(v, (x,), (t,))
-        return (y, jt) if op == "value_and_jvp" else jt
-    if op in ("vjp", "value_and_vjp"):
-        y, pb = fn.vjp(v, x)
-        return (y, pb(t)[0]) if op == "value_and_vjp" else pb(t)[0]
-    g, hv = fn.jvp(fn.grad(s), (x,), (t,))
-    return (g, hv) if op == "gradient_and_hvp" else hv
+    parts = {"gradient": fn.grad(s)(x), "jvp": fn.jvp(v, (x,), (t,))[1]}
+    parts["vjp"] = fn.vjp(v, x)[1](t)[0]
+    parts["hvp"] = fn.jvp(fn.grad(s), (x,), (t,))[1]
+    parts["value"] = s(x) if OPS[op].family == "gradient" else v(x)
+    return pick(op, parts)
 
 
 AUX_OPS = ("gradient", "value_and_gradient", "jvp", "value_and_jvp", "vjp", "value_and_vjp")
 AUX_OPS += ("hvp", "gradient_and_hvp")
-AUX_FAMILY = {"value_and_gradient": "gradient", "value_and_jvp": "jvp"}
-AUX_FAMILY.update(value_and_vjp="vjp", gradient_and_hvp="hvp")
 
 
 def _leaves(r):
@@ -213,7 +194,7 @@ def test_has_aux_calls_run_the_runner(monkeypatch, op, kind, prepared):
     fn = getattr(di, op)
     prep = None
     if prepared:
-        prep = getattr(di, f"prepare_{AUX_FAMILY.get(op, op)}")(f, B, x, *args, has_aux=True)
+        prep = getattr(di, f"prepare_{OPS[op].family}")(f, B, x, *args, has_aux=True)
     fn(f, B, x, *args, prep=prep, has_aux=True)  # (an unprepared call keeps its plan)
     _general_path_fails(monkeypatch)
     want = _aux_own(op, torch.tensor(X), torch.tensor(V))
@@ -292,16 +273,16 @@ def _maker_v(runs):
 
 
 def _per_call_own(op, f, x, t):
-    """torch's own transform of f at x (tangent t), for ``op``."""
-    if op == "gradient":
-        return torch.func.grad(f)(x)
-    if op == "value_and_gradient":
-        return f(x), torch.func.grad(f)(x)
-    if op == "jvp":
-        return torch.func.jvp(f, (x,), (t,))[1]
-    if op == "vjp":
-        return torch.func.vjp(f, x)[1](t)[0]
-    return torch.func.jvp(torch.func.grad(f), (x,), (t,))[1]
+    """torch's own transform of f at x (tangent t), for ``op``: the parts it declares."""
+    g = torch.func.grad(f)
+    parts = {
+        "value": lambda: f(x),
+        "gradient": lambda: g(x),
+        "jvp": lambda: torch.func.jvp(f, (x,), (t,))[1],
+        "vjp": lambda: torch.func.vjp(f, x)[1](t)[0],
+        "hvp": lambda: torch.func.jvp(g, (x,), (t,))[1],
+    }
+    return pick(op, {part: parts[part]() for part in OPS[op].returns})
 
 
 @pytest.mark.parametrize("op", ["gradient", "value_and_gradient", "jvp", "vjp", "hvp"])
@@ -325,8 +306,9 @@ def test_a_closure_made_per_call_runs_its_codes_runner(monkeypatch, op, kind, fl
     kind_of = {"tensor": torch.Tensor, "numpy": np.ndarray, "float": float}[kind]
     for c in (3.0, -0.5, 2.0):
         got = fn(make(c), B, x, *args)
+        counted = runs[0]
         own = _per_call_own(op, make(c), xt, tt)
-        runs[0] -= 2 if op in ("value_and_gradient",) else 1  # (the reference's runs)
+        runs[0] = counted  # (the reference's runs are not the call's)
         assert all(type(a) is kind_of for a in (got if type(got) is tuple else (got,)))
         for a, w in zip(_leaves(got), _leaves(own), strict=True):
             np.testing.assert_allclose(a, w, rtol=1e-12)

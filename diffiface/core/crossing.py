@@ -39,10 +39,10 @@ def of(f: Any, backend: Any, x: Any, t: Any, contexts: tuple) -> str | None:
 def holds_other(f: Any, own: str, x: Any, t: Any, contexts: tuple) -> bool:
     """The arguments hold an array of a framework other than ``own`` (NumPy's is no
     framework's: every backend takes it)."""
-    if t is None and not contexts and type(f) is not FixedParams:
-        fw = framework_of(x)  # (one array: no flattening)
-        if fw is not None:
-            return fw != own and fw != "numpy"
+    if not contexts and type(f) is not FixedParams:  # one array x (and t): no flattening
+        fw, ft = framework_of(x), None if t is None else framework_of(t)
+        if fw is not None and (t is None or ft is not None):
+            return fw not in (own, "numpy") or ft not in (None, own, "numpy")
     values = [c.value for c in contexts if isinstance(c, Constant)]
     params = f.params if type(f) is FixedParams else None
     tree = (x, tuple(t) if isinstance(t, Tangents) else t, values, params)

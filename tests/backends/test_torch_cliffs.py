@@ -59,7 +59,7 @@ def _own(op, x, t=None):
     return tuple(parts[part] for part in OPS[op].returns)
 
 
-SCALAR = tuple(n for n, d in OPS.items() if d.scalar_x)  # (declared order: one collection per worker)
+SCALAR = tuple(n for n, d in OPS.items() if d.scalar_x)  # (declared order, for xdist)
 
 
 @pytest.mark.parametrize("op", (*SCALAR, "gradient", "jvp", "vjp", "hvp"))

@@ -120,7 +120,7 @@ class Prep:
 
     def _runner(self, op: str) -> Callable | None:
         form, prob, tree = self._form, self._probs[op], self._tree
-        run = self.impl.runner(prob, form, None if form == LEAVES else self.combo)
+        run = self.impl.runner(prob, form, self.combo)
         return run if tree is None else tree_runner(self.impl, prob.f, op, tree, run)
 
     def problem(self, op: str) -> Problem:
@@ -220,10 +220,13 @@ class Prep:
 def tree_runner(impl: Any, f: Callable, op: str, sig: tuple, run: Callable | None):
     """``run`` (a runner at one native array x) with the parts of its results shaped like
     f(x) split as f's pytree output (and a cotangent like it raveled), or None. ``sig``:
-    the signature of the layout (``outputs.signature`` of x). Only for a backend that
+    the signature of the layout (``outputs.signature`` of x). For a backend that
     compiles: the compiled function fixed the output's structure when it traced f, and
-    the layout recorded then holds for every call of the runner's signature."""
-    if run is None or impl.compile is None:
+    the layout recorded then holds for every call of the runner's signature. A backend
+    whose runners take the output as each call gives it (``runs_trees``): ``run``."""
+    if run is None or impl.traits.runs_trees:
+        return run
+    if impl.compile is None:
         return None
     layout = outputs.layout_of(f, sig)
     if layout is None or layout is outputs.MISSING:

@@ -42,6 +42,9 @@ class Traits:
     # Its runners hand f's aux to the open sink, as the caller sees it (JAX: the compiled
     # function restores it): core.plan and core.unprepared build runners for has_aux.
     runs_aux: bool = False
+    # Its runners take f's pytree output as each call gives it, checked per call (torch,
+    # which runs f anew on every call): core.plan uses them as they are (``tree_runner``).
+    runs_trees: bool = False
     # AutoSparse's implementation (sparse_jacobian, sparse_hessian): operators.jacobian and
     # operators.second_order hand the call to it.
     sparse: bool = False

@@ -24,6 +24,7 @@ from ..._tree import unflatten
 from ...core import direction, outputs
 from ...core.backend import OUT_SIZE, SLOW
 from ...core.operator import OPS
+from . import trees
 from .forward import FORWARD_LOCK
 from .graph import CHECKED, batched_grads, check_twice, finished, grads, leaf
 
@@ -183,8 +184,8 @@ def _reverse(prob, f, value, cotangent, aux):
         many = type(w) is Tangents
         if xg is None:
             return SLOW
-        if cotangent and not (_plain_ws(w) if many else _plain(w)):
-            return SLOW
+        if cotangent and not (_plain_ws(w) if many else _plain(w) or type(w) is not torch.Tensor):
+            return SLOW  # (a pytree w: checked against f's output, see trees.cotangents)
         xg.requires_grad_()
         try:
             y = f(xg)
@@ -192,7 +193,10 @@ def _reverse(prob, f, value, cotangent, aux):
             return SLOW
         if aux is not None:
             y, a = aux.split(y)
-        if type(y) is not torch.Tensor or y.grad_fn is None:
+        if type(y) is not torch.Tensor:  # a pytree output: a vjp along a w like it
+            out = _tree_vjp(prob, y, xg, w, value) if cotangent and not many else SLOW
+            return out if aux is None or out is SLOW else aux.give(a, out)
+        if y.grad_fn is None:
             return SLOW
         if cotangent:
             if not (all(_like(v, y) for v in w._values) if many else _like(w, y)):
@@ -208,6 +212,18 @@ def _reverse(prob, f, value, cotangent, aux):
         return out if aux is None else aux.give(a, out)
 
     return run
+
+
+def _tree_vjp(prob, y, xg, w, value):
+    """The vjp of f's pytree output ``y`` along ``w`` (a pytree like it): one backward
+    from every leaf, as torch's users write it (SLOW: see ``trees``)."""
+    got = trees.cotangents(y, w)
+    if got is None:
+        return SLOW
+    ys, ws, treedef = got
+    attached = finished(ys, (xg,), False)
+    (g,) = grads(prob, ys, (xg,), ws, attached, False)
+    return (trees.detached(ys, treedef, attached), g) if value else g
 
 
 def _plain(w) -> bool:
@@ -246,13 +262,14 @@ def _jvp(f, value, aux, nests):
                 y = f(fwAD.make_dual(xc, v.clone()))  # f may write to both
                 if aux is not None:
                     y, a = aux.split(y)
-                if type(y) is not torch.Tensor:
-                    return SLOW
-                y, t = fwAD.unpack_dual(y)
+                if type(y) is torch.Tensor:
+                    y, t = fwAD.unpack_dual(y)
+                else:  # a pytree output (see trees.duals)
+                    y, t = trees.duals(y) or (None, None)
         except RuntimeError:
             _hand_over(nests, nested)
             return SLOW
-        if t is None:  # y does not depend on x: the general path warns
+        if t is None:  # y does not depend on x (the general path warns), or not a tensor
             return SLOW
         out = (y, t) if value else t
         return out if aux is None else aux.give(a, out)  # (a's tangents left with the level)
@@ -405,7 +422,8 @@ def _jacobian(prob, value, f):
         except Exception:  # the general path runs f again and explains
             return SLOW
         if type(j) is not torch.Tensor or (value and type(y) is not torch.Tensor):
-            return SLOW
+            if not trees.floats(j) or (value and not trees.floats(y)):
+                return SLOW  # (a pytree output of floating tensors: per leaf, as f gave it)
         return (y, j) if value else j
 
     return run

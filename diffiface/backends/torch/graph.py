@@ -59,13 +59,17 @@ def outer_pass(xs: tuple, ctx: tuple) -> bool:
 
 
 def reaches_outside(y, xg: tuple) -> bool:
-    """True when y's graph reaches a leaf requiring grad other than xg: f closes over
-    tensors of an outer differentiation, so the result must stay attached."""
-    node = y.grad_fn
-    if node is None or not torch.is_grad_enabled():
+    """True when y's graph (y: a tensor, or a list of f's output leaves) reaches a leaf
+    requiring grad other than xg: f closes over tensors of an outer differentiation, so
+    the result must stay attached."""
+    if type(y) is list:
+        stack = [a.grad_fn for a in y if a.grad_fn is not None]
+    else:
+        stack = [] if y.grad_fn is None else [y.grad_fn]
+    if not stack or not torch.is_grad_enabled():
         return False
     own = set(map(id, xg))  # (no comprehension: no frame on the hot path)
-    stack, seen = [node], set()
+    seen: set = set()
     while stack:
         for nxt, _ in stack.pop().next_functions:
             if type(nxt) is _ACCUMULATE:  # a leaf (no getattr: it raises on other nodes)
@@ -100,7 +104,8 @@ def forward_graph(prob, fn, xs, ctx, outer):
 
 
 def finished(y, xg: tuple, outer: bool) -> bool:
-    """f returned ``y`` at diffiface's own leaves ``xg``. While f ran, a diffiface call
+    """f returned ``y`` (a tensor, or a list of its output leaves) at diffiface's own
+    leaves ``xg``. While f ran, a diffiface call
     nested in f saw them as an outer pass's; now they are this call's own (marked), and
     a graph that reaches them (an attached inner result) reaches nothing outside.
 
@@ -109,7 +114,11 @@ def finished(y, xg: tuple, outer: bool) -> bool:
     parameters, a Constant requiring grad, a forward-mode dual tensor)."""
     for x in xg:
         setattr(x, DONE, True)
-    return outer or reaches_outside(y, xg) or (fwAD._current_level >= 0 and is_dual(y))
+    if outer or reaches_outside(y, xg):
+        return True
+    if fwAD._current_level < 0:
+        return False
+    return any(map(is_dual, y)) if type(y) is list else is_dual(y)
 
 
 def own(x, outer: bool):
@@ -133,16 +142,20 @@ def leaf(x):
 
 def grads(prob, y, xg: tuple, w, attached: bool, retain: bool) -> tuple:
     """The one reverse pass of the torch backend: the pullback of ``w`` (None: a scalar
-    y) to the leaves ``xg``, zeros where y does not depend on a leaf.
+    y) to the leaves ``xg``, zeros where y does not depend on a leaf. ``y`` and ``w`` may
+    be lists (f's output leaves on the graph, and their cotangents).
 
     The result stays on the graph when the call's results do (``attached``) or an
     outer pass sees ``w``; such a derivative is first checked for a backward marked
     ``@once_differentiable`` (``check_twice``). ``retain``: y's graph serves another
     pullback (a graph built on y's graph keeps it too: its saved tensors are read
     again)."""
-    if not y.requires_grad:  # f does not depend on x: every derivative is zero
+    if type(y) is list:
+        create = attached or any(map(seen_by_outer, w))
+    elif not y.requires_grad:  # f does not depend on x: every derivative is zero
         return tuple(torch.zeros_like(x) for x in xg)
-    create = attached or (w is not None and seen_by_outer(w))
+    else:
+        create = attached or (w is not None and seen_by_outer(w))
     if create:
         check_twice(prob, y, xg)
     gs = torch.autograd.grad(
@@ -157,17 +170,18 @@ def grads(prob, y, xg: tuple, w, attached: bool, retain: bool) -> tuple:
 
 def once_differentiable(y, xg: tuple) -> str | None:
     """The name of an autograd.Function on y's graph whose backward is marked
-    ``@once_differentiable`` and lies on a path to ``xg``, or None. A derivative built
-    on its backward (create_graph=True) would silently lose that Function's part: its
-    backward runs under no_grad unless its cotangent requires grad."""
-    node = y.grad_fn
-    if node is None:
+    ``@once_differentiable`` and lies on a path to ``xg``, or None (``y``: a tensor, or a
+    list of f's output leaves). A derivative built on its backward (create_graph=True)
+    would silently lose that Function's part: its backward runs under no_grad unless its
+    cotangent requires grad."""
+    roots = [a.grad_fn for a in (y if type(y) is list else (y,)) if a.grad_fn is not None]
+    if not roots:
         return None
     targets = {id(x.grad_fn) for x in xg if x.grad_fn is not None}
     leaves = {id(x) for x in xg if x.grad_fn is None}
     reach: dict = {}  # id(node) -> whether it reaches xg (provisional False while open)
     found = None
-    stack = [(node, False)]
+    stack = [(node, False) for node in roots]
     while stack:
         n, closing = stack.pop()
         key = id(n)

@@ -63,6 +63,7 @@ class TorchImpl(BackendImpl):
         reverse_combo=None,  # the plain double backward
         keeps_plans=True,  # f's graph is built anew on every call: nothing to go stale
         runs_aux=True,  # the runners of ``direct`` hand f's aux to the sink, settled
+        runs_trees=True,  # they take f's pytree output per call (``trees``)
     )
 
     def is_native(self, leaf: Any) -> bool:

@@ -20,13 +20,12 @@ from torch._C._functorch import is_functorch_wrapped_tensor
 
 from ..._cache import code_of
 from ..._tangents import Tangents, one_by_one
-from ..._tree import unflatten
 from ...core import direction, outputs
 from ...core.backend import OUT_SIZE, SLOW
 from ...core.operator import OPS
 from . import trees
 from .forward import FORWARD_LOCK
-from .graph import CHECKED, batched_grads, check_twice, finished, grads, leaf
+from .graph import CHECKED, batched_grads, check_twice, finished, grads
 
 
 def runner(prob, combo, f, weak: bool):
@@ -365,36 +364,6 @@ def _scalar(prob, f, value, second, code, aux):
             y, d = y.detach(), d.detach()
         out = (y, d, d2) if value else d2
         return out if aux is None else aux.give(a, out)
-
-    return run
-
-
-def leaves_runner(prob, f, weak: bool):
-    """For a gradient of native leaves (x and Constant contexts), calling ``f``."""
-    op = prob.op
-    if op not in ("gradient", "value_and_gradient") or direction.only(prob.f) is not None:
-        return None
-    if prob.aux:  # (native leaves take no aux: see Prep._takes)
-        return None
-    if CHECKED.get(prob.f) is None:  # f's first call is the general path's, watched
-        return None
-    treedef, single, value = prob.treedef, prob.single, op == "value_and_gradient"
-    prob = _named(prob, weak)
-
-    def run(xs, _, contexts):
-        if not _all_plain(xs):
-            return SLOW
-        xg = tuple(leaf(x) for x in xs)
-        try:
-            y = f(xg[0] if single else unflatten(treedef, list(xg)), *contexts)
-        except RuntimeError:
-            return SLOW
-        if type(y) is not torch.Tensor or y.ndim or y.grad_fn is None:
-            return SLOW
-        attached = finished(y, xg, False)  # a closure or a Constant differentiated outside
-        gs = grads(prob, y, xg, None, attached, False)
-        g = gs[0] if single else unflatten(treedef, list(gs))
-        return (y if attached else y.detach(), g) if value else g
 
     return run
 

@@ -30,7 +30,7 @@ from ..._tree import tree_map
 from ...core import direction
 from ...core.backend import BackendImpl, Traits
 from ...core.registry import register
-from . import direct, memory
+from . import direct, leaves, memory
 from .forward import dual_jvp
 from .graph import (
     DONE,
@@ -230,7 +230,7 @@ class TorchImpl(BackendImpl):
         if f is None:
             return None
         if form == "leaves":
-            return direct.leaves_runner(prob, f, weak)
+            return leaves.runner(prob, combo, f, weak)
         run = direct.runner(prob, combo, f, weak) if prob.single else None
         return direct.in_form(self, run, form)
 

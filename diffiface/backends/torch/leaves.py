@@ -1,0 +1,165 @@
+"""The runners of torch plans for native leaves: x a pytree of tensors (or one tensor
+with Constant contexts), the contexts' leaves, and a tangent's leaves (see
+``Signature.run``). Each does what the runner of one tensor does (``direct``), with
+every leaf of x a leaf of the graph: gradient and vjp by one backward, jvp on dual
+numbers, hvp by the double backward. The results like x come back in x's structure.
+
+A runner takes the plain case only (as ``direct``'s): plain tensors, one tangent like
+x's leaves (the vjp's: like f's output); anything else, a ``Tangents``, an error inside
+f, or an output the general path must check returns SLOW.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.autograd.forward_ad as fwAD
+
+from ..._cache import code_of
+from ..._tree import unflatten
+from ...core import direction
+from ...core.backend import SLOW
+from ...core.operator import OPS
+from . import trees
+from .direct import _all_plain, _hand_over, _handed, _like
+from .forward import FORWARD_LOCK
+from .graph import CHECKED, finished, grads, leaf
+
+
+def runner(prob, combo, f, weak: bool):
+    """The runner of ``prob.op`` for native leaves, calling ``f`` (``weak``: it holds
+    neither f nor prob, see ``direct.maker``), or None where there is none."""
+    decl = OPS[prob.op]
+    family, value = decl.family, len(decl.returns) > 1  # (a part before the derivative)
+    if prob.aux or CHECKED.get(prob.f) is None:  # f's first call: the general path's
+        return None
+    known = direction.only(prob.f)  # f runs in one direction only: the general path
+    if known is not None and (known == direction.FORWARD) != (family == "jvp"):
+        return None
+    named = prob.named() if weak else prob
+    shape = (prob.treedef, prob.single)
+    if family == "gradient":
+        return _gradient(named, f, shape, value)
+    if family == "vjp":
+        return _vjp(named, f, shape, value)
+    code = code_of(prob.f, strict=True)
+    if family == "jvp":
+        nests = None if code is None else (code, "jvp")  # (see direct._jvp)
+        return None if _handed(nests) else _jvp(f, shape, value, nests)
+    if family == "hvp" and len(decl.returns) < 3 and combo is None:
+        return None if _handed(code) else _hvp(named, f, shape, value, code)
+    return None
+
+
+def _like_x(xs: tuple, shape: tuple):
+    """The pytree of x from its leaves (x itself where it is one leaf)."""
+    treedef, single = shape
+    return xs[0] if single else unflatten(treedef, list(xs))
+
+
+def _gradient(prob, f, shape, value):
+    def run(xs, _, contexts):
+        if not _all_plain(xs):
+            return SLOW
+        xg = tuple(leaf(x) for x in xs)
+        try:
+            y = f(_like_x(xg, shape), *contexts)
+        except RuntimeError:
+            return SLOW
+        if type(y) is not torch.Tensor or y.ndim or y.grad_fn is None:
+            return SLOW
+        attached = finished(y, xg, False)  # a closure or a Constant differentiated outside
+        g = _like_x(grads(prob, y, xg, None, attached, False), shape)
+        return (y if attached else y.detach(), g) if value else g
+
+    return run
+
+
+def _vjp(prob, f, shape, value):
+    """One backward along w (one tensor, like f's output: the leaves form takes no
+    pytree output, see ``Prep._takes``)."""
+
+    def run(xs, _, contexts, ws):
+        if len(ws) != 1 or type(ws[0]) is not torch.Tensor or not _all_plain(xs):
+            return SLOW  # (a Tangents: k tuples of leaves, the general path's batched pass)
+        (w,) = ws
+        xg = tuple(leaf(x) for x in xs)
+        try:
+            y = f(_like_x(xg, shape), *contexts)
+        except RuntimeError:
+            return SLOW
+        if type(y) is not torch.Tensor or y.grad_fn is None or not _like(w, y):
+            return SLOW
+        attached = finished(y, xg, False)
+        g = _like_x(grads(prob, y, xg, w, attached, False), shape)
+        return (y if attached else y.detach(), g) if value else g
+
+    return run
+
+
+def _tangents_like(ts: tuple, xs: tuple) -> bool:
+    """ts (one tangent's leaves, not a Tangents' tuples) are plain tensors like xs."""
+    if len(ts) != len(xs):
+        return False
+    for t, x in zip(ts, xs, strict=True):
+        if not _like(t, x):
+            return False
+    return True
+
+
+def _jvp(f, shape, value, nests):
+    """Forward mode on dual numbers, as ``direct._jvp``, one dual per leaf of x."""
+    nested: list = []
+
+    def run(xs, _, contexts, ts):
+        if nested or not _all_plain(xs) or not _tangents_like(ts, xs):
+            return SLOW
+        if not torch._C._is_fwd_grad_enabled():
+            return SLOW
+        try:
+            with FORWARD_LOCK, fwAD.dual_level():  # copies: f may write to both
+                duals = [fwAD.make_dual(x.clone(), t.clone()) for x, t in zip(xs, ts, strict=True)]
+                y = f(_like_x(duals, shape), *contexts)
+                if type(y) is torch.Tensor:
+                    y, t = fwAD.unpack_dual(y)
+                else:  # a pytree output (see trees.duals)
+                    y, t = trees.duals(y) or (None, None)
+        except RuntimeError:
+            _hand_over(nests, nested)
+            return SLOW
+        if t is None:  # y does not depend on x (the general path warns), or not a tensor
+            return SLOW
+        return (y, t) if value else t
+
+    return run
+
+
+def _hvp(prob, f, shape, value, code):
+    """The double backward (as ``direct._hvp``): the gradient's graph, then one reverse
+    pass along v from the parts of the gradient that depend on x."""
+    handed: list = []  # f's result is one the general path handles (see direct._scalar_at)
+
+    def run(xs, _, contexts, vs):
+        if handed or not _all_plain(xs) or not _tangents_like(vs, xs):
+            return SLOW
+        xg = tuple(leaf(x) for x in xs)
+        try:
+            y = f(_like_x(xg, shape), *contexts)
+        except RuntimeError:
+            _hand_over(code, handed)
+            return SLOW
+        if type(y) is not torch.Tensor or y.grad_fn is None or y.ndim:
+            _hand_over(code, handed)
+            return SLOW
+        attached = finished(y, xg, False)
+        gs = grads(prob, y, xg, None, True, True)
+        live = [i for i, g in enumerate(gs) if g.requires_grad]
+        if not live:  # linear f: the general path, from now on
+            _hand_over(code, handed)
+            return SLOW
+        hv = grads(prob, [gs[i] for i in live], xg, [vs[i] for i in live], attached, False)
+        hv = _like_x(hv, shape)
+        if not value:
+            return hv
+        return _like_x(gs if attached else [g.detach() for g in gs], shape), hv
+
+    return run

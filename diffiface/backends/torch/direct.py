@@ -54,14 +54,14 @@ def maker(prob, combo, weak: bool):
         return lambda f: _reverse(named, f, value, family == "vjp", aux)
     if family == "jvp":
         nests = None if code is None else (code, "jvp")  # (see _jvp)
-        return lambda f: None if _handed(nests) else _few(_jvp(f, value, aux, nests), aux)
+        return lambda f: None if handed_over(nests) else _few(_jvp(f, value, aux, nests), aux)
     if family == "hvp" and len(decl.returns) < 3 and combo is None:
-        return lambda f: None if _handed(code) else _hvp(named, f, value, code, aux)
+        return lambda f: None if handed_over(code) else _hvp(named, f, value, code, aux)
     if family == "jacobian" and aux is None:  # (it holds prob: never per code)
         return lambda f: _jacobian(prob, value, f)
     if family in ("derivative", "second_derivative"):
         second = family == "second_derivative"
-        return lambda f: None if _handed(code) else _scalar(named, f, value, second, code, aux)
+        return lambda f: None if handed_over(code) else _scalar(named, f, value, second, code, aux)
     return None
 
 
@@ -148,21 +148,24 @@ def _plain_copy(x):
     return x.clone()  # (x carries no graph and no tangent: nothing to detach)
 
 
-def _all_plain(xs) -> bool:
+def all_plain(xs) -> bool:
+    """Each of xs is a plain tensor, as ``_plain_copy`` takes one."""
     if fwAD._current_level >= 0 or not torch.is_grad_enabled():
         return False
     if torch.is_inference_mode_enabled():
         return False
-    return not any(
-        type(x) is not torch.Tensor
-        or x.requires_grad
-        or x.is_inference()
-        or is_functorch_wrapped_tensor(x)
-        for x in xs
-    )
+    for x in xs:  # (a loop, not any(): no frame on the hot path)
+        if (
+            type(x) is not torch.Tensor
+            or x.requires_grad
+            or x.is_inference()
+            or is_functorch_wrapped_tensor(x)
+        ):
+            return False
+    return True
 
 
-def _like(t, x) -> bool:
+def like(t, x) -> bool:
     """t is a plain tensor with x's shape, dtype and device."""
     return (
         type(t) is torch.Tensor
@@ -198,7 +201,7 @@ def _reverse(prob, f, value, cotangent, aux):
         if y.grad_fn is None:
             return SLOW
         if cotangent:
-            if not (all(_like(v, y) for v in w._values) if many else _like(w, y)):
+            if not (all(like(v, y) for v in w._values) if many else like(w, y)):
                 return SLOW
         elif y.ndim:
             return SLOW
@@ -254,7 +257,7 @@ def _jvp(f, value, aux, nests):
 
     def run(x, v):
         xc = _plain_copy(x)
-        if xc is None or nested or not _like(v, x) or not torch._C._is_fwd_grad_enabled():
+        if xc is None or nested or not like(v, x) or not torch._C._is_fwd_grad_enabled():
             return SLOW
         try:
             with FORWARD_LOCK, fwAD.dual_level():
@@ -266,7 +269,7 @@ def _jvp(f, value, aux, nests):
                 else:  # a pytree output (see trees.duals)
                     y, t = trees.duals(y) or (None, None)
         except RuntimeError:
-            _hand_over(nests, nested)
+            hand_over(nests, nested)
             return SLOW
         if t is None:  # y does not depend on x (the general path warns), or not a tensor
             return SLOW
@@ -280,12 +283,12 @@ def _jvp(f, value, aux, nests):
 _HANDED: set = set()  # (bounded)
 
 
-def _handed(code) -> bool:
+def handed_over(code) -> bool:
     """Whether f's code gave a result the general path handles (see ``_scalar_at``)."""
     return code is not None and code in _HANDED
 
 
-def _hand_over(code, handed: list) -> None:
+def hand_over(code, handed: list) -> None:
     handed.append(True)
     if code is not None and len(_HANDED) < 4096:
         _HANDED.add(code)
@@ -295,7 +298,7 @@ def _scalar_at(f, x, code, handed: list, aux):
     """(x's copy taking gradients, f at it, f's aux) for a runner of a scalar f, or None where
     the general path must run: x not plain; or, after f ran, f raised or its result is
     off the graph or not 0-d. Those are facts of f's code, so they are recorded
-    (``_hand_over``): no runner is built for it again, and this one hands over before
+    (``hand_over``): no runner is built for it again, and this one hands over before
     running f. f then runs twice once, not on every call."""
     xg = None if handed else _plain_copy(x)
     if xg is None:
@@ -304,13 +307,13 @@ def _scalar_at(f, x, code, handed: list, aux):
     try:
         y = f(xg)
     except RuntimeError:
-        _hand_over(code, handed)
+        hand_over(code, handed)
         return None
     a = None
     if aux is not None:
         y, a = aux.split(y)
     if type(y) is not torch.Tensor or y.grad_fn is None or y.ndim:
-        _hand_over(code, handed)
+        hand_over(code, handed)
         return None
     return xg, y, a
 
@@ -321,14 +324,14 @@ def _hvp(prob, f, value, code, aux):
     handed: list = []  # f's result is one the general path handles (see _scalar_at)
 
     def run(x, v):
-        got = _scalar_at(f, x, code, handed, aux) if _like(v, x) else None
+        got = _scalar_at(f, x, code, handed, aux) if like(v, x) else None
         if got is None:
             return SLOW
         xg, y, a = got
         attached = finished(y, (xg,), False)
         (g,) = grads(prob, y, (xg,), None, True, True)
         if not g.requires_grad:  # unused or linear x: the general path, from now on
-            _hand_over(code, handed)
+            hand_over(code, handed)
             return SLOW
         (hv,) = grads(prob, g, (xg,), v, attached, False)
         out = (g if attached else g.detach(), hv) if value else hv
@@ -359,7 +362,7 @@ def _scalar(prob, f, value, second, code, aux):
         elif attached:  # linear f on an outer graph: the general path (x's graph: per call)
             return SLOW
         else:  # linear f
-            d2 = torch.zeros_like(d)
+            d2 = torch.zeroslike(d)
         if not attached:
             y, d = y.detach(), d.detach()
         out = (y, d, d2) if value else d2

@@ -30,7 +30,7 @@ from ..._tree import tree_map
 from ...core import direction
 from ...core.backend import BackendImpl, Traits
 from ...core.registry import register
-from . import direct, leaves, memory
+from . import direct, leaves, memory, trees
 from .forward import dual_jvp
 from .graph import (
     DONE,
@@ -65,6 +65,8 @@ class TorchImpl(BackendImpl):
         runs_aux=True,  # the runners of ``direct`` hand f's aux to the sink, settled
         runs_trees=True,  # they take f's pytree output per call (``trees``)
     )
+
+    flatten_fast = staticmethod(trees.flatten)
 
     def is_native(self, leaf: Any) -> bool:
         return isinstance(leaf, torch.Tensor)
@@ -136,13 +138,9 @@ class TorchImpl(BackendImpl):
         """Each tensor keeps the graph it has to an outer pass's leaves (as torch.func
         leaves aux), and loses the one to this call's own leaves."""
 
-        def one(a: Any) -> Any:
-            a = _alive(a)
-            if isinstance(a, torch.Tensor) and a.requires_grad and not _outside(a):
-                return a.detach()
-            return a
-
-        return tree_map(one, tree)
+        if type(tree) is torch.Tensor:  # (one tensor: no tree to map)
+            return _settled(tree)
+        return tree_map(_settled, tree)
 
     def basis(self, like: Any, i: int) -> Any:
         e = torch.zeros(like.numel(), dtype=like.dtype, device=like.device)
@@ -495,6 +493,14 @@ class TorchImpl(BackendImpl):
 
 class NoForwardArrays(RuntimeError):
     """The arrays of this call take no forward-mode AD (see ``no_forward``)."""
+
+
+def _settled(a: Any) -> Any:
+    """A leaf of f's aux as the caller sees it (see ``TorchImpl.settle``)."""
+    a = _alive(a)
+    if isinstance(a, torch.Tensor) and a.requires_grad and not _outside(a):
+        return a.detach()
+    return a
 
 
 def _outside(a: torch.Tensor) -> bool:

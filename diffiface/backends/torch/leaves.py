@@ -20,9 +20,9 @@ from ...core import direction
 from ...core.backend import SLOW
 from ...core.operator import OPS
 from . import trees
-from .direct import _all_plain, _hand_over, _handed, _like
+from .direct import all_plain, hand_over, handed_over, like
 from .forward import FORWARD_LOCK
-from .graph import CHECKED, finished, grads, leaf
+from .graph import CHECKED, finished, grads
 
 
 def runner(prob, combo, f, weak: bool):
@@ -44,9 +44,9 @@ def runner(prob, combo, f, weak: bool):
     code = code_of(prob.f, strict=True)
     if family == "jvp":
         nests = None if code is None else (code, "jvp")  # (see direct._jvp)
-        return None if _handed(nests) else _jvp(f, shape, value, nests)
+        return None if handed_over(nests) else _jvp(f, shape, value, nests)
     if family == "hvp" and len(decl.returns) < 3 and combo is None:
-        return None if _handed(code) else _hvp(named, f, shape, value, code)
+        return None if handed_over(code) else _hvp(named, f, shape, value, code)
     return None
 
 
@@ -58,9 +58,9 @@ def _like_x(xs: tuple, shape: tuple):
 
 def _gradient(prob, f, shape, value):
     def run(xs, _, contexts):
-        if not _all_plain(xs):
+        if not all_plain(xs):
             return SLOW
-        xg = tuple(leaf(x) for x in xs)
+        xg = [x.clone().requires_grad_() for x in xs]  # (plain: nothing to detach)
         try:
             y = f(_like_x(xg, shape), *contexts)
         except RuntimeError:
@@ -79,15 +79,15 @@ def _vjp(prob, f, shape, value):
     pytree output, see ``Prep._takes``)."""
 
     def run(xs, _, contexts, ws):
-        if len(ws) != 1 or type(ws[0]) is not torch.Tensor or not _all_plain(xs):
+        if len(ws) != 1 or type(ws[0]) is not torch.Tensor or not all_plain(xs):
             return SLOW  # (a Tangents: k tuples of leaves, the general path's batched pass)
         (w,) = ws
-        xg = tuple(leaf(x) for x in xs)
+        xg = [x.clone().requires_grad_() for x in xs]  # (plain: nothing to detach)
         try:
             y = f(_like_x(xg, shape), *contexts)
         except RuntimeError:
             return SLOW
-        if type(y) is not torch.Tensor or y.grad_fn is None or not _like(w, y):
+        if type(y) is not torch.Tensor or y.grad_fn is None or not like(w, y):
             return SLOW
         attached = finished(y, xg, False)
         g = _like_x(grads(prob, y, xg, w, attached, False), shape)
@@ -101,7 +101,7 @@ def _tangents_like(ts: tuple, xs: tuple) -> bool:
     if len(ts) != len(xs):
         return False
     for t, x in zip(ts, xs, strict=True):
-        if not _like(t, x):
+        if not like(t, x):
             return False
     return True
 
@@ -111,7 +111,7 @@ def _jvp(f, shape, value, nests):
     nested: list = []
 
     def run(xs, _, contexts, ts):
-        if nested or not _all_plain(xs) or not _tangents_like(ts, xs):
+        if nested or not all_plain(xs) or not _tangents_like(ts, xs):
             return SLOW
         if not torch._C._is_fwd_grad_enabled():
             return SLOW
@@ -124,7 +124,7 @@ def _jvp(f, shape, value, nests):
                 else:  # a pytree output (see trees.duals)
                     y, t = trees.duals(y) or (None, None)
         except RuntimeError:
-            _hand_over(nests, nested)
+            hand_over(nests, nested)
             return SLOW
         if t is None:  # y does not depend on x (the general path warns), or not a tensor
             return SLOW
@@ -139,22 +139,22 @@ def _hvp(prob, f, shape, value, code):
     handed: list = []  # f's result is one the general path handles (see direct._scalar_at)
 
     def run(xs, _, contexts, vs):
-        if handed or not _all_plain(xs) or not _tangents_like(vs, xs):
+        if handed or not all_plain(xs) or not _tangents_like(vs, xs):
             return SLOW
-        xg = tuple(leaf(x) for x in xs)
+        xg = [x.clone().requires_grad_() for x in xs]  # (plain: nothing to detach)
         try:
             y = f(_like_x(xg, shape), *contexts)
         except RuntimeError:
-            _hand_over(code, handed)
+            hand_over(code, handed)
             return SLOW
         if type(y) is not torch.Tensor or y.grad_fn is None or y.ndim:
-            _hand_over(code, handed)
+            hand_over(code, handed)
             return SLOW
         attached = finished(y, xg, False)
         gs = grads(prob, y, xg, None, True, True)
         live = [i for i, g in enumerate(gs) if g.requires_grad]
         if not live:  # linear f: the general path, from now on
-            _hand_over(code, handed)
+            hand_over(code, handed)
             return SLOW
         hv = grads(prob, [gs[i] for i in live], xg, [vs[i] for i in live], attached, False)
         hv = _like_x(hv, shape)

@@ -11,10 +11,18 @@ checks f's output and explains.
 
 from __future__ import annotations
 
+import functools
+
+import optree
 import torch
 import torch.autograd.forward_ad as fwAD
 
-from ..._tree import flatten, unflatten
+from ..._tree import NAMESPACE, unflatten
+
+# diffiface's flatten without its check for a framework's own node types (JAX's): a
+# tensor is a leaf, and a node optree does not know stays one, which no runner takes
+# (it is not a tensor). ``TorchImpl.flatten_fast`` (see ``signature.native``).
+flatten = functools.partial(optree.tree_flatten, none_is_leaf=False, namespace=NAMESPACE)
 
 
 def on_graph(y) -> tuple | None:

@@ -362,7 +362,7 @@ def _scalar(prob, f, value, second, code, aux):
         elif attached:  # linear f on an outer graph: the general path (x's graph: per call)
             return SLOW
         else:  # linear f
-            d2 = torch.zeroslike(d)
+            d2 = torch.zeros_like(d)
         if not attached:
             y, d = y.detach(), d.detach()
         out = (y, d, d2) if value else d2

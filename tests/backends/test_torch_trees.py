@@ -312,3 +312,27 @@ def test_one_tensor_aux_is_settled_as_the_general_path_settles_it(monkeypatch, o
         np.testing.assert_allclose(dp.item(), torch.cos(X).sum().item(), rtol=1e-12)
     else:
         assert not aux.requires_grad
+
+
+@pytest.mark.parametrize("kind", ["numpy", "python"])
+def test_a_kept_plan_whose_f_turns_to_a_pytree_output(kind):
+    """An unprepared plan kept for a NumPy (or Python float) x while f returned one
+    array: when f returns a dict later, the general path converts it (NumPy leaves,
+    the values of torch.func), as without the plan."""
+    tree = [False]
+
+    def f(x):
+        return {"y": torch.sin(x), "z": x * x} if tree[0] else torch.sin(x)
+
+    x, t = (X.numpy().copy(), V.numpy().copy()) if kind == "numpy" else (0.4, 1.5)
+    for _ in range(2):
+        di.jvp(f, B, x, t)  # (the plan kept)
+    tree[0] = True
+    got = di.jvp(f, B, x, t)
+    dtype = torch.float64 if kind == "numpy" else torch.get_default_dtype()  # (as made of x)
+    xt, tt = torch.as_tensor(x, dtype=dtype), torch.as_tensor(t, dtype=dtype)
+    want = torch.func.jvp(f, (xt,), (tt,))[1]
+    assert set(got) == {"y", "z"}
+    for k in got:
+        assert not isinstance(got[k], torch.Tensor)
+        np.testing.assert_allclose(np.asarray(got[k]), want[k].numpy(), rtol=1e-12)

@@ -420,13 +420,24 @@ def numpy_in_out(impl, run):
         else:
             t = None
             out = run(from_numpy(x))
-        if out is SLOW:
-            return out
+        if out is SLOW or not _tensors(out):  # (f's pytree output: the general path's)
+            return SLOW
         if type(out) is tuple:
             return tuple(_back(a, t) for a in out)
         return _back(out, t)
 
     return run_numpy
+
+
+def _tensors(out) -> bool:
+    """A runner's result is a tensor, or a tuple of them (not f's pytree output, which
+    a runner of one tensor gives as f does: the general path converts it)."""
+    if type(out) is tuple:
+        for a in out:
+            if type(a) is not torch.Tensor:
+                return False
+        return True
+    return type(out) is torch.Tensor
 
 
 def _back(a, t):
@@ -454,8 +465,8 @@ def python_in_out(run):
             out = run(torch.tensor(x, dtype=dtype), torch.tensor(t, dtype=dtype))
         else:
             out = run(torch.tensor(x, dtype=dtype))
-        if out is SLOW:
-            return out
+        if out is SLOW or not _tensors(out):  # (f's pytree output: the general path's)
+            return SLOW
         if type(out) is tuple:
             return tuple(_python(a) for a in out)
         return _python(out)

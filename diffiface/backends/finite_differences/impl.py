@@ -32,6 +32,8 @@ _EPS64 = float(np.finfo(np.float64).eps)
 # the float64 default steps: first order (by method), the outer level of second order
 _DEFAULT_STEP = {"central": _EPS64 ** (1 / 3), "forward": _EPS64**0.5, "backward": _EPS64**0.5}
 _DEFAULT_OUTER = _EPS64**0.25
+# the multiples of h at which f is evaluated, by method
+_SIDES = {"central": (-1, 1), "forward": (0, 1), "backward": (-1, 0)}
 
 # (levels of differencing around the running f, the product of their relative steps)
 _NEST: contextvars.ContextVar[tuple[int, float]] = contextvars.ContextVar(
@@ -141,29 +143,14 @@ class FiniteDifferencesImpl(BackendImpl):
     def protect(xs: tuple) -> tuple:
         """f always gets copies: it may even change its argument in place. The moved
         points of a difference (``Moved``) are made for f alone: no copy."""
-        if type(xs) is Moved:  # (a 0-d x moves to a NumPy scalar: f gets an array)
-            return tuple(x if type(x) is np.ndarray else np.asarray(x) for x in xs)
+        if type(xs) is Moved:
+            return xs
         return tuple(np.array(x, copy=True) for x in xs)
 
     def _eval(self, fn, xs, ctx):
         """f at xs (fn copies: protect), inside the levels of the running operator."""
-        running = _RUNNING.get()
-        if running is None:  # not under an operator of this backend
+        with _Inside():
             return np.asarray(fn(xs, *ctx))
-        prob, levels, steps = running
-        depth, product = _NEST.get()
-        depth, product = depth + levels, product * steps
-        if product < FD_MIN_STEP:
-            raise _nest_too_fine(prob, depth, product)
-        inside = _NEST.set((depth, product))
-        fresh = _RUNNING.set(None)  # an operator that f calls is nested
-        try:
-            return np.asarray(fn(xs, *ctx))
-        except TypeError as exc:  # torch functions on NumPy arrays: name AutoTorch()
-            _checks.reraise(prob.op, prob.backend, exc)
-        finally:
-            _RUNNING.reset(fresh)
-            _NEST.reset(inside)
 
     def _nest_steps(self, kind: str) -> float:
         """The product of this operator's relative steps (float64 defaults for None)."""
@@ -175,21 +162,22 @@ class FiniteDifferencesImpl(BackendImpl):
 
     def _sides(self) -> tuple[int, int]:
         """The multiples of h at which f is evaluated: (-1, 1) central, else one side and 0."""
-        return {"central": (-1, 1), "forward": (0, 1), "backward": (-1, 0)}[self.method]
+        return _SIDES[self.method]
 
     def _difference(self, fn, xs, ctx, y, direction, h):
         """(f(x + h d) - f(x - h d)) / (2h) or the one-sided version, with exact h."""
         lo, hi = self._sides()
-        plus = Moved(x + hi * h * d for x, d in zip(xs, direction, strict=True))
-        minus = Moved(x + lo * h * d for x, d in zip(xs, direction, strict=True))
+        plus = Moved([np.asarray(x + (hi * h) * d) for x, d in zip(xs, direction, strict=True)])
+        minus = Moved([np.asarray(x + (lo * h) * d) for x, d in zip(xs, direction, strict=True)])
         return self._quotient(fn, plus, minus, ctx, y, h)
 
     def _quotient(self, fn, plus, minus, ctx, y, h):
         """The difference quotient of f between the points ``plus`` and ``minus`` (f(x)
         ``y`` on the side at 0)."""
         lo, hi = self._sides()
-        f_hi = y if hi == 0 else self._eval(fn, plus, ctx)
-        f_lo = y if lo == 0 else self._eval(fn, minus, ctx)
+        with _Inside():
+            f_hi = y if hi == 0 else np.asarray(fn(plus, *ctx))
+            f_lo = y if lo == 0 else np.asarray(fn(minus, *ctx))
         return np.asarray((f_hi - f_lo) / ((hi - lo) * h))
 
     def value_and_jvp(self, prob, xs, vs, ctx):
@@ -222,12 +210,11 @@ class FiniteDifferencesImpl(BackendImpl):
         wanted: it is f's at x)."""
         value = prob.op != "jvp" or self.method != "central" or prob.aux  # (aux: at x)
         y = self._eval(fn, xs, ctx) if value else None
-        scale = max((float(np.max(np.abs(v), initial=0)) for v in vs), default=0.0)
+        scale = _abs_max(vs)
         if scale == 0.0:
             return y, np.zeros_like(self._eval(fn, xs, ctx) if y is None else y)
-        dtype = np.result_type(*xs)
-        size = max((float(np.max(np.abs(x), initial=0)) for x in xs), default=0.0)
-        h = self._rel_step(prob, dtype) * max(1.0, size) / scale
+        dtype = xs[0].dtype if len(xs) == 1 else np.result_type(*xs)
+        h = self._rel_step(prob, dtype) * max(1.0, _abs_max(xs)) / scale
         t = self._difference(fn, xs, ctx, y, vs, h)
         return y, np.asarray(t, dtype=np.result_type(t, np.float32))
 
@@ -244,13 +231,16 @@ class FiniteDifferencesImpl(BackendImpl):
         coordinate alone, so columns built in chunks equal those built at once."""
         x = xs[k]
         cols = np.empty((*y.shape, stop - start), dtype=np.result_type(y, x))
-        base = self._rel_step(prob, x.dtype)
-        for i in range(start, stop):
-            xi = x.reshape(-1)[i]
-            step = base * max(1.0, abs(float(xi)))
-            h = float((xi + x.dtype.type(step)) - xi)  # exactly representable
-            plus, minus = (_moved(xs, k, i, side * h) for side in reversed(self._sides()))
-            cols[..., i - start] = self._quotient(fn, plus, minus, ctx, y, h)
+        seg = x.reshape(-1)[start:stop]
+        steps = self._rel_step(prob, x.dtype) * np.maximum(1.0, np.abs(seg.astype(np.float64)))
+        hs = ((seg + steps.astype(x.dtype)) - seg).astype(np.float64)  # exactly representable
+        lo, hi = self._sides()
+        with _Inside():  # the differences f_hi - f_lo, then one division
+            for j, h in enumerate(hs.tolist()):
+                f_hi = y if hi == 0 else fn(_moved(xs, k, start + j, hi * h), *ctx)
+                f_lo = y if lo == 0 else fn(_moved(xs, k, start + j, lo * h), *ctx)
+                cols[..., j] = f_hi - f_lo
+        cols /= (hi - lo) * hs
         return cols
 
     @_operator("first")
@@ -401,16 +391,57 @@ class FiniteDifferencesImpl(BackendImpl):
         return y, d, d2
 
 
+def _abs_max(leaves: tuple) -> float:
+    """The largest |a| over the leaves' elements (0.0 for none)."""
+    if len(leaves) == 1:
+        return float(np.abs(leaves[0]).max(initial=0))
+    return max((float(np.abs(a).max(initial=0)) for a in leaves), default=0.0)
+
+
 class Moved(tuple):
-    """Leaves of a point a difference moved to (``x + h d``): new arrays, f's own."""
+    """Leaves of a point a difference moved to (``x + h d``): new NumPy arrays, f's own."""
+
+
+class _Inside:
+    """``with _Inside():`` f's evaluations (one or many) inside the levels of the running
+    operator, which an operator that f calls counts as nested; a TypeError of f (torch
+    functions on NumPy arrays) names AutoTorch()."""
+
+    __slots__ = ("entered",)
+
+    def __enter__(self) -> None:
+        running = _RUNNING.get()
+        self.entered = None
+        if running is None:  # not under an operator of this backend
+            return
+        prob, levels, steps = running
+        depth, product = _NEST.get()
+        depth, product = depth + levels, product * steps
+        if product < FD_MIN_STEP:
+            raise _nest_too_fine(prob, depth, product)
+        # (an operator that f calls is a new, nested one)
+        self.entered = (prob, _NEST.set((depth, product)), _RUNNING.set(None))
+
+    def __exit__(self, kind, exc, tb) -> None:
+        if self.entered is None:
+            return
+        prob, inside, fresh = self.entered
+        _RUNNING.reset(fresh)
+        _NEST.reset(inside)
+        if isinstance(exc, TypeError):
+            _checks.reraise(prob.op, prob.backend, exc)
 
 
 def _moved(xs: tuple, k: int, i: int, step: float) -> Moved:
     """Copies of the leaves with ``step`` added to element i (C order) of leaf k: one
     copy and one addition, where ``x + step * unit`` takes three passes over x."""
-    out = Moved(np.array(x, copy=True) for x in xs)
+    out = Moved([np.array(x, copy=True) for x in xs])
     if step:
-        out[k].flat[i] += step
+        a = out[k]
+        if a.ndim == 1:
+            a[i] += step
+        else:
+            a.flat[i] += step
     return out
 
 

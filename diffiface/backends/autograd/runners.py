@@ -1,8 +1,12 @@
-"""The runners of autograd plans for jvp and vjp at one float array: one make_jvp or
-make_vjp of f itself, as autograd's users write it. Anything unusual (a box from an
-outer pass, complex or integer arrays, a tangent unlike x or a cotangent unlike f(x),
-an error, f off the trace, an output that is no float array) returns SLOW for the
-general path, which runs f again and explains."""
+"""The runners of autograd plans for gradient, jvp, vjp and hvp at one float array: one
+make_vjp or make_jvp of f itself, as autograd's users write it. Anything unusual (a box
+from an outer pass, complex or integer arrays, a tangent unlike x or a cotangent unlike
+f(x), an error, f off the trace, an output that is no float array) returns SLOW for the
+general path, which runs f again and explains.
+
+Each runner takes f first, ``run(f, x[, t])``: autograd traces f anew on every call, so
+one runner serves every function object of f's code (a closure made per call); a plan of
+one f holds ``functools.partial(run, f)``."""
 
 from __future__ import annotations
 
@@ -17,19 +21,24 @@ from ...core.backend import SLOW
 from ...core.operator import OPS
 from .traces import make_jvp, make_vjp
 
-# the operators run here (declared in core.operator): jvp, vjp and hvp, alone or with
-# one part before (f's value; the gradient for hvp)
+# the operators run here (declared in core.operator): gradient, jvp, vjp and hvp, alone
+# or with one part before (f's value; the gradient for hvp)
 TAKES = frozenset(
-    n for n, d in OPS.items() if d.family in ("jvp", "vjp", "hvp") and len(d.returns) <= 2
+    n
+    for n, d in OPS.items()
+    if d.family in ("gradient", "jvp", "vjp", "hvp") and len(d.returns) <= 2
 )
 
 
-def runner(op: str, f):
-    """The runner of ``op`` (one of ``TAKES``) calling ``f``."""
+def runner(op: str):
+    """``run(f, x[, t])``, the runner of ``op`` (one of ``TAKES``) for any f."""
     value = len(OPS[op].returns) == 2
-    if "hvp" in op:
-        return _hvp(f, value)
-    return one_by_one(_jvp(f, value), value, SLOW) if "jvp" in op else _vjp(f, value)
+    family = OPS[op].family
+    if family == "gradient":
+        return _grad(value)
+    if family == "hvp":
+        return _hvp(value)
+    return _jvps(value) if family == "jvp" else _vjp(value)
 
 
 def _plain(a) -> bool:
@@ -60,8 +69,20 @@ def link_out(y: Any, x: Any) -> Any:
     return y + (0 * anp.sum(x)).astype(np.result_type(y))
 
 
-def _jvp(f, value: bool):
-    def run(x, v):
+def _jvps(value: bool):
+    """One tangent, or a ``Tangents`` of k: one make_jvp each (autograd's native loop)."""
+    one = _jvp(value)
+
+    def run(f, x, t):
+        if type(t) is not Tangents:
+            return one(f, x, t)
+        return one_by_one(lambda x, v: one(f, x, v), value, SLOW)(x, t)
+
+    return run
+
+
+def _jvp(value: bool):
+    def run(f, x, v):
         if not (_plain(x) and _plain(v)) or v.shape != x.shape or v.dtype != x.dtype:
             return SLOW
         try:
@@ -76,10 +97,10 @@ def _jvp(f, value: bool):
     return run
 
 
-def _vjp(f, value: bool):
+def _vjp(value: bool):
     """One trace of f, then one pullback per cotangent (a ``Tangents`` of k: k)."""
 
-    def run(x, w):
+    def run(f, x, w):
         ws = w._values if type(w) is Tangents else (w,)
         if not _plain(x):
             return SLOW
@@ -137,13 +158,32 @@ def _gradient(f):
     return grad
 
 
-def _hvp(f, value: bool):
+def _grad(value: bool):
+    """One make_vjp of f; a non-scalar output, or one off x's trace (the general path
+    warns), returns SLOW."""
+
+    def run(f, x):
+        if not _plain(x):
+            return SLOW
+        try:
+            pb, y = make_vjp(_scalar_on_trace(f), x)
+        except (_Lost, TypeError, AttributeError):
+            return SLOW
+        if type(y) is not np.ndarray and not isinstance(y, np.floating):
+            return SLOW
+        g = np.asarray(pb(np.ones((), dtype=y.dtype)), dtype=x.dtype).reshape(x.shape)
+        return (np.asarray(y), g) if value else g
+
+    return run
+
+
+def _hvp(value: bool):
     """H v of each direction (a ``Tangents`` of k: k), the gradient given with
     ``value`` (gradient_and_hvp); the outer mode is ``hvp_outer(k)``, reverse from the
     first f without forward mode on (what the general path learns, ``core.direction``)."""
     reverse_only = []
 
-    def run(x, v):
+    def run(f, x, v):
         vs = v._values if type(v) is Tangents else (v,)
         if not _plain(x):
             return SLOW

@@ -173,19 +173,22 @@ class AutogradImpl(BackendImpl):
         return y, gs
 
     def runner(self, prob, form, combo=None, weak=False):
-        """For a plain gradient, jvp, vjp and a plain backend's hvp at one float array
-        (``runners``); for an unprepared call (``weak``) it calls f through a weak
+        """For a plain gradient, jvp, vjp and a plain backend's hvp at one float array or
+        native leaves (``runners``); for an unprepared call (``weak``) it calls f through a weak
         reference (the plan table holds f weakly)."""
         run = self.code_runner(prob, form) if combo is None else None
         f = None if run is None else weak_callable(prob.f, weak)
         return None if f is None else functools.partial(run, f)
 
     def code_runner(self, prob, form):
-        """``run(f, x[, t])`` for any object of f's code: autograd traces f anew on every
-        call (a closure made per call is run as it is, nothing kept of another object)."""
-        if form != "array" or not prob.single or prob.op not in runners.TAKES:
+        """``run(f, x[, t])`` (``run(f, *leaves)`` for native leaves) for any object of
+        f's code: autograd traces f anew on every call (a closure made per call is run as
+        it is, nothing kept of another object)."""
+        if prob.op not in runners.TAKES:
             return None
-        return runners.runner(prob.op)
+        if form == "leaves":
+            return runners.leaves(prob.op, prob.treedef, prob.single)
+        return runners.runner(prob.op) if form == "array" and prob.single else None
 
     # A single array is differentiated directly (no tuple container to box).
     def value_and_pullback(self, prob, xs, ctx):

@@ -17,8 +17,9 @@ import numpy as np
 from autograd.tracer import Box, getval
 
 from ..._tangents import Tangents, one_by_one
+from ..._tree import unflatten
 from ...core.backend import SLOW
-from ...core.operator import OPS
+from ...core.operator import OPS, SHAPED_LIKE_F
 from .traces import make_jvp, make_vjp
 
 # the operators run here (declared in core.operator): gradient, jvp, vjp and hvp, alone
@@ -41,8 +42,75 @@ def runner(op: str):
     return _jvps(value) if family == "jvp" else _vjp(value)
 
 
+def leaves(op: str, treedef, single: bool):
+    """``run(f, xs, context leaves, context values[, tangent leaves])`` (see
+    ``Signature.run``) for native leaves: the runner of ``op`` on x's leaves (a tuple,
+    which autograd traces as one), f called with x's structure and the Constants' values;
+    results like x come back in x's structure. None for an hvp of several leaves."""
+    if not single and OPS[op].family == "hvp":
+        return None
+    run = runner(op)
+    like_x = [part not in SHAPED_LIKE_F for part in OPS[op].returns]
+    one = single or OPS[op].tangent == "w"  # a tangent of one array (a cotangent: f's)
+
+    def back(out):
+        out = out if len(like_x) > 1 else (out,)
+        return tuple(_unflat(treedef, o) if x else o for o, x in zip(out, like_x, strict=True))
+
+    def leaves_run(f, xs, _, values, *ts):
+        def fx(xb):
+            x = xb if single else unflatten(treedef, [xb[i] for i in range(len(xs))])
+            return f(x, *values)
+
+        t = tuple(_tangent(t, one) for t in ts)
+        if any(a is None for a in t):
+            return SLOW
+        out = run(fx, xs[0] if single else xs, *t)
+        if out is SLOW or single:
+            return out
+        out = back(out)
+        return out if len(like_x) > 1 else out[0]
+
+    return leaves_run
+
+
+def _tangent(ts: tuple, one: bool):
+    """A tangent from its leaves: the array (``one``) or the tuple of leaves; a tuple of
+    k such tuples (a Tangents of k) as a ``Tangents``; None for no one array."""
+    if ts and type(ts[0]) is tuple:
+        got = tuple(_tangent(t, one) for t in ts)
+        return None if any(a is None for a in got) else Tangents(*got)
+    if not one:
+        return ts
+    return ts[0] if len(ts) == 1 else None
+
+
+def _unflat(treedef, out):
+    """Results like x (a tuple of leaves, or a Tangents of them) in x's structure."""
+    if type(out) is Tangents:
+        return Tangents(*(unflatten(treedef, list(o)) for o in out._values))
+    return unflatten(treedef, list(out))
+
+
 def _plain(a) -> bool:
+    """A float NumPy array, or a tuple of them (x's leaves)."""
+    if type(a) is tuple:
+        return all(type(b) is np.ndarray and b.dtype.kind == "f" for b in a)
     return type(a) is np.ndarray and a.dtype.kind == "f"
+
+
+def _like(v, x) -> bool:
+    """v is a float array of x's shape and dtype (of each leaf of a tuple x)."""
+    if type(x) is tuple:
+        return type(v) is tuple and len(v) == len(x) and all(map(_like, v, x))
+    return type(v) is np.ndarray and v.shape == x.shape and v.dtype == x.dtype
+
+
+def _as_x(g, x):
+    """autograd's result like x (promoted, or a scalar) in x's dtype and shape."""
+    if type(x) is tuple:
+        return tuple(_as_x(a, b) for a, b in zip(g, x, strict=True))
+    return np.asarray(g, dtype=x.dtype).reshape(x.shape)
 
 
 class _Lost(Exception):
@@ -83,7 +151,7 @@ def _jvps(value: bool):
 
 def _jvp(value: bool):
     def run(f, x, v):
-        if not (_plain(x) and _plain(v)) or v.shape != x.shape or v.dtype != x.dtype:
+        if not (_plain(x) and _like(v, x)):
             return SLOW
         try:
             y, t = make_jvp(_on_trace(f), x)(v)
@@ -117,7 +185,7 @@ def _vjp(value: bool):
         for one in ws:
             if one.shape != y.shape or one.dtype != y.dtype:
                 return SLOW
-            gs.append(np.asarray(pb(one), dtype=x.dtype).reshape(x.shape))
+            gs.append(_as_x(pb(one), x))
         g = Tangents(*gs) if type(w) is Tangents else gs[0]
         return (y, g) if value else g
 
@@ -171,7 +239,7 @@ def _grad(value: bool):
             return SLOW
         if type(y) is not np.ndarray and not isinstance(y, np.floating):
             return SLOW
-        g = np.asarray(pb(np.ones((), dtype=y.dtype)), dtype=x.dtype).reshape(x.shape)
+        g = _as_x(pb(np.ones((), dtype=y.dtype)), x)
         return (np.asarray(y), g) if value else g
 
     return run

@@ -55,28 +55,31 @@ def count_checks(monkeypatch) -> list:
     return seen
 
 
-# (operator, f's kind, its arguments after x, its reference, the runs of f before the
-# differences: the jacobian first measures f(x)'s size, with a check of its own)
+# (operator, f's kind, its arguments after x, its reference, whether central differences
+# evaluate f(x) (a plain gradient does not), the runs of f before the differences (the
+# jacobian first measures f(x)'s size, with a check of its own))
 CASES = [
-    ("gradient", scalar_f, (), GRAD, 0),
-    ("value_and_gradient", scalar_f, (), (np.sum(np.sin(X) * X), GRAD), 0),
-    ("jacobian", vector_f, (), np.diag(GRAD), 1),
-    ("vjp", vector_f, (np.arange(1.0, N + 1),), np.arange(1.0, N + 1) * GRAD, 0),
+    ("gradient", scalar_f, (), GRAD, False, 0),
+    ("value_and_gradient", scalar_f, (), (np.sum(np.sin(X) * X), GRAD), True, 0),
+    ("jacobian", vector_f, (), np.diag(GRAD), True, 1),
+    ("vjp", vector_f, (np.arange(1.0, N + 1),), np.arange(1.0, N + 1) * GRAD, True, 0),
 ]
 
 
+@pytest.mark.parametrize(("method", "rtol"), [("central", 1e-7), ("forward", 1e-5)])
 @pytest.mark.parametrize(
-    ("method", "runs", "rtol"), [("central", 2 * N + 1, 1e-7), ("forward", N + 1, 1e-5)]
+    ("op", "make", "args", "ref", "fx", "before"), CASES, ids=[c[0] for c in CASES]
 )
-@pytest.mark.parametrize(("op", "make", "args", "ref", "before"), CASES, ids=[c[0] for c in CASES])
-def test_one_check_per_call(monkeypatch, op, make, args, ref, before, method, runs, rtol):
-    """Before: one full check per evaluation (2n + 1 central, n + 1 forward)."""
+def test_one_check_per_call(monkeypatch, op, make, args, ref, fx, before, method, rtol):
+    """Before: one full check per evaluation (2n + 1 central, n + 1 forward), and a
+    plain central gradient evaluated f(x) too."""
     f, calls = make()
     b = di.AutoFiniteDifferences(method=method)
     x = X.copy()
     checks = count_checks(monkeypatch)
     got = getattr(di, op)(f, b, x, *args)
-    assert calls[0] == before + runs
+    central = method == "central"
+    assert calls[0] == before + (2 * N if central else N) + (fx or not central)
     assert checks[0] == before + 1
     np.testing.assert_array_equal(x, X)
     for g, r in zip(
@@ -133,7 +136,7 @@ def test_a_later_output_of_another_kind_is_refused(other, error, says):
 
 
 def test_the_first_output_is_refused_before_any_difference():
-    """Guards what held before: an integer f(x) is refused at once, f run once."""
+    """Guards what held before: an integer output is refused at f's first run."""
     calls = [0]
 
     def f(x):

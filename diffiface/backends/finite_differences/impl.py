@@ -2,7 +2,9 @@
 
 ``f`` always receives copies, so ``x`` is never mutated. Cost: a jvp takes 2
 evaluations (central) or 1 (forward / backward) besides f(x); a gradient,
-jacobian or vjp perturbs each coordinate: 2n evaluations central, n otherwise.
+jacobian or vjp perturbs each coordinate: 2n evaluations central, n otherwise. A
+plain jvp or gradient by central differences does not evaluate f(x). f's output is
+checked once per kind (type, dtype, shape: ``core.problem``), not per evaluation.
 
 Nesting: each difference divides the rounding noise of what it differences by its
 step, so finite differences of finite differences lose digits level by level (a
@@ -228,27 +230,52 @@ class FiniteDifferencesImpl(BackendImpl):
 
     def _leaf_columns(self, prob, fn, xs, ctx, y, k, start, stop):
         """Columns ``start:stop`` of the Jacobian of leaf k: each column depends on its
-        coordinate alone, so columns built in chunks equal those built at once."""
+        coordinate alone, so columns built in chunks equal those built at once. ``y``
+        (f(x)) may be None for central differences, which do not evaluate it."""
         x = xs[k]
-        cols = np.empty((*y.shape, stop - start), dtype=np.result_type(y, x))
+        cols = None if y is None else np.empty((*y.shape, stop - start), np.result_type(y, x))
         seg = x.reshape(-1)[start:stop]
-        steps = self._rel_step(prob, x.dtype) * np.maximum(1.0, np.abs(seg.astype(np.float64)))
-        hs = ((seg + steps.astype(x.dtype)) - seg).astype(np.float64)  # exactly representable
+        wide = seg.astype(np.float64, copy=False)
+        steps = self._rel_step(prob, x.dtype) * np.maximum(np.abs(wide), 1.0)
+        hs = ((seg + steps.astype(x.dtype, copy=False)) - seg).astype(
+            np.float64, copy=False
+        )  # exact
         lo, hi = self._sides()
         with _Inside():  # the differences f_hi - f_lo, then one division
             for j, h in enumerate(hs.tolist()):
                 f_hi = y if hi == 0 else fn(_moved(xs, k, start + j, hi * h), *ctx)
                 f_lo = y if lo == 0 else fn(_moved(xs, k, start + j, lo * h), *ctx)
-                cols[..., j] = f_hi - f_lo
+                d = f_hi - f_lo
+                if cols is None:
+                    cols = np.empty((*np.shape(d), stop - start), np.result_type(d, x))
+                cols[..., j] = d
+        if cols is None:  # (no coordinates, and no f(x))
+            return np.empty((0,), x.dtype)
         cols /= (hi - lo) * hs
         return cols
+
+    @_operator("first")
+    def gradient(self, prob, xs, ctx):
+        """A plain gradient by central differences needs no f(x): 2n evaluations of f
+        (unless f's aux is wanted: it is f's at x)."""
+        if self.method != "central" or prob.aux or any(np.iscomplexobj(x) for x in xs):
+            return self.value_and_gradient(prob, xs, ctx)[1]
+        fn = prob.flat()
+        return tuple(
+            self._leaf_columns(prob, fn, xs, ctx, None, k, 0, x.size)
+            .reshape(x.shape)
+            .astype(x.dtype, copy=False)
+            for k, x in enumerate(xs)
+        )
 
     @_operator("first")
     def value_and_gradient(self, prob, xs, ctx):
         if any(np.iscomplexobj(x) for x in xs):
             return self._complex_gradient(prob, xs, ctx)
         y, cols = self._columns(prob, xs, ctx)
-        return y, tuple(c.reshape(x.shape).astype(x.dtype) for c, x in zip(cols, xs, strict=True))
+        return y, tuple(
+            c.reshape(x.shape).astype(x.dtype, copy=False) for c, x in zip(cols, xs, strict=True)
+        )
 
     def _complex_gradient(self, prob, xs, ctx):
         """df/dRe + i df/dIm for complex leaves (real f), one coordinate at a time."""
@@ -435,7 +462,10 @@ class _Inside:
 def _moved(xs: tuple, k: int, i: int, step: float) -> Moved:
     """Copies of the leaves with ``step`` added to element i (C order) of leaf k: one
     copy and one addition, where ``x + step * unit`` takes three passes over x."""
-    out = Moved([np.array(x, copy=True) for x in xs])
+    if len(xs) == 1:
+        out = Moved((np.array(xs[0], copy=True),))
+    else:
+        out = Moved([np.array(x, copy=True) for x in xs])
     if step:
         a = out[k]
         if a.ndim == 1:

@@ -146,3 +146,29 @@ def test_the_first_output_is_refused_before_any_difference():
     with pytest.raises(di.DiffifaceTypeError, match="f returns int64"):
         di.gradient(f, B, X.copy())
     assert calls[0] == 1
+
+
+@pytest.mark.parametrize("prepared", [True, False], ids=["prepared", "unprepared"])
+@pytest.mark.parametrize("op", ["gradient", "value_and_gradient"])
+def test_a_gradients_plan_runs_without_the_general_path(monkeypatch, op, prepared):
+    """A gradient at one float array keeps a runner, and its check (once per plan): a
+    later call of the same kind runs f 2n times (value_and_gradient: 2n + 1) and checks none of them.
+    Before: the general path ran on every call, with 2n + 1 checked runs."""
+    f, calls = scalar_f()
+    prep = di.prepare_gradient(f, B, X) if prepared else None
+    for _ in range(2):  # an unprepared call keeps its plan; its runner's first call checks
+        getattr(di, op)(f, B, X.copy(), prep=prep)
+    from diffiface.core import shell
+
+    monkeypatch.setattr(shell, "enter", lambda *a, **k: pytest.fail("the general path ran"))
+    checks = count_checks(monkeypatch)
+    calls[0] = 0
+    x = X.copy()
+    got = getattr(di, op)(f, B, x, prep=prep)
+    value = op == "value_and_gradient"
+    assert (calls[0], checks[0]) == (2 * N + value, 0)
+    np.testing.assert_array_equal(x, X)
+    g = got[1] if value else got
+    np.testing.assert_allclose(g, GRAD, rtol=1e-7)
+    if value:
+        np.testing.assert_allclose(got[0], np.sum(np.sin(X) * X), rtol=1e-15)

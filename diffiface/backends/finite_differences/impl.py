@@ -34,6 +34,8 @@ _EPS64 = float(np.finfo(np.float64).eps)
 # the float64 default steps: first order (by method), the outer level of second order
 _DEFAULT_STEP = {"central": _EPS64 ** (1 / 3), "forward": _EPS64**0.5, "backward": _EPS64**0.5}
 _DEFAULT_OUTER = _EPS64**0.25
+# the operators with a runner at one float array (``FiniteDifferencesImpl.runner``)
+_RUNS = ("gradient", "value_and_gradient", "jvp", "value_and_jvp")
 # the multiples of h at which f is evaluated, by method
 _SIDES = {"central": (-1, 1), "forward": (0, 1), "backward": (-1, 0)}
 
@@ -186,22 +188,28 @@ class FiniteDifferencesImpl(BackendImpl):
         return self._jvp(prob, prob.flat(), xs, vs, ctx)
 
     def runner(self, prob, form, combo=None, weak=False):
-        """For jvp and value_and_jvp at one float array: ``_jvp`` without the general
-        path (an unprepared call's runner, ``weak``, holds f weakly)."""
-        if form != "array" or not prob.single or prob.op not in ("jvp", "value_and_jvp"):
+        """For jvp, gradient and their value variants at one float array: ``_jvp`` and
+        ``_gradient`` without the general path, on one ``flat()`` of f, whose output
+        check the plan keeps (an unprepared call's runner, ``weak``, holds f weakly)."""
+        if form != "array" or not prob.single or prob.op not in _RUNS or prob.aux:
             return None
         f = weak_callable(prob.f, weak)
         if f is None:
             return None
-        fn, named, value = prob.without_f().flat(lambda: f), _named(prob, weak), prob.op != "jvp"
+        fn, named, value = prob.without_f().flat(lambda: f), _named(prob, weak), "value" in prob.op
+        jvp = prob.op in ("jvp", "value_and_jvp")
 
-        def run(x, v):
-            if type(v) is not np.ndarray or v.shape != x.shape or v.dtype != x.dtype:
-                return SLOW
+        def run(x, *t):
             if type(x) is not np.ndarray or x.dtype.kind != "f":
                 return SLOW
-            y, t = self._jvp(named, fn, (x,), (v,), ())
-            return (y, t) if value else t
+            if not jvp:
+                y, (g,) = self._gradient(named, fn, (x,), (), value)
+                return (y, g) if value else g
+            (v,) = t
+            if type(v) is not np.ndarray or v.shape != x.shape or v.dtype != x.dtype:
+                return SLOW
+            y, jv = self._jvp(named, fn, (x,), (v,), ())
+            return (y, jv) if value else jv
 
         return run
 
@@ -254,29 +262,33 @@ class FiniteDifferencesImpl(BackendImpl):
         cols /= (hi - lo) * hs
         return cols
 
-    @_operator("first")
     def gradient(self, prob, xs, ctx):
-        """A plain gradient by central differences needs no f(x): 2n evaluations of f
-        (unless f's aux is wanted: it is f's at x)."""
-        if self.method != "central" or prob.aux or any(np.iscomplexobj(x) for x in xs):
-            return self.value_and_gradient(prob, xs, ctx)[1]
-        fn = prob.flat()
-        return tuple(
-            self._leaf_columns(prob, fn, xs, ctx, None, k, 0, x.size)
+        if any(np.iscomplexobj(x) for x in xs):
+            return self._complex_gradient(prob, xs, ctx)[1]
+        return self._gradient(prob, prob.flat(), xs, ctx, False)[1]
+
+    def value_and_gradient(self, prob, xs, ctx):
+        if any(np.iscomplexobj(x) for x in xs):
+            return self._complex_gradient(prob, xs, ctx)
+        return self._gradient(prob, prob.flat(), xs, ctx, True)
+
+    @_operator("first")
+    def _gradient(self, prob, fn, xs, ctx, value: bool):
+        """(f(x), gradient) of ``fn`` (``prob.flat()``) for real leaves; f(x) is None
+        where central differences do not need it (not ``value``, and no aux: f's aux is
+        f's at x): 2n evaluations of f."""
+        y = None
+        if value or self.method != "central" or prob.aux:
+            y = self._eval(fn, xs, ctx)
+        gs = tuple(
+            self._leaf_columns(prob, fn, xs, ctx, y, k, 0, x.size)
             .reshape(x.shape)
             .astype(x.dtype, copy=False)
             for k, x in enumerate(xs)
         )
+        return y, gs
 
     @_operator("first")
-    def value_and_gradient(self, prob, xs, ctx):
-        if any(np.iscomplexobj(x) for x in xs):
-            return self._complex_gradient(prob, xs, ctx)
-        y, cols = self._columns(prob, xs, ctx)
-        return y, tuple(
-            c.reshape(x.shape).astype(x.dtype, copy=False) for c, x in zip(cols, xs, strict=True)
-        )
-
     def _complex_gradient(self, prob, xs, ctx):
         """df/dRe + i df/dIm for complex leaves (real f), one coordinate at a time."""
         fn = prob.flat()

@@ -171,8 +171,8 @@ class FiniteDifferencesImpl(BackendImpl):
     def _difference(self, fn, xs, ctx, y, direction, h):
         """(f(x + h d) - f(x - h d)) / (2h) or the one-sided version, with exact h."""
         lo, hi = self._sides()
-        plus = Moved([np.asarray(x + (hi * h) * d) for x, d in zip(xs, direction, strict=True)])
-        minus = Moved([np.asarray(x + (lo * h) * d) for x, d in zip(xs, direction, strict=True)])
+        plus = None if hi == 0 else _point(xs, direction, hi * h)
+        minus = None if lo == 0 else _point(xs, direction, lo * h)
         return self._quotient(fn, plus, minus, ctx, y, h)
 
     def _quotient(self, fn, plus, minus, ctx, y, h):
@@ -226,7 +226,9 @@ class FiniteDifferencesImpl(BackendImpl):
         dtype = xs[0].dtype if len(xs) == 1 else np.result_type(*xs)
         h = self._rel_step(prob, dtype) * max(1.0, _abs_max(xs)) / scale
         t = self._difference(fn, xs, ctx, y, vs, h)
-        return y, np.asarray(t, dtype=np.result_type(t, np.float32))
+        if t.dtype.kind not in "fc" or t.dtype.itemsize < 4:  # (at least float32)
+            t = t.astype(np.result_type(t, np.float32))
+        return y, t
 
     def _columns(self, prob, xs, ctx):
         """f(x) and the Jacobian columns of each leaf, one perturbed coordinate at a time."""
@@ -469,6 +471,13 @@ class _Inside:
         _NEST.reset(inside)
         if isinstance(exc, TypeError):
             _checks.reraise(prob.op, prob.backend, exc)
+
+
+def _point(xs: tuple, direction: tuple, step: float) -> Moved:
+    """The leaves of ``x + step d``: f's own new arrays."""
+    if len(xs) == 1:
+        return Moved((np.asarray(xs[0] + step * direction[0]),))
+    return Moved([np.asarray(x + step * d) for x, d in zip(xs, direction, strict=True)])
 
 
 def _moved(xs: tuple, k: int, i: int, step: float) -> Moved:

@@ -28,6 +28,7 @@ from ..._backend_types import FD_MIN_STEP, AutoFiniteDifferences
 from ..._cache import weak_callable
 from ...core.backend import SLOW, BackendImpl, Traits
 from ...core.convert import is_masked
+from ...core.operator import OPS
 from ...core.registry import register
 
 _EPS64 = float(np.finfo(np.float64).eps)
@@ -197,21 +198,22 @@ class FiniteDifferencesImpl(BackendImpl):
         if f is None:
             return None
         fn, named, value = prob.without_f().flat(lambda: f), _named(prob, weak), "value" in prob.op
-        jvp = prob.op in ("jvp", "value_and_jvp")
 
-        def run(x, *t):
+        def gradient(x):
             if type(x) is not np.ndarray or x.dtype.kind != "f":
                 return SLOW
-            if not jvp:
-                y, (g,) = self._gradient(named, fn, (x,), (), value)
-                return (y, g) if value else g
-            (v,) = t
+            y, (g,) = self._gradient(named, fn, (x,), (), value)
+            return (y, g) if value else g
+
+        def jvp(x, v):
             if type(v) is not np.ndarray or v.shape != x.shape or v.dtype != x.dtype:
+                return SLOW
+            if type(x) is not np.ndarray or x.dtype.kind != "f":
                 return SLOW
             y, jv = self._jvp(named, fn, (x,), (v,), ())
             return (y, jv) if value else jv
 
-        return run
+        return jvp if OPS[prob.op].family == "jvp" else gradient
 
     @_operator("first")
     def _jvp(self, prob, fn, xs, vs, ctx):

@@ -69,28 +69,31 @@ class Problem:
 
     def flat(self, fget: Callable[[], Callable] | None = None) -> Callable:
         """``g(xs, *ctx)``; with ``fget`` it holds ``f`` only through ``fget()``."""
-        treedef, single = self.treedef, self.single
+        treedef, single, protect = self.treedef, self.single, self.impl.protect
         f = self.f
         check = self.output_check(fget or (lambda: f))
         if fget is None:
             if single:
 
                 def g(xs, *ctx):
+                    if protect is not None:
+                        xs = protect(xs)
                     return check(f(xs[0], *ctx), xs, ctx)
             else:
 
                 def g(xs, *ctx):
+                    if protect is not None:
+                        xs = protect(xs)
                     return check(f(unflatten(treedef, xs), *ctx), xs, ctx)
         else:
 
             def g(xs, *ctx):
+                if protect is not None:
+                    xs = protect(xs)
                 x = xs[0] if single else unflatten(treedef, xs)
                 return check(fget()(x, *ctx), xs, ctx)
 
-        protect = self.impl.protect
-        if protect is None:
-            return g
-        return lambda xs, *ctx: g(protect(xs), *ctx)
+        return g
 
     def output_check(self, fget: Callable) -> Callable:
         """``check(y, xs, ctx)``: f's output as the backend differentiates it (it holds f
@@ -99,7 +102,7 @@ class Problem:
         check = _output_check(op, backend, impl, self.scalar)
         aux, trees = self.aux, op in outputs.TREE_OPS
         if not aux and not trees:
-            return lambda y, xs, ctx: check(y, xs)
+            return check
         is_output = impl.is_output
 
         def leaf_check(a: Any) -> None:
@@ -121,7 +124,7 @@ class Problem:
                 elif outputs.SEEN[0] and outputs.returns_tree(fget()):  # one array here
                     sig = outputs.signature(xs, ctx, aux, impl.leaf_signature, op)
                     outputs.record(fget(), sig, None)
-            return check(y, xs)
+            return check(y, xs, ctx)
 
         return finish
 
@@ -139,25 +142,36 @@ class Named:
 
 
 def _output_check(op: str, backend: Any, impl: Any, scalar: bool) -> Callable:
-    """Checks f(x): an array of the framework, and a scalar when ``scalar``."""
+    """``check(y, xs, ctx)``: f(x) is an array of the framework, and a scalar when
+    ``scalar`` (a NumPy output once per kind; ``connected`` every time)."""
     is_output, connected, is_complex = impl.is_output, impl.connected, impl.is_complex
     jacobian = "jacobian" in op
     trees = op in outputs.TREE_OPS
     own = impl.own_output
 
-    def check(y: Any, xs: tuple) -> Any:
+    passed = [None]  # the kind of the last NumPy output that passed
+
+    def check(y: Any, xs: tuple, ctx: tuple) -> Any:
         if own is not None:
             y = own(y)
-        if _discrete(y):  # also a NumPy bool or integer scalar, which is no output
-            raise _checks.integer_output(op, backend, y.dtype)
-        if not is_output(y):
-            raise _checks.not_array(op, backend, y, impl.traits.output_kind, trees)
-        if scalar and tuple(getattr(y, "shape", ())) != ():
-            raise _checks.not_scalar(op, backend, tuple(y.shape))
-        if scalar and is_complex(y):
-            raise _checks.complex_output(op, backend)
-        if jacobian and is_complex(y):
-            raise _checks.complex_jacobian(op, backend)
+        # the kind of a NumPy output, on which the checks below depend alone: an output of
+        # the kind that passed last is not checked again (finite differences evaluate f
+        # many times per call); any other output is checked every time
+        kind = None
+        if type(y) is np.ndarray or isinstance(y, np.generic):
+            kind = (type(y), y.dtype, y.shape)
+        if kind is None or kind != passed[0]:
+            if _discrete(y):  # also a NumPy bool or integer scalar, which is no output
+                raise _checks.integer_output(op, backend, y.dtype)
+            if not is_output(y):
+                raise _checks.not_array(op, backend, y, impl.traits.output_kind, trees)
+            if scalar and tuple(getattr(y, "shape", ())) != ():
+                raise _checks.not_scalar(op, backend, tuple(y.shape))
+            if scalar and is_complex(y):
+                raise _checks.complex_output(op, backend)
+            if jacobian and is_complex(y):
+                raise _checks.complex_jacobian(op, backend)
+            passed[0] = kind
         if connected(xs, y) is False:
             _checks.disconnected(op, backend, _config.strict())
         return y

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import numbers
 from typing import Any
 
@@ -17,7 +18,7 @@ from ..._backend_types import AutoAutograd
 from ..._cache import weak_callable
 from ..._tree import TooDeep, flatten, tree_map
 from ...core import direction
-from ...core.backend import SLOW, BackendImpl, Traits
+from ...core.backend import BackendImpl, Traits
 from ...core.convert import is_masked
 from ...core.registry import register
 from . import rows, runners
@@ -172,50 +173,22 @@ class AutogradImpl(BackendImpl):
         return y, gs
 
     def runner(self, prob, form, combo=None, weak=False):
-        """For a plain gradient (see ``_gradient_runner``), jvp, vjp and a plain backend's
-        hvp (``runners``); for an unprepared call (``weak``) it calls f through a weak
+        """For a plain gradient, jvp, vjp and a plain backend's hvp at one float array or
+        native leaves (``runners``); for an unprepared call (``weak``) it calls f through a weak
         reference (the plan table holds f weakly)."""
-        if form != "array" or not prob.single:
+        run = self.code_runner(prob, form) if combo is None else None
+        f = None if run is None else weak_callable(prob.f, weak)
+        return None if f is None else functools.partial(run, f)
+
+    def code_runner(self, prob, form):
+        """``run(f, x[, t])`` (``run(f, *leaves)`` for native leaves) for any object of
+        f's code: autograd traces f anew on every call (a closure made per call is run as
+        it is, nothing kept of another object)."""
+        if prob.op not in runners.TAKES:
             return None
-        f = weak_callable(prob.f, weak)
-        if f is None:
-            return None
-        if prob.op in runners.TAKES and ("hvp" not in prob.op or combo is None):
-            return runners.runner(prob.op, f)
-        return self._gradient_runner(prob, f)
-
-    def _gradient_runner(self, prob, f):
-        """For a plain gradient: one make_vjp of ``f`` itself. Anything unusual (a box
-        from an outer pass, complex x, an error, f off the graph, a non-scalar output)
-        returns SLOW for the general path."""
-        if prob.op not in ("gradient", "value_and_gradient") or not prob.single:
-            return None
-        value = prob.op == "value_and_gradient"
-
-        def run(x):
-            if type(x) is not np.ndarray or x.dtype.kind != "f":
-                return SLOW
-            seen = []
-
-            def traced(xb):
-                y = f(xb)
-                if not (isinstance(y, Box) and y._trace == xb._trace):
-                    seen.append(False)
-                    return link_out(y, xb)  # the general path warns
-                return y
-
-            try:
-                pb, y = make_vjp(traced, x)
-            except TypeError:
-                return SLOW
-            if seen or (type(y) is not np.ndarray and not isinstance(y, np.floating)):
-                return SLOW
-            if np.ndim(y) or y.dtype.kind != "f":
-                return SLOW
-            g = like_x(pb(np.ones((), dtype=y.dtype)), x)
-            return (np.asarray(y), g) if value else g
-
-        return run
+        if form == "leaves":
+            return runners.leaves(prob.op, prob.treedef, prob.single)
+        return runners.runner(prob.op) if form == "array" and prob.single else None
 
     # A single array is differentiated directly (no tuple container to box).
     def value_and_pullback(self, prob, xs, ctx):

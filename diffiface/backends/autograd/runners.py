@@ -1,8 +1,12 @@
-"""The runners of autograd plans for jvp and vjp at one float array: one make_jvp or
-make_vjp of f itself, as autograd's users write it. Anything unusual (a box from an
-outer pass, complex or integer arrays, a tangent unlike x or a cotangent unlike f(x),
-an error, f off the trace, an output that is no float array) returns SLOW for the
-general path, which runs f again and explains."""
+"""The runners of autograd plans for gradient, jvp, vjp and hvp at one float array: one
+make_vjp or make_jvp of f itself, as autograd's users write it. Anything unusual (a box
+from an outer pass, complex or integer arrays, a tangent unlike x or a cotangent unlike
+f(x), an error, f off the trace, an output that is no float array) returns SLOW for the
+general path, which runs f again and explains.
+
+Each runner takes f first, ``run(f, x[, t])``: autograd traces f anew on every call, so
+one runner serves every function object of f's code (a closure made per call); a plan of
+one f holds ``functools.partial(run, f)``."""
 
 from __future__ import annotations
 
@@ -13,27 +17,100 @@ import numpy as np
 from autograd.tracer import Box, getval
 
 from ..._tangents import Tangents, one_by_one
+from ..._tree import unflatten
 from ...core.backend import SLOW
-from ...core.operator import OPS
+from ...core.operator import OPS, SHAPED_LIKE_F
 from .traces import make_jvp, make_vjp
 
-# the operators run here (declared in core.operator): jvp, vjp and hvp, alone or with
-# one part before (f's value; the gradient for hvp)
+# the operators run here (declared in core.operator): gradient, jvp, vjp and hvp, alone
+# or with one part before (f's value; the gradient for hvp)
 TAKES = frozenset(
-    n for n, d in OPS.items() if d.family in ("jvp", "vjp", "hvp") and len(d.returns) <= 2
+    n
+    for n, d in OPS.items()
+    if d.family in ("gradient", "jvp", "vjp", "hvp") and len(d.returns) <= 2
 )
 
 
-def runner(op: str, f):
-    """The runner of ``op`` (one of ``TAKES``) calling ``f``."""
+def runner(op: str):
+    """``run(f, x[, t])``, the runner of ``op`` (one of ``TAKES``) for any f."""
     value = len(OPS[op].returns) == 2
-    if "hvp" in op:
-        return _hvp(f, value)
-    return one_by_one(_jvp(f, value), value, SLOW) if "jvp" in op else _vjp(f, value)
+    family = OPS[op].family
+    if family == "gradient":
+        return _grad(value)
+    if family == "hvp":
+        return _hvp(value)
+    return _jvps(value) if family == "jvp" else _vjp(value)
+
+
+def leaves(op: str, treedef, single: bool):
+    """``run(f, xs, context leaves, context values[, tangent leaves])`` (see
+    ``Signature.run``) for native leaves: the runner of ``op`` on x's leaves (a tuple,
+    which autograd traces as one), f called with x's structure and the Constants' values;
+    results like x come back in x's structure. None for an hvp of several leaves."""
+    if not single and OPS[op].family == "hvp":
+        return None
+    run = runner(op)
+    like_x = [part not in SHAPED_LIKE_F for part in OPS[op].returns]
+    one = single or OPS[op].tangent == "w"  # a tangent of one array (a cotangent: f's)
+
+    def back(out):
+        out = out if len(like_x) > 1 else (out,)
+        return tuple(_unflat(treedef, o) if x else o for o, x in zip(out, like_x, strict=True))
+
+    def leaves_run(f, xs, _, values, *ts):
+        def fx(xb):
+            x = xb if single else unflatten(treedef, [xb[i] for i in range(len(xs))])
+            return f(x, *values)
+
+        t = tuple(_tangent(t, one) for t in ts)
+        if not xs or any(a is None for a in t):  # (an empty x: the general path's)
+            return SLOW
+        out = run(fx, xs[0] if single else xs, *t)
+        if out is SLOW or single or not any(like_x):
+            return out
+        out = back(out)
+        return out if len(like_x) > 1 else out[0]
+
+    return leaves_run
+
+
+def _tangent(ts: tuple, one: bool):
+    """A tangent from its leaves: the array (``one``) or the tuple of leaves; a tuple of
+    k such tuples (a Tangents of k) as a ``Tangents``; None for no one array."""
+    if ts and type(ts[0]) is tuple:
+        got = tuple(_tangent(t, one) for t in ts)
+        return None if any(a is None for a in got) else Tangents(*got)
+    if not one:
+        return ts
+    return ts[0] if len(ts) == 1 else None
+
+
+def _unflat(treedef, out):
+    """Results like x (a tuple of leaves, or a Tangents of them) in x's structure."""
+    if type(out) is Tangents:
+        return Tangents(*(unflatten(treedef, list(o)) for o in out._values))
+    return unflatten(treedef, list(out))
 
 
 def _plain(a) -> bool:
+    """A float NumPy array, or a tuple of them (x's leaves)."""
+    if type(a) is tuple:
+        return all(type(b) is np.ndarray and b.dtype.kind == "f" for b in a)
     return type(a) is np.ndarray and a.dtype.kind == "f"
+
+
+def _like(v, x) -> bool:
+    """v is a float array of x's shape and dtype (of each leaf of a tuple x)."""
+    if type(x) is tuple:
+        return type(v) is tuple and len(v) == len(x) and all(map(_like, v, x))
+    return type(v) is np.ndarray and v.shape == x.shape and v.dtype == x.dtype
+
+
+def _as_x(g, x):
+    """autograd's result like x (promoted, or a scalar) in x's dtype and shape."""
+    if type(x) is tuple:
+        return tuple(_as_x(a, b) for a, b in zip(g, x, strict=True))
+    return np.asarray(g, dtype=x.dtype).reshape(x.shape)
 
 
 class _Lost(Exception):
@@ -60,9 +137,21 @@ def link_out(y: Any, x: Any) -> Any:
     return y + (0 * anp.sum(x)).astype(np.result_type(y))
 
 
-def _jvp(f, value: bool):
-    def run(x, v):
-        if not (_plain(x) and _plain(v)) or v.shape != x.shape or v.dtype != x.dtype:
+def _jvps(value: bool):
+    """One tangent, or a ``Tangents`` of k: one make_jvp each (autograd's native loop)."""
+    one = _jvp(value)
+
+    def run(f, x, t):
+        if type(t) is not Tangents:
+            return one(f, x, t)
+        return one_by_one(lambda x, v: one(f, x, v), value, SLOW)(x, t)
+
+    return run
+
+
+def _jvp(value: bool):
+    def run(f, x, v):
+        if not (_plain(x) and _like(v, x)):
             return SLOW
         try:
             y, t = make_jvp(_on_trace(f), x)(v)
@@ -76,10 +165,10 @@ def _jvp(f, value: bool):
     return run
 
 
-def _vjp(f, value: bool):
+def _vjp(value: bool):
     """One trace of f, then one pullback per cotangent (a ``Tangents`` of k: k)."""
 
-    def run(x, w):
+    def run(f, x, w):
         ws = w._values if type(w) is Tangents else (w,)
         if not _plain(x):
             return SLOW
@@ -96,7 +185,7 @@ def _vjp(f, value: bool):
         for one in ws:
             if one.shape != y.shape or one.dtype != y.dtype:
                 return SLOW
-            gs.append(np.asarray(pb(one), dtype=x.dtype).reshape(x.shape))
+            gs.append(_as_x(pb(one), x))
         g = Tangents(*gs) if type(w) is Tangents else gs[0]
         return (y, g) if value else g
 
@@ -137,13 +226,32 @@ def _gradient(f):
     return grad
 
 
-def _hvp(f, value: bool):
+def _grad(value: bool):
+    """One make_vjp of f; a non-scalar output, or one off x's trace (the general path
+    warns), returns SLOW."""
+
+    def run(f, x):
+        if not _plain(x):
+            return SLOW
+        try:
+            pb, y = make_vjp(_scalar_on_trace(f), x)
+        except (_Lost, TypeError, AttributeError):
+            return SLOW
+        if type(y) is not np.ndarray and not isinstance(y, np.floating):
+            return SLOW
+        g = _as_x(pb(np.ones((), dtype=y.dtype)), x)
+        return (np.asarray(y), g) if value else g
+
+    return run
+
+
+def _hvp(value: bool):
     """H v of each direction (a ``Tangents`` of k: k), the gradient given with
     ``value`` (gradient_and_hvp); the outer mode is ``hvp_outer(k)``, reverse from the
     first f without forward mode on (what the general path learns, ``core.direction``)."""
     reverse_only = []
 
-    def run(x, v):
+    def run(f, x, v):
         vs = v._values if type(v) is Tangents else (v,)
         if not _plain(x):
             return SLOW

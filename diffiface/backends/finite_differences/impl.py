@@ -2,7 +2,9 @@
 
 ``f`` always receives copies, so ``x`` is never mutated. Cost: a jvp takes 2
 evaluations (central) or 1 (forward / backward) besides f(x); a gradient,
-jacobian or vjp perturbs each coordinate: 2n evaluations central, n otherwise.
+jacobian or vjp perturbs each coordinate: 2n evaluations central, n otherwise. A
+plain jvp or gradient by central differences does not evaluate f(x). f's output is
+checked once per kind (type, dtype, shape: ``core.problem``), not per evaluation.
 
 Nesting: each difference divides the rounding noise of what it differences by its
 step, so finite differences of finite differences lose digits level by level (a
@@ -26,12 +28,17 @@ from ..._backend_types import FD_MIN_STEP, AutoFiniteDifferences
 from ..._cache import weak_callable
 from ...core.backend import SLOW, BackendImpl, Traits
 from ...core.convert import is_masked
+from ...core.operator import OPS
 from ...core.registry import register
 
 _EPS64 = float(np.finfo(np.float64).eps)
 # the float64 default steps: first order (by method), the outer level of second order
 _DEFAULT_STEP = {"central": _EPS64 ** (1 / 3), "forward": _EPS64**0.5, "backward": _EPS64**0.5}
 _DEFAULT_OUTER = _EPS64**0.25
+# the operators with a runner at one float array (``FiniteDifferencesImpl.runner``)
+_RUNS = ("gradient", "value_and_gradient", "jvp", "value_and_jvp")
+# the multiples of h at which f is evaluated, by method
+_SIDES = {"central": (-1, 1), "forward": (0, 1), "backward": (-1, 0)}
 
 # (levels of differencing around the running f, the product of their relative steps)
 _NEST: contextvars.ContextVar[tuple[int, float]] = contextvars.ContextVar(
@@ -141,29 +148,14 @@ class FiniteDifferencesImpl(BackendImpl):
     def protect(xs: tuple) -> tuple:
         """f always gets copies: it may even change its argument in place. The moved
         points of a difference (``Moved``) are made for f alone: no copy."""
-        if type(xs) is Moved:  # (a 0-d x moves to a NumPy scalar: f gets an array)
-            return tuple(x if type(x) is np.ndarray else np.asarray(x) for x in xs)
+        if type(xs) is Moved:
+            return xs
         return tuple(np.array(x, copy=True) for x in xs)
 
     def _eval(self, fn, xs, ctx):
         """f at xs (fn copies: protect), inside the levels of the running operator."""
-        running = _RUNNING.get()
-        if running is None:  # not under an operator of this backend
+        with _Inside():
             return np.asarray(fn(xs, *ctx))
-        prob, levels, steps = running
-        depth, product = _NEST.get()
-        depth, product = depth + levels, product * steps
-        if product < FD_MIN_STEP:
-            raise _nest_too_fine(prob, depth, product)
-        inside = _NEST.set((depth, product))
-        fresh = _RUNNING.set(None)  # an operator that f calls is nested
-        try:
-            return np.asarray(fn(xs, *ctx))
-        except TypeError as exc:  # torch functions on NumPy arrays: name AutoTorch()
-            _checks.reraise(prob.op, prob.backend, exc)
-        finally:
-            _RUNNING.reset(fresh)
-            _NEST.reset(inside)
 
     def _nest_steps(self, kind: str) -> float:
         """The product of this operator's relative steps (float64 defaults for None)."""
@@ -175,45 +167,53 @@ class FiniteDifferencesImpl(BackendImpl):
 
     def _sides(self) -> tuple[int, int]:
         """The multiples of h at which f is evaluated: (-1, 1) central, else one side and 0."""
-        return {"central": (-1, 1), "forward": (0, 1), "backward": (-1, 0)}[self.method]
+        return _SIDES[self.method]
 
     def _difference(self, fn, xs, ctx, y, direction, h):
         """(f(x + h d) - f(x - h d)) / (2h) or the one-sided version, with exact h."""
         lo, hi = self._sides()
-        plus = Moved(x + hi * h * d for x, d in zip(xs, direction, strict=True))
-        minus = Moved(x + lo * h * d for x, d in zip(xs, direction, strict=True))
+        plus = None if hi == 0 else _point(xs, direction, hi * h)
+        minus = None if lo == 0 else _point(xs, direction, lo * h)
         return self._quotient(fn, plus, minus, ctx, y, h)
 
     def _quotient(self, fn, plus, minus, ctx, y, h):
         """The difference quotient of f between the points ``plus`` and ``minus`` (f(x)
         ``y`` on the side at 0)."""
         lo, hi = self._sides()
-        f_hi = y if hi == 0 else self._eval(fn, plus, ctx)
-        f_lo = y if lo == 0 else self._eval(fn, minus, ctx)
+        with _Inside():
+            f_hi = y if hi == 0 else np.asarray(fn(plus, *ctx))
+            f_lo = y if lo == 0 else np.asarray(fn(minus, *ctx))
         return np.asarray((f_hi - f_lo) / ((hi - lo) * h))
 
     def value_and_jvp(self, prob, xs, vs, ctx):
         return self._jvp(prob, prob.flat(), xs, vs, ctx)
 
     def runner(self, prob, form, combo=None, weak=False):
-        """For jvp and value_and_jvp at one float array: ``_jvp`` without the general
-        path (an unprepared call's runner, ``weak``, holds f weakly)."""
-        if form != "array" or not prob.single or prob.op not in ("jvp", "value_and_jvp"):
+        """For jvp, gradient and their value variants at one float array: ``_jvp`` and
+        ``_gradient`` without the general path, on one ``flat()`` of f, whose output
+        check the plan keeps (an unprepared call's runner, ``weak``, holds f weakly)."""
+        if form != "array" or not prob.single or prob.op not in _RUNS or prob.aux:
             return None
         f = weak_callable(prob.f, weak)
         if f is None:
             return None
-        fn, named, value = prob.without_f().flat(lambda: f), _named(prob, weak), prob.op != "jvp"
+        fn, named, value = prob.without_f().flat(lambda: f), _named(prob, weak), "value" in prob.op
 
-        def run(x, v):
+        def gradient(x):
+            if type(x) is not np.ndarray or x.dtype.kind != "f":
+                return SLOW
+            y, (g,) = self._gradient(named, fn, (x,), (), value)
+            return (y, g) if value else g
+
+        def jvp(x, v):
             if type(v) is not np.ndarray or v.shape != x.shape or v.dtype != x.dtype:
                 return SLOW
             if type(x) is not np.ndarray or x.dtype.kind != "f":
                 return SLOW
-            y, t = self._jvp(named, fn, (x,), (v,), ())
-            return (y, t) if value else t
+            y, jv = self._jvp(named, fn, (x,), (v,), ())
+            return (y, jv) if value else jv
 
-        return run
+        return jvp if OPS[prob.op].family == "jvp" else gradient
 
     @_operator("first")
     def _jvp(self, prob, fn, xs, vs, ctx):
@@ -222,14 +222,15 @@ class FiniteDifferencesImpl(BackendImpl):
         wanted: it is f's at x)."""
         value = prob.op != "jvp" or self.method != "central" or prob.aux  # (aux: at x)
         y = self._eval(fn, xs, ctx) if value else None
-        scale = max((float(np.max(np.abs(v), initial=0)) for v in vs), default=0.0)
+        scale = _abs_max(vs)
         if scale == 0.0:
             return y, np.zeros_like(self._eval(fn, xs, ctx) if y is None else y)
-        dtype = np.result_type(*xs)
-        size = max((float(np.max(np.abs(x), initial=0)) for x in xs), default=0.0)
-        h = self._rel_step(prob, dtype) * max(1.0, size) / scale
+        dtype = xs[0].dtype if len(xs) == 1 else np.result_type(*xs)
+        h = self._rel_step(prob, dtype) * max(1.0, _abs_max(xs)) / scale
         t = self._difference(fn, xs, ctx, y, vs, h)
-        return y, np.asarray(t, dtype=np.result_type(t, np.float32))
+        if t.dtype.kind not in "fc" or t.dtype.itemsize < 4:  # (at least float32)
+            t = t.astype(np.result_type(t, np.float32))
+        return y, t
 
     def _columns(self, prob, xs, ctx):
         """f(x) and the Jacobian columns of each leaf, one perturbed coordinate at a time."""
@@ -241,25 +242,57 @@ class FiniteDifferencesImpl(BackendImpl):
 
     def _leaf_columns(self, prob, fn, xs, ctx, y, k, start, stop):
         """Columns ``start:stop`` of the Jacobian of leaf k: each column depends on its
-        coordinate alone, so columns built in chunks equal those built at once."""
+        coordinate alone, so columns built in chunks equal those built at once. ``y``
+        (f(x)) may be None for central differences, which do not evaluate it."""
         x = xs[k]
-        cols = np.empty((*y.shape, stop - start), dtype=np.result_type(y, x))
-        base = self._rel_step(prob, x.dtype)
-        for i in range(start, stop):
-            xi = x.reshape(-1)[i]
-            step = base * max(1.0, abs(float(xi)))
-            h = float((xi + x.dtype.type(step)) - xi)  # exactly representable
-            plus, minus = (_moved(xs, k, i, side * h) for side in reversed(self._sides()))
-            cols[..., i - start] = self._quotient(fn, plus, minus, ctx, y, h)
+        cols = None if y is None else np.empty((*y.shape, stop - start), np.result_type(y, x))
+        seg = x.reshape(-1)[start:stop]
+        wide = seg.astype(np.float64, copy=False)
+        steps = self._rel_step(prob, x.dtype) * np.maximum(np.abs(wide), 1.0)
+        hs = ((seg + steps.astype(x.dtype, copy=False)) - seg).astype(
+            np.float64, copy=False
+        )  # exact
+        lo, hi = self._sides()
+        with _Inside():  # the differences f_hi - f_lo, then one division
+            for j, h in enumerate(hs.tolist()):
+                f_hi = y if hi == 0 else fn(_moved(xs, k, start + j, hi * h), *ctx)
+                f_lo = y if lo == 0 else fn(_moved(xs, k, start + j, lo * h), *ctx)
+                d = f_hi - f_lo
+                if cols is None:
+                    cols = np.empty((*np.shape(d), stop - start), np.result_type(d, x))
+                cols[..., j] = d
+        if cols is None:  # (no coordinates, and no f(x))
+            return np.empty((0,), x.dtype)
+        cols /= (hi - lo) * hs
         return cols
 
-    @_operator("first")
+    def gradient(self, prob, xs, ctx):
+        if any(np.iscomplexobj(x) for x in xs):
+            return self._complex_gradient(prob, xs, ctx)[1]
+        return self._gradient(prob, prob.flat(), xs, ctx, False)[1]
+
     def value_and_gradient(self, prob, xs, ctx):
         if any(np.iscomplexobj(x) for x in xs):
             return self._complex_gradient(prob, xs, ctx)
-        y, cols = self._columns(prob, xs, ctx)
-        return y, tuple(c.reshape(x.shape).astype(x.dtype) for c, x in zip(cols, xs, strict=True))
+        return self._gradient(prob, prob.flat(), xs, ctx, True)
 
+    @_operator("first")
+    def _gradient(self, prob, fn, xs, ctx, value: bool):
+        """(f(x), gradient) of ``fn`` (``prob.flat()``) for real leaves; f(x) is None
+        where central differences do not need it (not ``value``, and no aux: f's aux is
+        f's at x): 2n evaluations of f."""
+        y = None
+        if value or self.method != "central" or prob.aux:
+            y = self._eval(fn, xs, ctx)
+        gs = tuple(
+            self._leaf_columns(prob, fn, xs, ctx, y, k, 0, x.size)
+            .reshape(x.shape)
+            .astype(x.dtype, copy=False)
+            for k, x in enumerate(xs)
+        )
+        return y, gs
+
+    @_operator("first")
     def _complex_gradient(self, prob, xs, ctx):
         """df/dRe + i df/dIm for complex leaves (real f), one coordinate at a time."""
         fn = prob.flat()
@@ -338,18 +371,14 @@ class FiniteDifferencesImpl(BackendImpl):
 
     @_operator("second")
     def gradient_and_hvp(self, prob, xs, vs, ctx, combo):
-        _, g = self.value_and_gradient(prob, xs, ctx)
+        g = self.gradient(prob, xs, ctx)  # (gradients without f(x): 2n runs each, central)
         scale = max((float(np.max(np.abs(v), initial=0)) for v in vs), default=0.0)
         if scale == 0.0:
             return g, tuple(np.zeros_like(x) for x in xs)
         size = max((float(np.max(np.abs(x), initial=0)) for x in xs), default=0.0)
         h = self._outer_step(prob, np.result_type(*xs)) * max(1.0, size) / scale
-        plus = self.value_and_gradient(
-            prob, tuple(x + h * v for x, v in zip(xs, vs, strict=True)), ctx
-        )[1]
-        minus = self.value_and_gradient(
-            prob, tuple(x - h * v for x, v in zip(xs, vs, strict=True)), ctx
-        )[1]
+        plus = self.gradient(prob, tuple(x + h * v for x, v in zip(xs, vs, strict=True)), ctx)
+        minus = self.gradient(prob, tuple(x - h * v for x, v in zip(xs, vs, strict=True)), ctx)
         hv = tuple(
             np.asarray((p - m) / (2 * h), dtype=x.dtype)
             for p, m, x in zip(plus, minus, xs, strict=True)
@@ -381,8 +410,8 @@ class FiniteDifferencesImpl(BackendImpl):
             xi = x.reshape(-1)[i]
             h = float((xi + x.dtype.type(base * max(1.0, abs(float(xi))))) - xi)
             d = _unit(x, i, h)
-            gp = self.value_and_gradient(prob, (x + d,), ctx)[1][0]
-            gm = self.value_and_gradient(prob, (x - d,), ctx)[1][0]
+            gp = self.gradient(prob, (x + d,), ctx)[0]
+            gm = self.gradient(prob, (x - d,), ctx)[0]
             cols[:, i - start] = ((gp - gm) / (2 * h)).reshape(-1)
         return cols
 
@@ -401,16 +430,67 @@ class FiniteDifferencesImpl(BackendImpl):
         return y, d, d2
 
 
+def _abs_max(leaves: tuple) -> float:
+    """The largest |a| over the leaves' elements (0.0 for none)."""
+    if len(leaves) == 1:
+        return float(np.abs(leaves[0]).max(initial=0))
+    return max((float(np.abs(a).max(initial=0)) for a in leaves), default=0.0)
+
+
 class Moved(tuple):
-    """Leaves of a point a difference moved to (``x + h d``): new arrays, f's own."""
+    """Leaves of a point a difference moved to (``x + h d``): new NumPy arrays, f's own."""
+
+
+class _Inside:
+    """``with _Inside():`` f's evaluations (one or many) inside the levels of the running
+    operator, which an operator that f calls counts as nested; a TypeError of f (torch
+    functions on NumPy arrays) names AutoTorch()."""
+
+    __slots__ = ("entered",)
+
+    def __enter__(self) -> None:
+        running = _RUNNING.get()
+        self.entered = None
+        if running is None:  # not under an operator of this backend
+            return
+        prob, levels, steps = running
+        depth, product = _NEST.get()
+        depth, product = depth + levels, product * steps
+        if product < FD_MIN_STEP:
+            raise _nest_too_fine(prob, depth, product)
+        # (an operator that f calls is a new, nested one)
+        self.entered = (prob, _NEST.set((depth, product)), _RUNNING.set(None))
+
+    def __exit__(self, kind, exc, tb) -> None:
+        if self.entered is None:
+            return
+        prob, inside, fresh = self.entered
+        _RUNNING.reset(fresh)
+        _NEST.reset(inside)
+        if isinstance(exc, TypeError):
+            _checks.reraise(prob.op, prob.backend, exc)
+
+
+def _point(xs: tuple, direction: tuple, step: float) -> Moved:
+    """The leaves of ``x + step d``: f's own new arrays."""
+    if len(xs) == 1:
+        return Moved((np.asarray(xs[0] + step * direction[0]),))
+    return Moved([np.asarray(x + step * d) for x, d in zip(xs, direction, strict=True)])
 
 
 def _moved(xs: tuple, k: int, i: int, step: float) -> Moved:
     """Copies of the leaves with ``step`` added to element i (C order) of leaf k: one
     copy and one addition, where ``x + step * unit`` takes three passes over x."""
-    out = Moved(np.array(x, copy=True) for x in xs)
+    if len(xs) == 1:
+        out = Moved((np.array(xs[0], copy=True),))
+    else:
+        out = Moved([np.array(x, copy=True) for x in xs])
     if step:
-        out[k].flat[i] += step
+        a = out[k]
+        if a.ndim == 1:
+            a[i] += step
+        else:
+            a.flat[i] += step
     return out
 
 

@@ -41,7 +41,7 @@ def hvp(impl, prob, xs: tuple, ctx: tuple) -> tuple:
         if h == 0.0:
             return tuple(np.zeros_like(x) for x in xs)
         moved = tuple(x + h * v for x, v in zip(xs, vs, strict=True))
-        plus = impl.value_and_gradient(prob, moved, ctx)[1]
+        plus = impl.gradient(prob, moved, ctx)
         return tuple(
             np.asarray((p - q) / h, dtype=x.dtype) for p, q, x in zip(plus, g, xs, strict=True)
         )

@@ -8,7 +8,8 @@ general path runs and explains. The reverse pass is the backend's one
 (``graph.finished`` and ``graph.grads``), on a graph built once per call; jvp
 runs on forward-mode dual numbers (measured about twice as fast as
 torch.func.jvp). A runner is built only once f's first call was watched (``graph.Watch``,
-by the general path), and then calls f as it is.
+by the general path), and then calls f as it is. f's pytree output is taken as each
+call gives it (``trees``); the runners of pytree x are in ``leaves``.
 """
 
 from __future__ import annotations

@@ -65,8 +65,7 @@ class TorchImpl(BackendImpl):
         runs_aux=True,  # the runners of ``direct`` hand f's aux to the sink, settled
         runs_trees=True,  # they take f's pytree output per call (``trees``)
     )
-
-    flatten_fast = staticmethod(trees.flatten)
+    flatten_fast = staticmethod(trees.flatten)  # (optree, as diffiface's flatten for tensors)
 
     def is_native(self, leaf: Any) -> bool:
         return isinstance(leaf, torch.Tensor)
@@ -137,7 +136,6 @@ class TorchImpl(BackendImpl):
     def settle(self, tree: Any, result: Any) -> Any:
         """Each tensor keeps the graph it has to an outer pass's leaves (as torch.func
         leaves aux), and loses the one to this call's own leaves."""
-
         if type(tree) is torch.Tensor:  # (one tensor: no tree to map)
             return _settled(tree)
         return tree_map(_settled, tree)
@@ -498,9 +496,8 @@ class NoForwardArrays(RuntimeError):
 def _settled(a: Any) -> Any:
     """A leaf of f's aux as the caller sees it (see ``TorchImpl.settle``)."""
     a = _alive(a)
-    if isinstance(a, torch.Tensor) and a.requires_grad and not _outside(a):
-        return a.detach()
-    return a
+    kept = not isinstance(a, torch.Tensor) or not a.requires_grad or _outside(a)
+    return a if kept else a.detach()
 
 
 def _outside(a: torch.Tensor) -> bool:

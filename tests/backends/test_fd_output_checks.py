@@ -152,8 +152,8 @@ def test_the_first_output_is_refused_before_any_difference():
 @pytest.mark.parametrize("op", ["gradient", "value_and_gradient"])
 def test_a_gradients_plan_runs_without_the_general_path(monkeypatch, op, prepared):
     """A gradient at one float array keeps a runner, and its check (once per plan): a
-    later call of the same kind runs f 2n times (value_and_gradient: 2n + 1) and checks none of them.
-    Before: the general path ran on every call, with 2n + 1 checked runs."""
+    later call of the same kind runs f 2n times (value_and_gradient: 2n + 1) and checks
+    none of them. Before: the general path ran on every call, with 2n + 1 checked runs."""
     f, calls = scalar_f()
     prep = di.prepare_gradient(f, B, X) if prepared else None
     for _ in range(2):  # an unprepared call keeps its plan; its runner's first call checks

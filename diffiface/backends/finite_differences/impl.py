@@ -248,10 +248,8 @@ class FiniteDifferencesImpl(BackendImpl):
         cols = None if y is None else np.empty((*y.shape, stop - start), np.result_type(y, x))
         seg = x.reshape(-1)[start:stop]
         wide = seg.astype(np.float64, copy=False)
-        steps = self._rel_step(prob, x.dtype) * np.maximum(np.abs(wide), 1.0)
-        hs = ((seg + steps.astype(x.dtype, copy=False)) - seg).astype(
-            np.float64, copy=False
-        )  # exact
+        steps = (self._rel_step(prob, x.dtype) * np.maximum(np.abs(wide), 1.0)).astype(x.dtype)
+        hs = ((seg + steps) - seg).astype(np.float64, copy=False)  # exactly representable
         lo, hi = self._sides()
         with _Inside():  # the differences f_hi - f_lo, then one division
             for j, h in enumerate(hs.tolist()):

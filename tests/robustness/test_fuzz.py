@@ -3,13 +3,14 @@ products, sums, matrix products with fixed matrices) agree on every backend for
 gradient, jvp, vjp, jacobian and hvp, in float64. The reference is the grammar's own
 closed form (value, jacobian and second derivatives built rule by rule in NumPy): AD
 backends agree with it at 1e-9 (relative to the largest entry), finite differences at
-1e-5 (first order) and 1e-3 (hvp). Each backend and top-level function family is its
-own test, so that xdist can spread them; ``DIFFIFACE_FUZZ_EXAMPLES`` sets the number of
-examples per backend (default 200, recorded in docs/promises.md), shared out among the
-families."""
+1e-5 (first order) and 1e-3 (hvp). The tests of each backend (and of each operator on
+JAX) see the same derandomized examples; an expression drawn again reuses its functions.
+``DIFFIFACE_FUZZ_EXAMPLES`` sets the number of examples (default 200, recorded in
+docs/promises.md)."""
 
 from __future__ import annotations
 
+import functools
 import os
 
 import numpy as np
@@ -38,18 +39,22 @@ exprs = st.recursive(
     ),
     max_leaves=6,
 )
-# the expression's top-level operation, over any sub-expressions
-FAMILIES = {
-    "unary": st.tuples(st.sampled_from(UNARY), exprs),
-    "mul": st.tuples(st.just("mul"), exprs, exprs),
-    "add": st.tuples(st.just("add"), exprs, exprs),
-    "matmul": st.tuples(st.just("matmul"), st.integers(0, 1), exprs),
-    "mean_times": st.tuples(st.just("mean_times"), exprs, exprs),
-}
-BACKENDS = [
-    pytest.param(b, id=b.__name__, marks=pytest.mark.skipif(not HAVE[m], reason=f"{m} missing"))
-    for b, m in ((di.AutoJax, "jax"), (di.AutoTorch, "torch"), (di.AutoAutograd, "autograd"))
-] + [pytest.param(di.AutoFiniteDifferences, id="AutoFiniteDifferences")]
+OPS = ("gradient", "jvp", "vjp", "jacobian", "hvp")
+
+
+def _case(backend, module, ops):
+    skip = module is not None and not HAVE[module]
+    marks = pytest.mark.skipif(skip, reason=f"{module} missing")
+    return pytest.param(backend, ops, id=f"{backend.__name__}-{'-'.join(ops)}", marks=marks)
+
+
+# JAX compiles each operator of each new function: one test per operator, so that xdist
+# spreads them; the other backends check every operator in one test
+CASES = [_case(di.AutoJax, "jax", (op,)) for op in OPS] + [
+    _case(di.AutoTorch, "torch", OPS),
+    _case(di.AutoAutograd, "autograd", OPS),
+    _case(di.AutoFiniteDifferences, None, OPS),
+]
 
 
 def build(e, x, mats):
@@ -146,23 +151,32 @@ def as_np(a):
     return a.detach().numpy() if hasattr(a, "detach") else np.asarray(a)
 
 
-def results(backend, e, x, v, w):
+@functools.cache
+def functions(backend, e):
+    """f(x) = e(x) and g(x, w) = sum(e(x) * w) on ``backend``'s arrays, made once per
+    expression: an expression drawn again reuses them (and JAX their compilations)."""
     mats = [native(backend, m) for m in MATS]
 
     def f(x):
         return build(e, x, mats)
 
-    def g(x):
-        return (build(e, x, mats) * native(backend, w)).sum()
+    def g(x, w):
+        return (build(e, x, mats) * w).sum()
 
+    return f, g
+
+
+def result(backend, op, e, x, v, w):
+    """``op`` of f (jvp, vjp, jacobian) or of g with w as a Constant (gradient, hvp)."""
+    f, g = functions(backend, e)
     xn, vn, wn = native(backend, x), native(backend, v), native(backend, w)
-    return {
-        "gradient": as_np(di.gradient(g, backend, xn)),
-        "jvp": as_np(di.jvp(f, backend, xn, vn)),
-        "vjp": as_np(di.vjp(f, backend, xn, wn)),
-        "jacobian": as_np(di.jacobian(f, backend, xn)),
-        "hvp": as_np(di.hvp(g, backend, xn, vn)),
-    }
+    if op == "gradient":
+        return as_np(di.gradient(g, backend, xn, di.Constant(wn)))
+    if op == "hvp":
+        return as_np(di.hvp(g, backend, xn, vn, di.Constant(wn)))
+    if op == "jacobian":
+        return as_np(di.jacobian(f, backend, xn))
+    return as_np(getattr(di, op)(f, backend, xn, vn if op == "jvp" else wn))
 
 
 def close(a, b, tol):
@@ -188,27 +202,22 @@ def test_closed_form_matches_float64_finite_differences():
         )
 
 
-@pytest.mark.parametrize("family", list(FAMILIES))
-@pytest.mark.parametrize("backend", BACKENDS)
-@hypothesis.settings(
-    max_examples=max(1, EXAMPLES // len(FAMILIES)), deadline=None, database=None, derandomize=True
-)
+@pytest.mark.parametrize(("backend", "ops"), CASES)
+@hypothesis.settings(max_examples=EXAMPLES, deadline=None, database=None, derandomize=True)
 @hypothesis.given(
-    data=st.data(),
+    e=exprs,
     x=st.lists(st.floats(-1, 1), min_size=N, max_size=N),
     v=st.lists(st.floats(-1, 1), min_size=N, max_size=N),
     w=st.lists(st.floats(-1, 1), min_size=N, max_size=N),
 )
-def test_random_functions_agree_on_every_backend(backend, family, data, x, v, w):
-    e = data.draw(FAMILIES[family], label="e")
+def test_random_functions_agree_on_every_backend(backend, ops, e, x, v, w):
     x, v, w = (np.array(a, dtype=np.float64) for a in (x, v, w))
     with np.errstate(all="ignore"):
         y = build(e, x, MATS)
         ref = reference(e, x, v, w)
     hypothesis.assume(np.all(np.isfinite(y)) and np.max(np.abs(y)) < 1e6)
     hypothesis.assume(all(np.all(np.isfinite(r)) and np.max(np.abs(r)) < 1e6 for r in ref.values()))
-    got = results(backend(), e, x, v, w)
     fd = backend is di.AutoFiniteDifferences
-    for op, r in ref.items():
+    for op in ops:
         tol = (1e-3 if op == "hvp" else 1e-5) if fd else 1e-9
-        assert close(got[op], r, tol), (backend, op, e)
+        assert close(result(backend(), op, e, x, v, w), ref[op], tol), (backend, op, e)

@@ -108,8 +108,12 @@ def value_and_gradient_in_loss(fw, s, t, p):
     return v * (g**2).sum()
 
 
+def model_of_flat(pv, x):
+    return model(x, unpack(pv))
+
+
 def parameter_jacobian(fw, s, x, pv):
-    J = di.jacobian(fixed(lambda pv, x: model(x, unpack(pv)), x, s), BACKEND[fw](), pv)
+    J = di.jacobian(fixed(model_of_flat, x, s), BACKEND[fw](), pv)
     return (J**2).sum()
 
 

@@ -560,21 +560,6 @@ def test_forward_over_reverse_never_drops_what_f_closes_over(fw):
         outer_grad(fw, loss, s, p)
 
 
-@pytest.mark.skipif(not (HAVE["jax"] and HAVE["torch"]), reason="jax and torch needed")
-def test_the_nested_ad_page_runs():
-    """Every python block of docs/nested.md, in order, in one namespace."""
-    import pathlib
-    import re
-
-    page = pathlib.Path(__file__).parents[2] / "docs" / "nested.md"
-    blocks = re.findall(r"```python\n(.*?)```", page.read_text(), re.S)
-    assert len(blocks) >= 3
-    namespace: dict = {}
-    for block in blocks:
-        exec(compile(block, str(page), "exec"), namespace)
-    assert namespace["same"] is not None
-
-
 # ---- found in review ---------------------------------------------------------------------------
 @pytest.mark.skipif(not HAVE["torch"], reason="torch missing")
 def test_torch_inner_gradient_does_not_count_other_uses_of_x():

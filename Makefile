@@ -28,7 +28,7 @@ docs: $(VENV)/.installed
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet --site-dir build/site
 
 test: lint docs
-	$(BIN)/python -m pytest -q -n 2 diffiface tests
+	$(BIN)/python -m pytest -q -n 2 --dist worksteal diffiface tests
 
 $(VENV)/.bench: $(VENV)/.installed
 	$(BIN)/python -m pip install --quiet -c constraints.txt -e ".[test,bench]"

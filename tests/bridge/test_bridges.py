@@ -203,9 +203,10 @@ def test_unused_outputs_and_inputs_without_grad_under_torch():
     np.testing.assert_allclose(g.numpy(), 3 * np.cos(X0), rtol=1e-12)
 
 
-def test_python_scalars_are_constants_and_the_node_table_is_bounded():
+def test_python_scalars_are_constants_and_the_node_table_is_bounded(monkeypatch):
     from diffiface.bridge import node as _bridge
 
+    monkeypatch.setattr(_bridge, "MAX_NODES", 8)  # the same eviction, 13 calls instead of 69
     b = di.differentiate_with(lambda x, k: jnp.sum(k * x**2), di.AutoJax())
     x = torch.tensor(X0, requires_grad=True)
     for k in range(_bridge.MAX_NODES + 5):
@@ -286,12 +287,13 @@ def test_operators_on_another_frameworks_arrays_return_that_framework():
     np.testing.assert_allclose(h, np.diag(6 * XS), rtol=1e-12)
 
 
-def test_operators_crossing_for_many_functions_keep_a_bounded_cache():
+def test_operators_crossing_for_many_functions_keep_a_bounded_cache(monkeypatch):
     """A crossing operator's graph holds its f (its derivatives run after the call
     returns, when a lambda made inside a loss is gone); the cache holds it weakly (its
     entries die with the functions) and is bounded while they live."""
     from diffiface.bridge import operators as _bridge_ops
 
+    monkeypatch.setattr(_bridge_ops._CACHE, "_functions", 4)  # the same eviction, sooner
     fs = []
     for k in range(_bridge_ops._CACHE._functions + 8):
         fs.append(lambda t, k=k: k * (t**2).sum())

@@ -15,13 +15,21 @@ import diffiface as di
 from diffiface import testing
 
 
-def test_the_default_matrix_passes_on_every_installed_backend():
-    report = testing.check()
+def test_check_runs_every_installed_backend_by_default():
+    s = testing.default_scenarios(("float64",))[2]  # array->scalar
+    report = testing.check(scenarios=[s], operators=("gradient",))
     report.raise_on_failure()
-    ran = [r for r in report.results if r.status == "pass"]
-    assert {r.backend for r in ran} == {
+    assert {r.backend for r in report.results} == {
         testing._check.short_name(b) for b in testing.available_backends()
     }
+
+
+# one test per backend (the same runs as one check() of them all), so that xdist spreads them
+@pytest.mark.parametrize("backend", testing.available_backends(), ids=repr)
+def test_the_default_matrix_passes_on_every_installed_backend(backend):
+    report = testing.check([backend])
+    report.raise_on_failure()
+    ran = [r for r in report.results if r.status == "pass"]
     assert {r.family for r in ran} >= {
         "scalar->scalar",
         "scalar->array",
@@ -38,11 +46,12 @@ def test_the_default_matrix_passes_on_every_installed_backend():
     assert "FAIL" not in text and "ERROR" not in text and "0 failing" in text
 
 
-def test_prepared_and_numpy_inputs_pass_too():
+@pytest.mark.parametrize("backend", testing.available_backends(), ids=repr)
+def test_prepared_and_numpy_inputs_pass_too(backend):
     scenarios = testing.default_scenarios(("float64",))
-    testing.check(scenarios=scenarios, prepared=True).raise_on_failure()
+    testing.check([backend], scenarios, prepared=True).raise_on_failure()
     testing.check(
-        scenarios=scenarios, inputs="numpy", operators=("gradient", "vjp")
+        [backend], scenarios, inputs="numpy", operators=("gradient", "vjp")
     ).raise_on_failure()
 
 

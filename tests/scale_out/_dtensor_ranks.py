@@ -1,15 +1,24 @@
-"""Run by test_dtensor.py in a subprocess per case (``_dtensor_ranks.py PORT CASE``): two
-gloo ranks on 127.0.0.1, each checks the operators on a DTensor sharded over both
-against the same call on a plain tensor. Each case runs alone in a fresh process."""
+"""Run by test_dtensor.py as two processes, one per gloo rank on 127.0.0.1
+(``_dtensor_ranks.py RANK PORTS CASES``, comma-separated, one port per case): for each
+case, each rank checks the operators on a DTensor sharded over both against the same call
+on a plain tensor. Each case runs alone in a fresh process: a rank imports torch and
+diffiface once, then forks a child per case (nothing run before the fork, so no state
+carries over from one case to another) and prints ``CASE: ok`` or ``CASE: failed``."""
 
 from __future__ import annotations
 
+import datetime
 import os
 import sys
+import time
+import traceback
 
 import torch
+import torch._dynamo  # a first distribute_tensor imports it (seconds): once, before the forks
 import torch.distributed as dist
-import torch.multiprocessing as mp
+import torch.distributed.tensor
+
+import diffiface  # noqa: F401
 
 
 def _close(a, b) -> None:
@@ -18,7 +27,9 @@ def _close(a, b) -> None:
 
 def run(rank: int, world: int, port: str, case: str) -> None:
     os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = "127.0.0.1", port
-    dist.init_process_group("gloo", rank=rank, world_size=world)
+    # a rank whose partner failed gives up after a minute instead of gloo's 30
+    timeout = datetime.timedelta(seconds=60)
+    dist.init_process_group("gloo", rank=rank, world_size=world, timeout=timeout)
     try:
         from torch.distributed.device_mesh import init_device_mesh
         from torch.distributed.tensor import Shard, distribute_tensor
@@ -37,8 +48,6 @@ def run(rank: int, world: int, port: str, case: str) -> None:
 
         CASES[case](di, di.AutoTorch(), mesh, x, plain, f, g)
         dist.barrier()  # no rank tears the group down while another still talks to it
-        if rank == 0:
-            print("ranks ok", flush=True)
     finally:
         dist.destroy_process_group()
 
@@ -192,5 +201,34 @@ CASES = {
     "batched_jacobian": _batched_jacobian,
 }
 
+
+def _in_a_child(rank: int, port: str, case: str) -> bool:
+    """Runs one case in a forked child; False when it fails or outlives 90 s."""
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            run(rank, 2, port, case)
+            code = 0
+        except BaseException:
+            traceback.print_exc()
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(code)
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return os.waitstatus_to_exitcode(status) == 0
+        time.sleep(0.02)
+    os.kill(pid, 9)
+    os.waitpid(pid, 0)
+    return False
+
+
 if __name__ == "__main__":
-    mp.spawn(run, args=(2, sys.argv[1], sys.argv[2]), nprocs=2, join=True)
+    rank, ports, cases = int(sys.argv[1]), sys.argv[2].split(","), sys.argv[3].split(",")
+    for port, case in zip(ports, cases, strict=True):
+        ok = _in_a_child(rank, port, case)
+        print(f"{case}: {'ok' if ok else 'failed'}", flush=True)

@@ -217,20 +217,25 @@ class Prep:
         )
 
 
-def tree_runner(impl: Any, f: Callable, op: str, sig: tuple, run: Callable | None):
+def tree_runner(
+    impl: Any, f: Callable, op: str, sig: tuple, run: Callable | None, fuse: bool = True
+):
     """``run`` (a runner at one native array x) with the parts of its results shaped like
     f(x) split as f's pytree output (and a cotangent like it raveled), or None. ``sig``:
     the signature of the layout (``outputs.signature`` of x). Only for a backend that
     compiles: the compiled function fixed the output's structure when it traced f, and
-    the layout recorded then holds for every call of the runner's signature."""
+    the layout recorded then holds for every call of the runner's signature. ``fuse``
+    (``run`` takes arrays only): the ravel, ``run`` and the split compiled as one call."""
     if run is None or impl.compile is None:
         return None
     layout = outputs.layout_of(f, sig)
     if layout is None or layout is outputs.MISSING:
         return None
+    shaped = tuple(part in SHAPED_LIKE_F for part in OPS[op].returns)
+    if fuse:
+        return _fused(impl, layout, OPS[op].tangent == "w", shaped, run)
     if OPS[op].tangent == "w":
         run = _raveled(impl, layout, run)
-    shaped = tuple(part in SHAPED_LIKE_F for part in OPS[op].returns)
     split = layout.split
     if shaped == (False,):  # (a vjp: a result like x)
         return run
@@ -249,6 +254,49 @@ def tree_runner(impl: Any, f: Callable, op: str, sig: tuple, run: Callable | Non
         return tuple(split(impl, o) if s else o for o, s in zip(out, shaped, strict=True))
 
     return several
+
+
+class _HandOver(Exception):
+    """(traced) The runner handed the call over: the general path runs it."""
+
+
+def _fused(impl: Any, layout: outputs.Layout, takes_w: bool, shaped: tuple, run: Callable):
+    """``run`` with a cotangent like f's pytree output (``takes_w``) raveled before it and
+    its parts shaped like f(x) split after it, all three traced into one compiled call
+    (one dispatch, where ravel and split would each be one more). The cotangent's leaves
+    and a tangent's type are checked first; ``run``'s own checks run in its trace."""
+
+    def traced(x, *t):
+        if takes_w:
+            t = (layout.ravel(impl, list(t[0])),)
+        out = run(x, *t)
+        if out is SLOW:
+            raise _HandOver
+        if len(shaped) == 1:
+            return layout.pieces(impl, out) if shaped[0] else out
+        return tuple(layout.pieces(impl, o) if s else o for o, s in zip(out, shaped, strict=True))
+
+    compiled = impl.compile(traced)
+    treedef, shapes = layout.treedef, layout.shapes
+
+    def fused(x, *t):
+        if t and takes_w:
+            leaves, tree = flatten(t[0])
+            if tree != treedef:
+                return SLOW
+            kind = type(x)
+            for a, shape in zip(leaves, shapes, strict=True):
+                if type(a) is not kind or a.shape != shape:
+                    return SLOW
+            t = (tuple(leaves),)
+        elif t and type(t[0]) is not type(x):
+            return SLOW
+        try:
+            return compiled(x, *t)
+        except _HandOver:
+            return SLOW
+
+    return fused
 
 
 def _raveled(impl: Any, layout: outputs.Layout, run: Callable) -> Callable:

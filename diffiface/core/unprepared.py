@@ -105,7 +105,7 @@ def remember(op: str, f, backend, impl, prob, combo, x, kinds, contexts, t) -> N
         TABLE.put(f, key, Kept(backend, form, sig, reads, run))
     code_run = impl.code_runner(prob, form) if run and type(f) is FunctionType else None
     if code_run is not None:  # its code's plan, for the next new closure of that code
-        code_run = tree_runner(impl, prob.f, op, tree, code_run) if tree else code_run
+        code_run = tree_runner(impl, prob.f, op, tree, code_run, fuse=False) if tree else code_run
         TABLE.put(f.__code__, key, Kept(backend, form, sig, None, code_run))
 
 

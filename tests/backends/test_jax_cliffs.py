@@ -338,14 +338,7 @@ def _native_result(op, f, x, t):
 
 # every operator with a tangent (declared ``several``: jvp, vjp, hvp and their variants);
 # those whose f may return a pytree again with one
-# (value_gradient_and_hvp keeps no plan per code: a known gap, strict so that a fix shows)
-_NO_CODE_PLAN = pytest.mark.xfail(
-    reason="value_gradient_and_hvp of a closure per call: no plan kept per code", strict=True
-)
-CLOSURE_CASES = [
-    pytest.param(op, False, marks=[_NO_CODE_PLAN] if op == "value_gradient_and_hvp" else [])
-    for op in OPS_SEVERAL
-]
+CLOSURE_CASES = [(op, False) for op in OPS_SEVERAL]
 CLOSURE_CASES += [(op, True) for op in OPS_SEVERAL if OPS[op].tree_output]
 
 
@@ -495,10 +488,7 @@ def test_batched_jacobian_runs_the_compiled_function(numpy, prepared, monkeypatc
 
 # the gradient's family and every operator with a tangent; the base ones with a pytree
 # output where f may return one
-PER_CODE = [
-    pytest.param(op, False, marks=[_NO_CODE_PLAN] if op == "value_gradient_and_hvp" else [])
-    for op in (*of_family("gradient"), *OPS_SEVERAL)
-]
+PER_CODE = [(op, False) for op in (*of_family("gradient"), *OPS_SEVERAL)]
 PER_CODE += [(op, True) for op in FAMILIES_SEVERAL if OPS[op].tree_output]
 
 

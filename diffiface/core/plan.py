@@ -46,6 +46,7 @@ class Prep:
     """The result of a ``prepare_<operator>`` call; pass it as ``prep=`` to the operator."""
 
     __slots__ = (
+        "_example",
         "_form",
         "_kinds",
         "_probs",
@@ -79,12 +80,15 @@ class Prep:
         self._runners: dict = {}  # op -> the backend's runner, taking calls in one form:
         self._form: str | None = None  # one array (x, *t), or native leaves (see Signature)
         self._tree = None  # f returns a pytree: the signature of its layout (runners split)
+        self._example = (x,) if t is None else (x, t)  # the preparation's arguments
         self._tried: set = set()  # operators whose runner was looked for after a call
 
     def finalize(self, x: Any = None) -> Prep:
         """Build the runners (after the warm-up call ``prepare`` made at ``x`` compiled
         what they use)."""
         self._form = self._takes(x)
+        if self._tree is None:
+            self._example = None  # (kept for a pytree output's siblings: see _runner)
         if self._form is not None:
             for op in self._probs:
                 run = self._runner(op)
@@ -119,9 +123,13 @@ class Prep:
         return form
 
     def _runner(self, op: str) -> Callable | None:
+        """``op``'s runner; for a pytree output, compiled with the split at the
+        preparation's arguments (kept for the siblings, whose runners come later)."""
         form, prob, tree = self._form, self._probs[op], self._tree
         run = self.impl.runner(prob, form, None if form == LEAVES else self.combo)
-        return run if tree is None else tree_runner(self.impl, prob.f, op, tree, run)
+        if tree is None:
+            return run
+        return tree_runner(self.impl, prob.f, op, tree, run, self._example)
 
     def problem(self, op: str) -> Problem:
         """The plan's problem for ``op`` (its compiled functions, once it ran)."""
@@ -218,22 +226,27 @@ class Prep:
 
 
 def tree_runner(
-    impl: Any, f: Callable, op: str, sig: tuple, run: Callable | None, fuse: bool = True
+    impl: Any, f: Callable, op: str, sig: tuple, run: Callable | None, example: tuple | None
 ):
     """``run`` (a runner at one native array x) with the parts of its results shaped like
     f(x) split as f's pytree output (and a cotangent like it raveled), or None. ``sig``:
     the signature of the layout (``outputs.signature`` of x). Only for a backend that
     compiles: the compiled function fixed the output's structure when it traced f, and
-    the layout recorded then holds for every call of the runner's signature. ``fuse``
-    (``run`` takes arrays only): the ravel, ``run`` and the split compiled as one call."""
+    the layout recorded then holds for every call of the runner's signature. With the
+    arguments of a call, ``example`` (None: ``run`` takes f too, which is no array), the
+    ravel, ``run`` and the split are compiled as one call (for an empty ``example``, at
+    its first call)."""
     if run is None or impl.compile is None:
         return None
     layout = outputs.layout_of(f, sig)
     if layout is None or layout is outputs.MISSING:
         return None
     shaped = tuple(part in SHAPED_LIKE_F for part in OPS[op].returns)
-    if fuse:
-        return _fused(impl, layout, OPS[op].tangent == "w", shaped, run)
+    if example is not None:
+        fused = _fused(impl, layout, OPS[op].tangent == "w", shaped, run)
+        if example:
+            fused(*example)  # compiled now: the calls of a runner built so never compile
+        return fused
     if OPS[op].tangent == "w":
         run = _raveled(impl, layout, run)
     split = layout.split

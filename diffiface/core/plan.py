@@ -46,6 +46,7 @@ class Prep:
     """The result of a ``prepare_<operator>`` call; pass it as ``prep=`` to the operator."""
 
     __slots__ = (
+        "_example",
         "_form",
         "_kinds",
         "_probs",
@@ -79,12 +80,15 @@ class Prep:
         self._runners: dict = {}  # op -> the backend's runner, taking calls in one form:
         self._form: str | None = None  # one array (x, *t), or native leaves (see Signature)
         self._tree = None  # f returns a pytree: the signature of its layout (runners split)
+        self._example = (x,) if t is None else (x, t)  # the preparation's arguments
         self._tried: set = set()  # operators whose runner was looked for after a call
 
     def finalize(self, x: Any = None) -> Prep:
         """Build the runners (after the warm-up call ``prepare`` made at ``x`` compiled
         what they use)."""
         self._form = self._takes(x)
+        if self._tree is None:
+            self._example = None  # (kept for a pytree output's siblings: see _runner)
         if self._form is not None:
             for op in self._probs:
                 run = self._runner(op)
@@ -119,9 +123,13 @@ class Prep:
         return form
 
     def _runner(self, op: str) -> Callable | None:
+        """``op``'s runner; for a pytree output, compiled with the split at the
+        preparation's arguments (kept for the siblings, whose runners come later)."""
         form, prob, tree = self._form, self._probs[op], self._tree
         run = self.impl.runner(prob, form, self.combo)
-        return run if tree is None else tree_runner(self.impl, prob.f, op, tree, run)
+        if tree is None:
+            return run
+        return tree_runner(self.impl, prob.f, op, tree, run, self._example)
 
     def problem(self, op: str) -> Problem:
         """The plan's problem for ``op`` (its compiled functions, once it ran)."""
@@ -217,13 +225,18 @@ class Prep:
         )
 
 
-def tree_runner(impl: Any, f: Callable, op: str, sig: tuple, run: Callable | None):
+def tree_runner(
+    impl: Any, f: Callable, op: str, sig: tuple, run: Callable | None, example: tuple | None
+):
     """``run`` (a runner at one native array x) with the parts of its results shaped like
     f(x) split as f's pytree output (and a cotangent like it raveled), or None. ``sig``:
     the signature of the layout (``outputs.signature`` of x). For a backend that
     compiles: the compiled function fixed the output's structure when it traced f, and
-    the layout recorded then holds for every call of the runner's signature. A backend
-    whose runners take the output as each call gives it (``runs_trees``): ``run``."""
+    the layout recorded then holds for every call of the runner's signature. With the
+    arguments of a call, ``example`` (None: ``run`` takes f too, which is no array), the
+    ravel, ``run`` and the split are compiled as one call (for an empty ``example``, at
+    its first call). A backend whose runners take the output as each call gives it
+    (``runs_trees``): ``run``."""
     if run is None or impl.traits.runs_trees:
         return run
     if impl.compile is None:
@@ -231,9 +244,14 @@ def tree_runner(impl: Any, f: Callable, op: str, sig: tuple, run: Callable | Non
     layout = outputs.layout_of(f, sig)
     if layout is None or layout is outputs.MISSING:
         return None
+    shaped = tuple(part in SHAPED_LIKE_F for part in OPS[op].returns)
+    if example is not None:
+        fused = _fused(impl, layout, OPS[op].tangent == "w", shaped, run)
+        if example:
+            fused(*example)  # compiled now: the calls of a runner built so never compile
+        return fused
     if OPS[op].tangent == "w":
         run = _raveled(impl, layout, run)
-    shaped = tuple(part in SHAPED_LIKE_F for part in OPS[op].returns)
     split = layout.split
     if shaped == (False,):  # (a vjp: a result like x)
         return run
@@ -252,6 +270,49 @@ def tree_runner(impl: Any, f: Callable, op: str, sig: tuple, run: Callable | Non
         return tuple(split(impl, o) if s else o for o, s in zip(out, shaped, strict=True))
 
     return several
+
+
+class _HandOver(Exception):
+    """(traced) The runner handed the call over: the general path runs it."""
+
+
+def _fused(impl: Any, layout: outputs.Layout, takes_w: bool, shaped: tuple, run: Callable):
+    """``run`` with a cotangent like f's pytree output (``takes_w``) raveled before it and
+    its parts shaped like f(x) split after it, all three traced into one compiled call
+    (one dispatch, where ravel and split would each be one more). The cotangent's leaves
+    and a tangent's type are checked first; ``run``'s own checks run in its trace."""
+
+    def traced(x, *t):
+        if takes_w:
+            t = (layout.ravel(impl, list(t[0])),)
+        out = run(x, *t)
+        if out is SLOW:
+            raise _HandOver
+        if len(shaped) == 1:
+            return layout.pieces(impl, out) if shaped[0] else out
+        return tuple(layout.pieces(impl, o) if s else o for o, s in zip(out, shaped, strict=True))
+
+    compiled = impl.compile(traced)
+    treedef, shapes = layout.treedef, layout.shapes
+
+    def fused(x, *t):
+        if t and takes_w:
+            leaves, tree = flatten(t[0])
+            if tree != treedef:
+                return SLOW
+            kind = type(x)
+            for a, shape in zip(leaves, shapes, strict=True):
+                if type(a) is not kind or a.shape != shape:
+                    return SLOW
+            t = (tuple(leaves),)
+        elif t and type(t[0]) is not type(x):
+            return SLOW
+        try:
+            return compiled(x, *t)
+        except _HandOver:
+            return SLOW
+
+    return fused
 
 
 def _raveled(impl: Any, layout: outputs.Layout, run: Callable) -> Callable:

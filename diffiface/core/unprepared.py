@@ -100,12 +100,12 @@ def remember(op: str, f, backend, impl, prob, combo, x, kinds, contexts, t) -> N
         run = impl.runner(prob, form, combo, weak=True)
     if tree:
         tree = outputs.signature((x,), (), False, impl.leaf_signature, op)
-        run = tree_runner(impl, prob.f, op, tree, run)
+        run = tree_runner(impl, prob.f, op, tree, run, (x,) if t is None else (x, t))
     if run is not None or form != LEAVES:
         TABLE.put(f, key, Kept(backend, form, sig, reads, run))
     code_run = impl.code_runner(prob, form) if run and type(f) is FunctionType else None
     if code_run is not None:  # its code's plan, for the next new closure of that code
-        code_run = tree_runner(impl, prob.f, op, tree, code_run) if tree else code_run
+        code_run = tree_runner(impl, prob.f, op, tree, code_run, None) if tree else code_run
         TABLE.put(f.__code__, key, Kept(backend, form, sig, None, code_run))
 
 

@@ -338,14 +338,7 @@ def _native_result(op, f, x, t):
 
 # every operator with a tangent (declared ``several``: jvp, vjp, hvp and their variants);
 # those whose f may return a pytree again with one
-# (value_gradient_and_hvp keeps no plan per code: a known gap, strict so that a fix shows)
-_NO_CODE_PLAN = pytest.mark.xfail(
-    reason="value_gradient_and_hvp of a closure per call: no plan kept per code", strict=True
-)
-CLOSURE_CASES = [
-    pytest.param(op, False, marks=[_NO_CODE_PLAN] if op == "value_gradient_and_hvp" else [])
-    for op in OPS_SEVERAL
-]
+CLOSURE_CASES = [(op, False) for op in OPS_SEVERAL]
 CLOSURE_CASES += [(op, True) for op in OPS_SEVERAL if OPS[op].tree_output]
 
 
@@ -495,10 +488,7 @@ def test_batched_jacobian_runs_the_compiled_function(numpy, prepared, monkeypatc
 
 # the gradient's family and every operator with a tangent; the base ones with a pytree
 # output where f may return one
-PER_CODE = [
-    pytest.param(op, False, marks=[_NO_CODE_PLAN] if op == "value_gradient_and_hvp" else [])
-    for op in (*of_family("gradient"), *OPS_SEVERAL)
-]
+PER_CODE = [(op, False) for op in (*of_family("gradient"), *OPS_SEVERAL)]
 PER_CODE += [(op, True) for op in FAMILIES_SEVERAL if OPS[op].tree_output]
 
 
@@ -587,3 +577,39 @@ def test_functions_of_one_code_that_are_reused_keep_their_own_runner():
     assert python_calls(lambda: di.gradient(f2, B, x)) <= python_calls(
         lambda: di.gradient(f1, B, x)
     )
+
+
+# ---- value_gradient_and_hvp runs its compiled function -----------------------------
+
+
+@pytest.mark.parametrize("numpy", [False, True], ids=["jax", "numpy"])
+@pytest.mark.parametrize("prepared", [False, True], ids=["unprepared", "prepared"])
+def test_value_gradient_and_hvp_runs_the_compiled_function(numpy, prepared, monkeypatch):
+    """The value comes from the gradient-and-hvp pass (f(x) as its aux): after the first
+    call (or the preparation), no general path and no compilation; results of x's kind
+    equal to JAX's jvp of grad."""
+    f = Counted(scalar=True)
+    x, v = (XN, VN[0]) if numpy else (jnp.asarray(XN), jnp.asarray(VN[0]))
+    kw = {"prep": di.prepare_hvp(f, B, x, v)} if prepared else {}
+    di.value_gradient_and_hvp(f, B, x, v, **kw)
+    before = compiles()
+    monkeypatch.setattr(shell, "enter", _no_general_path)
+    got = di.value_gradient_and_hvp(f, B, x, v, **kw)
+    assert compiles() == before
+    kind = np.ndarray if numpy else jax.Array
+    assert all(isinstance(a, kind) for a in got)
+    xj, vj = jnp.asarray(XN), jnp.asarray(VN[0])
+    g, hv = jax.jvp(jax.grad(f), (xj,), (vj,))
+    _close(got, (f(xj), g, hv))
+
+
+def test_value_gradient_and_hvp_of_a_float_keeps_a_plan(monkeypatch):
+    """A Python float x and tangent: floats back, the kept plan (no general path)."""
+    f = lambda x: _g(x)  # noqa: E731
+    di.value_gradient_and_hvp(f, B, 0.3, 1.0)
+    monkeypatch.setattr(shell, "enter", _no_general_path)
+    got = di.value_gradient_and_hvp(f, B, 0.7, 2.0)
+    d = jax.grad(_g)
+    want = (_g(0.7), d(0.7), 2.0 * jax.grad(d)(0.7))
+    assert all(type(a) is float for a in got)
+    np.testing.assert_allclose(got, [float(a) for a in want], rtol=1e-12)

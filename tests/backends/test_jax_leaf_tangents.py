@@ -11,10 +11,12 @@ import numpy as np
 import pytest
 
 import diffiface as di
-from diffiface.core import shell
+from diffiface.core import outputs, shell
+from diffiface.core.operator import FAMILY
 
 jax = pytest.importorskip("jax")
 jnp = jax.numpy
+JaxImpl = pytest.importorskip("diffiface.backends.jax.impl").JaxImpl
 jax.config.update("jax_enable_x64", True)
 
 B = di.AutoJax()
@@ -267,3 +269,66 @@ def test_a_cotangent_unlike_the_pytree_output_takes_the_general_path(op):
         for bad in wrong:
             with pytest.raises(di.DiffifaceValueError):
                 fn(f, B, x, bad, **kw)
+
+
+# ---- a pytree output: the ravel, the compiled function and the split in one call -----
+
+_TREE_OPS = ["jvp", "value_and_jvp", "vjp", "value_and_vjp", "jacobian", "value_and_jacobian"]
+
+
+def _tree_native(op: str, x, t):
+    """``op`` of _tree_f by JAX's own transforms."""
+    if op == "jacobian":
+        return jax.jacfwd(_tree_f)(x)
+    if op == "value_and_jacobian":
+        return _tree_f(x), jax.jacfwd(_tree_f)(x)
+    if "vjp" in op:
+        return _tree_reference(op, x, t)
+    y, out = jax.jvp(_tree_f, (x,), (t,))
+    return (y, out) if op == "value_and_jvp" else out
+
+
+def _no_layout_work(*args, **kwargs):
+    raise AssertionError("a ravel or split ran outside the compiled call")
+
+
+@pytest.mark.parametrize("prepared", [True, False], ids=["prepared", "unprepared"])
+@pytest.mark.parametrize("op", _TREE_OPS)
+def test_a_pytree_output_is_one_compiled_call(op, prepared, monkeypatch):
+    """After the first call (or the preparation), a call whose f returns a pytree runs
+    one compiled function that ravels the cotangent and splits the results itself: no
+    ravel or split outside it, no general path, no compilation; JAX's own results."""
+    f = lambda x: _tree_f(x)  # noqa: E731  (its own function: its own plans)
+    x = jnp.asarray(RNG.standard_normal(N))
+    tangent = _cotangent() if "vjp" in op else x
+    args = (x,) if "jacobian" in op else (x, tangent)
+    fn = getattr(di, op)
+    prepare = getattr(di, f"prepare_{FAMILY[op]}")
+    kw = {"prep": prepare(f, B, *args)} if prepared else {}
+    fn(f, B, *args, **kw)
+    monkeypatch.setattr(JaxImpl, "concat", _no_layout_work)  # (a cotangent's ravel)
+    for layout in outputs.layouts(f).values():  # (each split compiled on its own)
+        for impl in list(layout.compiled):
+            monkeypatch.setitem(layout.compiled, impl, _no_layout_work)
+    monkeypatch.setattr(shell, "enter", _no_general_path)
+    for k in range(1, 3):
+        x = jnp.asarray(RNG.standard_normal(N))
+        t = _cotangent(k) if "vjp" in op else jnp.asarray(RNG.standard_normal(N))
+        before = _COMPILES[0]
+        got = fn(f, B, *((x,) if "jacobian" in op else (x, t)), **kw)
+        assert _COMPILES[0] == before
+        _close(got, _tree_native(op, x, t))
+
+
+def test_a_pytree_output_tangent_unlike_x_hands_over():
+    """A tangent of another dtype is the general path's error (the compiled call's trace
+    hands over), and a NumPy tangent its conversion, for the kept runner."""
+    f = lambda x: _tree_f(x)  # noqa: E731
+    x = jnp.asarray(RNG.standard_normal(N))
+    prep = di.prepare_jvp(f, B, x, x)
+    for kw in ({"prep": prep}, {}):
+        di.jvp(f, B, x, x, **kw)
+        with pytest.raises(di.DiffifaceValueError, match="dtype of x"):
+            di.jvp(f, B, x, x.astype(jnp.float32), **kw)
+        v = RNG.standard_normal(N)
+        _close(di.jvp(f, B, x, v, **kw), _tree_native("jvp", x, jnp.asarray(v)))

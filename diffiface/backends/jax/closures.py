@@ -28,6 +28,7 @@ import numpy as np
 
 from ..._reads import snapshot, watch
 from ...core import outputs
+from .aux import WithAux
 
 _ARRAY = object()  # a cell part passed as an argument
 _FLAGS = (bool, int, float, str, type(None))
@@ -92,7 +93,8 @@ def compiled(prob: Any, key: tuple, make_run, on_compile) -> Any:
     called with this object's cell arrays; None for the first object of its code (the
     usual path compiles it) or an f that cannot be lifted. ``on_compile(f)`` counts a
     compilation (a flag that changes per call still compiles per value)."""
-    got = lift(prob.f)
+    f, wrap = own(prob.f)
+    got = lift(f)
     if got is None:
         return None
     (code, parts, defaults, reads), arrays = got
@@ -107,7 +109,8 @@ def compiled(prob: Any, key: tuple, make_run, on_compile) -> Any:
         new = entry is None
         if new:
             entry = _LIFTED[full] = _Entry()
-            entry.jitted = jax.jit(_lifted(prob.f, parts, make_run, entry))
+            lifted = _lifted(f, parts, make_run, entry, wrap)
+            entry.jitted = WithAux(lifted) if prob.aux else jax.jit(lifted)
             while len(_LIFTED) > MAX:
                 _LIFTED.popitem(last=False)
     if new:
@@ -130,6 +133,16 @@ def compiled(prob: Any, key: tuple, make_run, on_compile) -> Any:
     return run_tree
 
 
+def own(f: Any) -> tuple:
+    """(the user's function, a rebuild around another function of its code or None): f
+    itself, or for a ``ValueAsAux`` (the value carried as aux: value_gradient_and_hvp)
+    the user's f it runs, which is what is lifted."""
+    if type(f) is outputs.ValueAsAux and not f.aux:
+        user, backend, op = f.fget(), f.backend, f.op
+        return user, lambda fn: outputs.ValueAsAux(lambda: fn, False, backend, op)
+    return f, None
+
+
 def bound(f: Any, key: tuple) -> Any:
     """The compiled function of f's code for ``key`` on f's cell arrays, or None (f is
     not lifted so: cells of other kinds, shapes or flags, a rebound read, not compiled)."""
@@ -141,17 +154,19 @@ def bound(f: Any, key: tuple) -> Any:
     return None if entry is None else functools.partial(entry.jitted, tuple(arrays))
 
 
-def _lifted(f: Any, parts: tuple, make_run, entry: _Entry):
-    """``g(cell_arrays, *args)``: f's code rebuilt on the traced cells, then run as the
-    operator's compiled function would (``make_run(fget)``: that function for f). A
-    pytree output's Layout goes to the entry and to the object being called."""
+def _lifted(f: Any, parts: tuple, make_run, entry: _Entry, wrap=None):
+    """``g(cell_arrays, *args)``: f's code rebuilt on the traced cells (and ``wrap``ped,
+    see ``own``), then run as the operator's compiled function would (``make_run(fget)``:
+    that function for f). A pytree output's Layout goes to the entry and to the object
+    being called."""
     code, env, name, defaults = f.__code__, f.__globals__, f.__name__, f.__defaults__
 
     def g(cell_arrays, *args):
         values = iter(cell_arrays)
         cells = tuple(types.CellType(next(values) if kind is _ARRAY else v) for kind, v in parts)
         fn = types.FunctionType(code, env, name, defaults, cells)
-        out = make_run(lambda: fn)(*args)
+        run = wrap(fn) if wrap is not None else fn
+        out = make_run(lambda: run)(*args)
         found = outputs.layouts(fn)
         if found:
             entry.layouts = {**entry.layouts, **found}  # (a new dict: readers iterate it)

@@ -38,9 +38,10 @@ _MET = ("run once uncompiled",)  # a CACHE key: the object was met
 
 
 def _liftable(prob) -> bool:
-    """An unprepared call without aux: a closure made per call may run its code's
-    compilation (see ``closures``)."""
-    return not prob.prepared and not prob.aux
+    """An unprepared call without aux of the user's f (the value carried as aux is the
+    operator's own): a closure made per call may run its code's compilation (see
+    ``closures``)."""
+    return not prob.prepared and (not prob.aux or closures.own(prob.f)[1] is not None)
 
 
 def _eager_outer(prob, xs: tuple) -> bool:
@@ -241,7 +242,7 @@ class JaxImpl(BackendImpl):
     def code_runner(self, prob, form):
         """For a closure made anew per call (compiled once per code, see ``closures``):
         ``runner(f, x, *t)`` for any object of f's code, on its own cells."""
-        key = prob.fns.get(closures.KEY)
+        key = runners.source(prob).fns.get(closures.KEY)
         if key is None or form not in ("array", "numpy"):
             return None
         return runners.per_code(prob, key, form == "numpy")

@@ -16,6 +16,7 @@ import numpy as np
 
 from ..._tangents import Tangents
 from ..._tree import unflatten
+from ...core import outputs
 from ...core.backend import SLOW
 from ...core.operator import OPS, SHAPED_LIKE_F, names
 from . import closures
@@ -47,14 +48,57 @@ _SEVERAL = frozenset(("jvps", "vjps", "hvps"))  # tags of a Tangents call
 _TAGS = frozenset(("jvp", "vjp", "hvp")) | _SEVERAL
 
 
+VALUED = "valued"  # a memo entry (operators/second_order): the problem of f(x) as aux
+# an operator that returns the value first -> the one returning the rest (from the
+# declarations): what the sub-problem of a VALUED problem computes
+_UNVALUED = {
+    op: rest
+    for op, d in OPS.items()
+    if d.returns[0] == "value"
+    for rest, r in OPS.items()
+    if r.returns == d.returns[1:]
+}
+
+
+def source(prob):
+    """The problem whose compiled function runs ``prob``'s calls: prob itself, or the
+    sub-problem that returns f(x) as aux (value_gradient_and_hvp)."""
+    return prob.fns.get(VALUED) or prob
+
+
 def single(prob, numpy: bool):
     """The runner for one array x without contexts (``numpy``: a NumPy x, results as
     NumPy), or None."""
+    sub = prob.fns.get(VALUED)
+    if sub is not None:
+        if prob.aux or not prob.single:
+            return None
+        run = _single(sub, _UNVALUED[prob.op], numpy)
+        return None if run is None else _with_value(run, numpy)
+    return _single(prob, prob.op, numpy) if prob.single else None
+
+
+def _with_value(run, numpy: bool):
+    """``run`` of a sub-problem whose f puts f(x) as aux (see ``source``): f(x) taken from
+    the sink before its results, as the general path takes it."""
+
+    def valued(x, *t):
+        with outputs.Sink() as sink:
+            out = run(x, *t)
+        if out is SLOW:
+            return SLOW
+        y = sink.aux
+        return (_back(y) if numpy else y, *out)
+
+    return valued
+
+
+def _single(prob, op: str, numpy: bool):
+    """``single`` for ``prob`` computing ``op``."""
     found = only_compiled(prob)
-    if not prob.single or found is None:
+    if found is None:
         return None
     tag, run = found
-    op = prob.op
     if op in _AS_IS:
         return _numpy_in_out(run, op.startswith("value")) if numpy else run
     name = tag[0]
@@ -69,6 +113,8 @@ def single(prob, numpy: bool):
         ones: dict = {}  # the tangent 1, made once per aval (no dispatch per call)
 
         def derivative(x):
+            if isinstance(x, jax.core.Tracer):  # (traced into a caller's compiled call)
+                return call(who, run, x, jnp.ones_like(x))[i]
             key = (x.dtype, getattr(x, "weak_type", False))
             one = ones.get(key)
             if one is None:
@@ -117,10 +163,15 @@ def per_code(prob, key: tuple, numpy: bool):
     ``closures``): ``runner(f, x, *t)`` for any object of that code, on its own cell
     arrays (SLOW for an object of other cells); one JAX or NumPy (``numpy``) array x,
     one tangent or none. It holds neither f nor the problem; None for other calls."""
-    found, op = only_compiled(prob), prob.op
+    sub, op = source(prob), prob.op
+    if sub is not prob:
+        if prob.aux:
+            return None
+        op = _UNVALUED[op]
+    found = only_compiled(sub)
     if found is None or not (op in _AS_IS or op in _KEEPS):
         return None
-    tag, who, value = found[0], prob.named(), op.startswith("value")
+    tag, who, value = found[0], sub.named(), op.startswith("value")
     if op in _KEEPS and (tag[0] not in ("jvp", "vjp", "hvp") or tag[1:] == (True,)):
         return None
 
@@ -132,7 +183,7 @@ def per_code(prob, key: tuple, numpy: bool):
             return _tangents(op, who, tag[0], run, numpy)(x, *t)
         return _numpy_in_out(run, value)(x) if numpy else run(x)
 
-    return code_run
+    return code_run if sub is prob else _with_value(code_run, numpy)
 
 
 def _tangents(op: str, who, name: str, run, numpy: bool, k: int | None = None):

@@ -1,9 +1,8 @@
 """PyTorch backend: torch.autograd for plain calls, torch.func inside torch.func transforms.
 
-A plain call detaches ``x`` and builds no graph beyond the call. When the call
-runs inside an outer differentiation (grad mode on and ``x`` or a Constant
-requiring grad, or torch.func wrapper tensors), results stay attached so the
-outer framework can differentiate through them.
+A plain call detaches ``x`` and builds no graph beyond the call. Inside an outer
+differentiation (grad mode on and ``x`` or a Constant requiring grad, or torch.func
+wrapper tensors), results stay attached for the outer framework.
 """
 
 from __future__ import annotations

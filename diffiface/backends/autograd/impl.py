@@ -34,6 +34,7 @@ class AutogradImpl(BackendImpl):
         output_kind="an array (autograd.numpy)",
         keeps_plans=True,  # f is traced anew on every call: nothing to go stale
         cheap_forward=False,  # a jvp traces f again, a pullback walks the recorded graph
+        runs_trees=True,  # they take f's pytree output per call (``trees``)
     )
 
     def concat(self, arrays: list, axis: int = 0) -> Any:

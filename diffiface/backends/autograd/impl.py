@@ -204,6 +204,9 @@ class AutogradImpl(BackendImpl):
 
     def value_and_jvp(self, prob, xs, vs, ctx):
         fn = prob.flat()
+        if not xs:  # an empty pytree: no direction to move in (autograd cannot box it)
+            y = _array(call_f(prob, lambda: fn((), *ctx)))
+            return y, np.zeros(np.shape(y), dtype=self.standin(y).dtype)
         if prob.single:
             y, t = call_f(
                 prob, lambda: make_jvp(lambda x: link_out(fn((x,), *ctx), x), xs[0])(vs[0])
@@ -223,6 +226,9 @@ class AutogradImpl(BackendImpl):
         it once per v. A plain backend's combination: ``runners.hvp_outer``."""
         outer, inner = combo or (runners.hvp_outer(len(vss)), "reverse")
         fn = prob.flat()
+        if not xs:  # an empty pytree: no gradient (autograd cannot box it)
+            call_f(prob, lambda: fn((), *ctx))
+            return (), [() for _ in vss]
         if prob.single:  # differentiate the array itself, not a 1-tuple
             x, vss = xs[0], [vs[0] for vs in vss]
             gf = grad_fn(lambda x: fn((x,), *ctx), inner)

@@ -251,10 +251,12 @@ def not_single_array(op: str, backend: Any, path_count: int) -> DiffifaceTypeErr
     )
 
 
-def not_scalar_input(op: str, backend: Any, shape: tuple) -> DiffifaceValueError:
+def not_scalar_input(op: str, backend: Any, shape: tuple | None, leaves: int = 1):
+    """x is no scalar: an array of ``shape``, or (shape None) a pytree of ``leaves``."""
+    got = f"shape {tuple(shape)}" if shape is not None else f"a pytree with {leaves} leaves"
     return DiffifaceValueError(
-        f"{call_form(op, backend)}: x must be a scalar (a float or a 0-d array), got shape "
-        f"{tuple(shape)}. Use gradient, jacobian or jvp for arrays."
+        f"{call_form(op, backend)}: x must be a scalar (a float or a 0-d array), got {got}. "
+        "Use gradient, jacobian or jvp for arrays."
     )
 
 

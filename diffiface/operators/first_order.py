@@ -173,8 +173,8 @@ def _derivatives(c: Call):
     """(f(x), f'(x)) at a scalar x: one jvp along 1 (reverse where f has no forward)."""
     impl, prob, xs, ctx = c.impl, c.prob, c.xs, c.ctx
     if not prob.single or tuple(xs[0].shape) != ():
-        shape = tuple(xs[0].shape) if prob.single else (len(xs),)
-        raise _checks.not_scalar_input(prob.op, prob.backend, shape)
+        shape = tuple(xs[0].shape) if prob.single else None
+        raise _checks.not_scalar_input(prob.op, prob.backend, shape, len(xs))
     one = (impl.ones_like(xs[0]),)
     y, t = direction.run(
         impl,

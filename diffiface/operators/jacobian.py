@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from .._tree import flatten, tree_map
+from .._tree import flatten, tree_map, unflatten
 from ..core import convert, direction, raveled, shell
 from ..core.backend import size
 from ..core.problem import Problem
@@ -53,6 +53,9 @@ def _of_pytree(c: Call, chunk_size, value: bool):
     """(f(x), J) at a pytree x: the Jacobian of f over x's leaves end to end, its columns
     cut back into x's structure (inside f(x)'s structure, as ``jax.jacobian`` nests)."""
     prob = c.prob
+    if not c.xs:  # an empty pytree x: no columns, x's structure for each leaf of f(x)
+        y = c.back(prob.flat()(c.xs, *c.ctx))
+        return y, tree_map(lambda _: unflatten(prob.treedef, []), y)
     sub = prob.fns.get("raveled")  # a prepared problem keeps its raveled problem
     fn, v = raveled.raveled(prob.op, prob.backend, c.impl, prob.f, prob.treedef, c.xs)
     if sub is None or sub.f is not fn:

@@ -154,8 +154,8 @@ def _second_derivatives(c: Call):
     """(f(x), f'(x), f''(x)) at a scalar x."""
     impl, prob, xs, ctx = c.impl, c.prob, c.xs, c.ctx
     if not prob.single or tuple(xs[0].shape) != ():
-        shape = tuple(xs[0].shape) if prob.single else (len(xs),)
-        raise _checks.not_scalar_input(prob.op, prob.backend, shape)
+        shape = tuple(xs[0].shape) if prob.single else None
+        raise _checks.not_scalar_input(prob.op, prob.backend, shape, len(xs))
     y, d, d2 = direction.run(
         impl,
         prob,

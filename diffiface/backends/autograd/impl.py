@@ -34,6 +34,7 @@ class AutogradImpl(BackendImpl):
         output_kind="an array (autograd.numpy)",
         keeps_plans=True,  # f is traced anew on every call: nothing to go stale
         cheap_forward=False,  # a jvp traces f again, a pullback walks the recorded graph
+        runs_trees=True,  # they take f's pytree output per call (``trees``)
     )
 
     def concat(self, arrays: list, axis: int = 0) -> Any:
@@ -203,6 +204,9 @@ class AutogradImpl(BackendImpl):
 
     def value_and_jvp(self, prob, xs, vs, ctx):
         fn = prob.flat()
+        if not xs:  # an empty pytree: no direction to move in (autograd cannot box it)
+            y = _array(call_f(prob, lambda: fn((), *ctx)))
+            return y, np.zeros(np.shape(y), dtype=self.standin(y).dtype)
         if prob.single:
             y, t = call_f(
                 prob, lambda: make_jvp(lambda x: link_out(fn((x,), *ctx), x), xs[0])(vs[0])
@@ -222,6 +226,9 @@ class AutogradImpl(BackendImpl):
         it once per v. A plain backend's combination: ``runners.hvp_outer``."""
         outer, inner = combo or (runners.hvp_outer(len(vss)), "reverse")
         fn = prob.flat()
+        if not xs:  # an empty pytree: no gradient (autograd cannot box it)
+            call_f(prob, lambda: fn((), *ctx))
+            return (), [() for _ in vss]
         if prob.single:  # differentiate the array itself, not a 1-tuple
             x, vss = xs[0], [vs[0] for vs in vss]
             gf = grad_fn(lambda x: fn((x,), *ctx), inner)

@@ -20,6 +20,7 @@ from ..._tangents import Tangents, one_by_one
 from ..._tree import unflatten
 from ...core.backend import SLOW
 from ...core.operator import OPS, SHAPED_LIKE_F
+from . import trees
 from .traces import make_jvp, make_vjp
 
 # the operators run here (declared in core.operator): gradient, jvp, vjp and hvp, alone
@@ -117,14 +118,29 @@ class _Lost(Exception):
     """f's output is not on x's trace: the general path runs f again and warns."""
 
 
-def _on_trace(f):
-    """f, stopping a call whose output is not on x's trace."""
+def _gave_up(exc: NotImplementedError, unsupported: list):
+    """SLOW for an operation whose derivative autograd does not define in the runner's
+    mode ("JVP of astype ... not defined"): the general path runs the call (in the other
+    mode, or explains), and every later one (``unsupported``). Another
+    NotImplementedError (f's own) is the general path's to raise."""
+    if str(exc).startswith(("JVP of ", "VJP of ")):
+        unsupported.append(True)
+    return SLOW
+
+
+def _on_trace(f, tree: list):
+    """f, stopping a call whose output is not on x's trace; a pytree output comes out as
+    one autograd tuple of its leaves, its treedef put in ``tree`` (``trees.joined``)."""
 
     def traced(xb):
         y = f(xb)
-        if not (isinstance(y, Box) and y._trace == xb._trace):
+        if isinstance(y, Box) and y._trace == xb._trace:
+            return y
+        got = trees.joined(y, xb._trace)
+        if got is None:
             raise _Lost
-        return y
+        tree.append(got[1])
+        return got[0]
 
     return traced
 
@@ -150,13 +166,21 @@ def _jvps(value: bool):
 
 
 def _jvp(value: bool):
+    unsupported: list = []  # (see _gave_up)
+
     def run(f, x, v):
-        if not (_plain(x) and _like(v, x)):
+        if unsupported or not (_plain(x) and _like(v, x)):
             return SLOW
+        tree: list = []
         try:
-            y, t = make_jvp(_on_trace(f), x)(v)
+            y, t = make_jvp(_on_trace(f, tree), x)(v)
         except (_Lost, TypeError, AttributeError):  # (TypeError: e.g. a boxed container)
             return SLOW
+        except NotImplementedError as exc:
+            return _gave_up(exc, unsupported)
+        if tree:  # a pytree output
+            t = trees.tangents(y, t, tree[0])
+            return (trees.values(y, tree[0]), t) if value else t
         if not _plain(y):
             return SLOW
         t = np.asarray(t, dtype=y.dtype).reshape(y.shape)
@@ -167,29 +191,57 @@ def _jvp(value: bool):
 
 def _vjp(value: bool):
     """One trace of f, then one pullback per cotangent (a ``Tangents`` of k: k)."""
+    unsupported: list = []  # (see _gave_up)
 
     def run(f, x, w):
         ws = w._values if type(w) is Tangents else (w,)
-        if not _plain(x):
+        if unsupported or not _plain(x):
             return SLOW
+        for one in ws:  # (a pytree w is checked against f's output, see _tree_vjp)
+            if type(one) is np.ndarray and one.dtype.kind != "f":
+                return SLOW
+        tree: list = []
+        try:
+            pb, y = make_vjp(_on_trace(f, tree), x)
+        except (_Lost, TypeError, AttributeError):
+            return SLOW
+        except NotImplementedError as exc:
+            return _gave_up(exc, unsupported)
+        if tree:  # a pytree output: w like it
+            return _tree_vjp(pb, x, y, tree[0], w, ws, value, unsupported)
         for one in ws:
             if not _plain(one):
                 return SLOW
-        try:
-            pb, y = make_vjp(_on_trace(f), x)
-        except (_Lost, TypeError, AttributeError):
-            return SLOW
         if not _plain(y):
             return SLOW
         gs = []
         for one in ws:
             if one.shape != y.shape or one.dtype != y.dtype:
                 return SLOW
-            gs.append(_as_x(pb(one), x))
+            try:
+                gs.append(_as_x(pb(one), x))
+            except NotImplementedError as exc:
+                return _gave_up(exc, unsupported)
         g = Tangents(*gs) if type(w) is Tangents else gs[0]
         return (y, g) if value else g
 
     return run
+
+
+def _tree_vjp(pb, x, ys: tuple, treedef, w, ws: tuple, value: bool, unsupported: list):
+    """The pullback of f's pytree output leaves ``ys`` along each cotangent of ``ws``
+    (SLOW where one is unlike the output: see ``trees.cotangents``)."""
+    gs = []
+    for one in ws:
+        got = trees.cotangents(ys, treedef, one)
+        if got is None:
+            return SLOW
+        try:
+            gs.append(_as_x(pb(got), x))
+        except NotImplementedError as exc:
+            return _gave_up(exc, unsupported)
+    g = Tangents(*gs) if type(w) is Tangents else gs[0]
+    return (trees.values(ys, treedef), g) if value else g
 
 
 def hvp_outer(k: int) -> str:
@@ -230,16 +282,20 @@ def _grad(value: bool):
     """One make_vjp of f; a non-scalar output, or one off x's trace (the general path
     warns), returns SLOW."""
 
+    unsupported: list = []  # (see _gave_up)
+
     def run(f, x):
-        if not _plain(x):
+        if unsupported or not _plain(x):
             return SLOW
         try:
             pb, y = make_vjp(_scalar_on_trace(f), x)
+            if type(y) is not np.ndarray and not isinstance(y, np.floating):
+                return SLOW
+            g = _as_x(pb(np.ones((), dtype=y.dtype)), x)
         except (_Lost, TypeError, AttributeError):
             return SLOW
-        if type(y) is not np.ndarray and not isinstance(y, np.floating):
-            return SLOW
-        g = _as_x(pb(np.ones((), dtype=y.dtype)), x)
+        except NotImplementedError as exc:
+            return _gave_up(exc, unsupported)
         return (np.asarray(y), g) if value else g
 
     return run
@@ -249,11 +305,12 @@ def _hvp(value: bool):
     """H v of each direction (a ``Tangents`` of k: k), the gradient given with
     ``value`` (gradient_and_hvp); the outer mode is ``hvp_outer(k)``, reverse from the
     first f without forward mode on (what the general path learns, ``core.direction``)."""
-    reverse_only = []
+    reverse_only: list = []
+    unsupported: list = []  # (see _gave_up)
 
     def run(f, x, v):
         vs = v._values if type(v) is Tangents else (v,)
-        if not _plain(x):
+        if unsupported or not _plain(x):
             return SLOW
         for one in vs:
             if not _plain(one) or one.shape != x.shape or one.dtype != x.dtype:
@@ -262,6 +319,8 @@ def _hvp(value: bool):
             g, hvs = _hvps(_gradient(f), x, vs, reverse_only)
         except (_Lost, TypeError, AttributeError):
             return SLOW
+        except NotImplementedError as exc:
+            return _gave_up(exc, unsupported)
         if not all(_plain(h) or isinstance(h, np.floating) for h in (g, *hvs)):
             return SLOW  # (boxes of an outer pass)
         hvs = [np.asarray(h, dtype=x.dtype).reshape(x.shape) for h in hvs]

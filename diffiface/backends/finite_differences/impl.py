@@ -277,10 +277,10 @@ class FiniteDifferencesImpl(BackendImpl):
     @_operator("first")
     def _gradient(self, prob, fn, xs, ctx, value: bool):
         """(f(x), gradient) of ``fn`` (``prob.flat()``) for real leaves; f(x) is None
-        where central differences do not need it (not ``value``, and no aux: f's aux is
-        f's at x): 2n evaluations of f."""
+        where central differences do not need it (not ``value``, no aux: f's aux is f's
+        at x, and n > 0: f runs, its output checked): 2n evaluations of f."""
         y = None
-        if value or self.method != "central" or prob.aux:
+        if value or self.method != "central" or prob.aux or not any(x.size for x in xs):
             y = self._eval(fn, xs, ctx)
         gs = tuple(
             self._leaf_columns(prob, fn, xs, ctx, y, k, 0, x.size)

@@ -61,22 +61,29 @@ def outer_pass(xs: tuple, ctx: tuple) -> bool:
 def reaches_outside(y, xg: tuple) -> bool:
     """True when y's graph (y: a tensor, or a list of f's output leaves) reaches a leaf
     requiring grad other than xg: f closes over tensors of an outer differentiation, so
-    the result must stay attached."""
+    the result must stay attached. (Runs on every call of a runner, on a graph whose
+    nodes Python sees for the first time: one x is compared by identity, no set.)"""
     if type(y) is list:
         stack = [a.grad_fn for a in y if a.grad_fn is not None]
     else:
-        stack = [] if y.grad_fn is None else [y.grad_fn]
+        node = y.grad_fn
+        stack = [] if node is None else [node]
     if not stack or not torch.is_grad_enabled():
         return False
-    own = set(map(id, xg))  # (no comprehension: no frame on the hot path)
+    one = xg[0] if len(xg) == 1 else None
+    own = None if one is not None else set(map(id, xg))  # (no comprehension: no frame)
     seen: set = set()
     while stack:
         for nxt, _ in stack.pop().next_functions:
+            if nxt is None:
+                continue
             if type(nxt) is _ACCUMULATE:  # a leaf (no getattr: it raises on other nodes)
                 variable = nxt.variable
-                if id(variable) not in own and not hasattr(variable, DONE):
+                if variable is one or (own is not None and id(variable) in own):
+                    continue
+                if not hasattr(variable, DONE):
                     return True
-            elif nxt is not None and nxt not in seen:
+            elif nxt not in seen:
                 seen.add(nxt)
                 stack.append(nxt)
     return False
@@ -174,19 +181,30 @@ def once_differentiable(y, xg: tuple) -> str | None:
     list of f's output leaves). A derivative built on its backward (create_graph=True)
     would silently lose that Function's part: its backward runs under no_grad unless its
     cotangent requires grad."""
-    roots = [a.grad_fn for a in (y if type(y) is list else (y,)) if a.grad_fn is not None]
-    if not roots:
+    # (loops, not comprehensions: no frames; an unprepared hvp's runner walks on every call)
+    stack = []  # (node, closing)
+    for a in y if type(y) is list else (y,):
+        if a.grad_fn is not None:
+            stack.append((a.grad_fn, False))
+    if not stack:
         return None
-    targets = {id(x.grad_fn) for x in xg if x.grad_fn is not None}
-    leaves = {id(x) for x in xg if x.grad_fn is None}
+    targets, leaves = set(), set()
+    for x in xg:
+        if x.grad_fn is None:
+            leaves.add(id(x))
+        else:
+            targets.add(id(x.grad_fn))
     reach: dict = {}  # id(node) -> whether it reaches xg (provisional False while open)
     found = None
-    stack = [(node, False) for node in roots]
     while stack:
         n, closing = stack.pop()
         key = id(n)
         if closing:
-            hit = any(reach.get(id(m), False) for m, _ in n.next_functions if m is not None)
+            hit = False
+            for m, _ in n.next_functions:
+                if m is not None and reach.get(id(m), False):
+                    hit = True
+                    break
             reach[key] = hit
             cls = getattr(n, "_forward_cls", None)
             if hit and cls is not None and _is_once(cls):
@@ -203,9 +221,9 @@ def once_differentiable(y, xg: tuple) -> str | None:
             continue
         reach[key] = False
         stack.append((n, True))
-        stack.extend(
-            (m, False) for m, _ in n.next_functions if m is not None and id(m) not in reach
-        )
+        for m, _ in n.next_functions:
+            if m is not None and id(m) not in reach:
+                stack.append((m, False))
     return found
 
 

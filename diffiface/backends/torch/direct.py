@@ -55,7 +55,7 @@ def maker(prob, combo, weak: bool):
         return lambda f: _reverse(named, f, value, family == "vjp", aux)
     if family == "jvp":
         nests = None if code is None else (code, "jvp")  # (see _jvp)
-        return lambda f: None if handed_over(nests) else _few(_jvp(f, value, aux, nests), aux)
+        return lambda f: None if handed_over(nests) else _few(f, value, aux, nests)
     if family == "hvp" and len(decl.returns) < 3 and combo is None:
         return lambda f: None if handed_over(code) else _hvp(named, f, value, code, aux)
     if family == "jacobian" and aux is None:  # (it holds prob: never per code)
@@ -115,16 +115,20 @@ def _named(prob, weak: bool):
     return prob.named() if weak else prob
 
 
-def _few(run, aux):
-    """``run`` for one tangent, and for a Tangents of k on a small x (dual numbers once
-    per tangent: 4 tangents at n = 1e3 in 0.9x torch.func's vmap, against 3.6x by the
-    general path); a large x's Tangents takes the general path's one vmapped pass
-    (1.0x against 1.3x for the loop at n = 1e6)."""
+def _few(f, value, aux, nests):
+    """The jvp's runner (``_jvp``) for one tangent, and for a Tangents of k on a small x (dual
+    numbers once per tangent: 4 tangents at n = 1e3 in 0.9x torch.func's vmap, against
+    3.6x by the general path); a large x's Tangents takes the general path's one vmapped
+    pass (1.0x against 1.3x for the loop at n = 1e6)."""
+    run = _jvp(f, value, aux, nests)
+    each = one_by_one(run, value, SLOW)
 
     def run_few(x, t):
-        if type(t) is not torch.Tensor and (aux is not None or x.numel() > _LOOP_MAX):
+        if type(t) is not Tangents:
+            return run(x, t)  # (one frame less on the hot path: run checks t)
+        if aux is not None or x.numel() > _LOOP_MAX:
             return SLOW  # (with aux: f runs once, in the general path's vmapped pass)
-        return run(x, t)
+        return each(x, t)
 
     return run_few
 
@@ -187,7 +191,7 @@ def _reverse(prob, f, value, cotangent, aux):
         many = type(w) is Tangents
         if xg is None:
             return SLOW
-        if cotangent and not (_plain_ws(w) if many else _plain(w) or type(w) is not torch.Tensor):
+        if cotangent and (_seen_ws(w) if many else type(w) is torch.Tensor and w.requires_grad):
             return SLOW  # (a pytree w: checked against f's output, see trees.cotangents)
         xg.requires_grad_()
         try:
@@ -229,14 +233,12 @@ def _tree_vjp(prob, y, xg, w, value):
     return (trees.detached(ys, treedef, attached), g) if value else g
 
 
-def _plain(w) -> bool:
-    """w is a plain tensor that no outer pass sees."""
-    return type(w) is torch.Tensor and not w.requires_grad
-
-
-def _plain_ws(w) -> bool:
-    """w is a Tangents of plain tensors."""
-    return all(type(v) is torch.Tensor and not v.requires_grad for v in w._values)
+def _seen_ws(w) -> bool:
+    """w is a Tangents with a value that is no plain tensor (one an outer pass sees)."""
+    for v in w._values:  # (a loop, not all(): no frame on the hot path)
+        if type(v) is not torch.Tensor or v.requires_grad:
+            return True
+    return False
 
 
 def _each(prob, y, xg, ws: tuple, attached: bool):
@@ -277,7 +279,7 @@ def _jvp(f, value, aux, nests):
         out = (y, t) if value else t
         return out if aux is None else aux.give(a, out)  # (a's tangents left with the level)
 
-    return one_by_one(run, value, SLOW)
+    return run
 
 
 # code_of(f) whose results the scalar runners hand over, (code, "jvp") that nests a jvp

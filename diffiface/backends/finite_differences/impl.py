@@ -232,13 +232,16 @@ class FiniteDifferencesImpl(BackendImpl):
             h = rel * max(1.0, float(np.abs(x).max())) / scale
             tokens = _enter(nest)
             try:
-                xs, y = (x,), None
+                xs, y, first = (x,), None, None
                 if value or lo == 0 or hi == 0:
                     first = f(np.array(x, copy=True))
                     y = np.asarray(finish(first, xs, ()))
-                f_hi = y if hi == 0 else f(x + (hi * h) * v)
-                if y is None:
-                    first, f_hi = f_hi, np.asarray(finish(f_hi, xs, ()))
+                f_hi = y
+                if hi != 0 and first is None:
+                    first = f(x + (hi * h) * v)
+                    f_hi = np.asarray(finish(first, xs, ()))
+                elif hi != 0:
+                    f_hi = _same_kind(f(x + (hi * h) * v), first, finish, xs)
                 f_lo = y if lo == 0 else _same_kind(f(x + (lo * h) * v), first, finish, xs)
             except TypeError as exc:
                 _checks.reraise(named.op, named.backend, exc)
@@ -513,8 +516,8 @@ def _enter(running: tuple) -> tuple:
 
 
 def _same_kind(y: Any, first: Any, finish, xs: tuple) -> np.ndarray:
-    """f's output at a second point: as it is where it is a NumPy array of the kind of f's
-    checked first output ``first`` (type, dtype, shape), else checked in full."""
+    """f's output ``y``: as it is where it is a NumPy array of the kind of f's output
+    ``first`` of this call, which was checked (type, dtype, shape), else checked in full."""
     if type(y) is np.ndarray and type(first) is np.ndarray:
         if y.dtype == first.dtype and y.shape == first.shape:
             return y

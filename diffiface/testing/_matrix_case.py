@@ -4,6 +4,8 @@ preparation and calling context, run and checked against closed forms."""
 from __future__ import annotations
 
 import dataclasses
+import os
+import traceback
 import warnings
 import zlib
 from collections.abc import Callable
@@ -138,7 +140,9 @@ class MatrixCase:
                 return self._run()
         except Exception as exc:  # reported, not raised: the caller decides
             text = " ".join(str(exc).split())
-            return MatrixResult(False, f"{type(exc).__name__}: {text[:400]}")
+            where = traceback.extract_tb(exc.__traceback__)[-1]  # where it was raised
+            at = f" (raised at {os.path.basename(where.filename)}:{where.lineno})"
+            return MatrixResult(False, f"{type(exc).__name__}: {text[:400]}{at}")
 
     # -- the pieces ----------------------------------------------------------------------------
     @property

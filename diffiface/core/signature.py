@@ -205,8 +205,11 @@ def matches_native(t: Any, sig: Any) -> tuple | None:
     if sig is None:
         return None
     leaves, treedef = sig[0](t)
-    if treedef != sig[1] or [(type(v), v.shape, v.dtype) for v in leaves] != sig[2]:
+    if treedef != sig[1]:
         return None
+    for v, (kind, shape, dtype) in zip(leaves, sig[2], strict=True):
+        if type(v) is not kind or v.shape != shape or v.dtype != dtype:  # (type first)
+            return None
     return tuple(leaves)
 
 

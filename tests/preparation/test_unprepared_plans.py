@@ -153,3 +153,26 @@ def test_torch_unprepared_runner_keeps_the_callers_tensor():
     for _ in range(3):
         np.testing.assert_array_equal(di.gradient(f, b, x).numpy(), np.full(4, 3.0))
     np.testing.assert_array_equal(x.numpy(), X)
+
+
+@pytest.mark.parametrize("fw", ["jax", "torch"])
+def test_a_kept_plans_array_constant_then_a_python_float_constant(fw):
+    """A plan kept for a Constant holding a framework array, then the same call with a
+    Python float Constant: the match refuses it (it read ``.shape`` of the float before)
+    and the general path gives cos(x) * c."""
+    if fw == "jax":
+        import jax.numpy as xp
+
+        b, arr = di.AutoJax(), xp.asarray
+    else:
+        import torch as xp
+
+        b, arr = di.AutoTorch(), lambda a: xp.as_tensor(a, dtype=xp.float64)
+
+    def f(x, s):
+        return (xp.sin(x) * s).sum()
+
+    x = arr(np.linspace(0.1, 1.0, 3))
+    for c in (arr(0.8), arr(0.8), 0.8, 0.8):
+        g = di.gradient(f, b, x, di.Constant(c))
+        np.testing.assert_allclose(np.asarray(g), np.cos(np.linspace(0.1, 1.0, 3)) * 0.8)

@@ -88,8 +88,10 @@ class Signature:
     ``one`` its (type, shape, dtype) (a Python float: its type only); ``x_native``,
     ``c_native`` and ``t_native`` are the native-leaf forms of x, of Constant contexts
     and of the tangent (of a Tangents: of its tuple of tangents) (see :func:`native`),
-    None where a leaf is not a native array; ``as_is``: a runner of one array takes
-    the tangent as it came (one of x's type, a Tangents of them, or native leaves).
+    None where a leaf is not a native array (``xt_native``: of x and one tangent
+    together, matched by one flatten, and x's number of leaves); ``as_is``: a runner
+    of one array takes the tangent as it came (one of x's type, a Tangents of them, or
+    native leaves).
     """
 
     __slots__ = (
@@ -104,6 +106,7 @@ class Signature:
         "t_native",
         "x",
         "x_native",
+        "xt_native",
     )
 
     def __init__(self, impl: Any, x: Any, kinds: tuple, cs: tuple, t: Any, single: bool):
@@ -124,6 +127,10 @@ class Signature:
             if self.kind is None or cs or any(type(v) is not type(x) for v in ts):
                 self.t_native = native(impl, ts if self.many else t)
             self.as_is = all(type(v) is type(x) for v in ts) or self.t_native is not None
+        # (x and one tangent of native leaves, no contexts: matched by one flatten)
+        self.xt_native = None
+        if self.x_native is not None and self.t_native is not None and not cs and not self.many:
+            self.xt_native = (native(impl, (x, t)), len(self.x_native[2]))
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Signature):
@@ -150,6 +157,10 @@ class Signature:
         context leaves, context values)``, and the tangent's leaves after them (a
         Tangents of k: a tuple of k such tuples)."""
         if form == LEAVES:
+            if t and not cs and self.xt_native is not None:
+                both = matches_native((x, t[0]), self.xt_native[0])
+                k = self.xt_native[1]
+                return SLOW if both is None else run(both[:k], (), (), both[k:])
             got = leaves_of(x, cs, self.x_native, self.c_native)
             if got is None:
                 return SLOW

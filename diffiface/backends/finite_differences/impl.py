@@ -197,7 +197,10 @@ class FiniteDifferencesImpl(BackendImpl):
         f = weak_callable(prob.f, weak)
         if f is None:
             return None
-        fn, named, value = prob.without_f().flat(lambda: f), _named(prob, weak), "value" in prob.op
+        named, value = _named(prob, weak), "value" in prob.op
+        if OPS[prob.op].family == "jvp":
+            return self._jvp_runner(named, f, prob.without_f().output_check(lambda: f), value)
+        fn = prob.without_f().flat(lambda: f)
 
         def gradient(x):
             if type(x) is not np.ndarray or x.dtype.kind != "f":
@@ -205,15 +208,52 @@ class FiniteDifferencesImpl(BackendImpl):
             y, (g,) = self._gradient(named, fn, (x,), (), value)
             return (y, g) if value else g
 
+        return gradient
+
+    def _jvp_runner(self, named, f, finish, value: bool):
+        """``_jvp`` at one float array in one closure: f called directly on the moved
+        points (new arrays: no copies), its output checked in full on the first
+        evaluation and the next one checked against it. A zero tangent, an empty x or an
+        operator of this backend running (``_RUNNING``) take the general path."""
+        lo, hi = self._sides()
+        nest, rel_steps = (named, 1, self._nest_steps("first")), {}
+
         def jvp(x, v):
+            if type(x) is not np.ndarray or x.dtype.kind != "f" or not x.size:
+                return SLOW
             if type(v) is not np.ndarray or v.shape != x.shape or v.dtype != x.dtype:
                 return SLOW
-            if type(x) is not np.ndarray or x.dtype.kind != "f":
+            scale = float(np.abs(v).max())
+            if scale == 0.0 or _RUNNING.get() is not None:
                 return SLOW
-            y, jv = self._jvp(named, fn, (x,), (v,), ())
-            return (y, jv) if value else jv
+            rel = rel_steps.get(x.dtype)
+            if rel is None:
+                rel = rel_steps.setdefault(x.dtype, self._rel_step(named, x.dtype))
+            h = rel * max(1.0, float(np.abs(x).max())) / scale
+            tokens = _enter(nest)
+            try:
+                xs, y, first = (x,), None, None
+                if value or lo == 0 or hi == 0:
+                    first = f(np.array(x, copy=True))
+                    y = np.asarray(finish(first, xs, ()))
+                f_hi = y
+                if hi != 0 and first is None:
+                    first = f(x + (hi * h) * v)
+                    f_hi = np.asarray(finish(first, xs, ()))
+                elif hi != 0:
+                    f_hi = _same_kind(f(x + (hi * h) * v), first, finish, xs)
+                f_lo = y if lo == 0 else _same_kind(f(x + (lo * h) * v), first, finish, xs)
+            except TypeError as exc:
+                _checks.reraise(named.op, named.backend, exc)
+            finally:
+                _RUNNING.reset(tokens[1])
+                _NEST.reset(tokens[0])
+            t = np.asarray((f_hi - f_lo) / ((hi - lo) * h))
+            if t.dtype.kind not in "fc" or t.dtype.itemsize < 4:  # (at least float32)
+                t = t.astype(np.result_type(t, np.float32))
+            return (y, t) if value else t
 
-        return jvp if OPS[prob.op].family == "jvp" else gradient
+        return jvp
 
     @_operator("first")
     def _jvp(self, prob, fn, xs, vs, ctx):
@@ -451,13 +491,7 @@ class _Inside:
         self.entered = None
         if running is None:  # not under an operator of this backend
             return
-        prob, levels, steps = running
-        depth, product = _NEST.get()
-        depth, product = depth + levels, product * steps
-        if product < FD_MIN_STEP:
-            raise _nest_too_fine(prob, depth, product)
-        # (an operator that f calls is a new, nested one)
-        self.entered = (prob, _NEST.set((depth, product)), _RUNNING.set(None))
+        self.entered = (running[0], *_enter(running))
 
     def __exit__(self, kind, exc, tb) -> None:
         if self.entered is None:
@@ -467,6 +501,27 @@ class _Inside:
         _NEST.reset(inside)
         if isinstance(exc, TypeError):
             _checks.reraise(prob.op, prob.backend, exc)
+
+
+def _enter(running: tuple) -> tuple:
+    """Enters f's evaluations under the operator ``running`` (problem, levels, product of
+    steps): the nest deepens, and an operator that f calls is a new, nested one. Returns
+    the tokens of ``_NEST`` and ``_RUNNING`` to reset, in that order."""
+    prob, levels, steps = running
+    depth, product = _NEST.get()
+    depth, product = depth + levels, product * steps
+    if product < FD_MIN_STEP:
+        raise _nest_too_fine(prob, depth, product)
+    return _NEST.set((depth, product)), _RUNNING.set(None)
+
+
+def _same_kind(y: Any, first: Any, finish, xs: tuple) -> np.ndarray:
+    """f's output ``y``: as it is where it is a NumPy array of the kind of f's output
+    ``first`` of this call, which was checked (type, dtype, shape), else checked in full."""
+    if type(y) is np.ndarray and type(first) is np.ndarray:
+        if y.dtype == first.dtype and y.shape == first.shape:
+            return y
+    return np.asarray(finish(y, xs, ()))
 
 
 def _point(xs: tuple, direction: tuple, step: float) -> Moved:

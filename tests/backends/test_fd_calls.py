@@ -46,12 +46,15 @@ def calls_inside(call) -> int:
 @pytest.mark.parametrize("prepared", [True, False])
 def test_python_calls_per_warm_jvp(op, prepared):
     """Before (b100143): 33 prepared, 35 unprepared (jvp); 45 and 47 (value_and_jvp).
-    After: 11 and 13 (jvp); 12 and 14 (value_and_jvp)."""
+    After: 11 and 13 (jvp); 12 and 14 (value_and_jvp) in a fresh process; up to 4 more
+    once other tests have set process-wide state (a pytree output seen anywhere adds
+    the output-layout check's calls), so the bound leaves that room and still fails
+    on the old runner."""
     prep = di.prepare_jvp(f, B, X, V) if prepared else None
     got = getattr(di, op)(f, B, X, V, prep=prep)
     np.testing.assert_allclose(got[1] if op == "value_and_jvp" else got, JV, rtol=1e-8)
     n = calls_inside(lambda: getattr(di, op)(f, B, X, V, prep=prep))
-    assert n <= (11 if prepared else 13) + (op == "value_and_jvp"), n
+    assert n <= (15 if prepared else 17) + (op == "value_and_jvp"), n
 
 
 @pytest.mark.parametrize("method", ["central", "forward", "backward"])

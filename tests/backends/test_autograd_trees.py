@@ -12,6 +12,7 @@ import warnings
 
 import numpy as np
 import pytest
+from helpers import counted
 
 import diffiface as di
 from diffiface._tree import flatten, tree_map, unflatten
@@ -32,16 +33,6 @@ def _general_path_fails(monkeypatch):
         raise AssertionError("the general path ran")
 
     monkeypatch.setattr(shell, "enter", fail)
-
-
-def _counted(fn):
-    runs = [0]
-
-    def f(*args):
-        runs[0] += 1
-        return fn(*args)
-
-    return f, runs
 
 
 # f's outputs the runner takes: nested containers with None, 0-d leaves (NumPy floats),
@@ -112,7 +103,7 @@ OPS_TREE = ("jvp", "value_and_jvp", "vjp", "value_and_vjp")
 def test_a_pytree_output_runs_the_runner(monkeypatch, case, op, prepared):
     """The runner answers with autograd's own result in f's structure and dtypes, f run
     once per call; the general path's first answer is the same."""
-    f, runs = _counted(TAKEN[case])
+    f, runs = counted(TAKEN[case])
     arg = V if OPS[op].family == "jvp" else _w(TAKEN[case])
     fn = getattr(di, op)
     prep = getattr(di, f"prepare_{OPS[op].family}")(f, B, X, arg) if prepared else None
@@ -154,7 +145,7 @@ def test_a_jvp_autograd_does_not_define_is_the_general_paths(monkeypatch, tree):
         y = (x * 2.5).astype(np.float32)
         return {"y": y, "z": anp.sin(x)} if tree else y
 
-    f, runs = _counted(g)
+    f, runs = counted(g)
     first = di.jvp(f, B, X, V)  # the general path
     want = {"y": 2.5 * V, "z": np.cos(X) * V}
     for got, ref in zip(flatten(first)[0], flatten(want if tree else want["y"])[0], strict=True):

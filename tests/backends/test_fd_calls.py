@@ -5,15 +5,12 @@ with the closed form J v of sin(x) x at rtol 1e-8 (central differences, default 
 
 from __future__ import annotations
 
-import os
-import sys
-
 import numpy as np
 import pytest
+from helpers import python_calls as calls_inside
 
 import diffiface as di
 
-ROOT = os.path.dirname(di.__file__)
 X = np.linspace(-1.0, 1.2, 7)
 V = np.linspace(0.5, -1.5, 7)
 B = di.AutoFiniteDifferences()
@@ -22,24 +19,6 @@ JV = (np.cos(X) * X + np.sin(X)) * V
 
 def f(x):
     return np.sin(x) * x
-
-
-def calls_inside(call) -> int:
-    """Python calls whose code lives in diffiface for one warm ``call()``."""
-    call()
-    call()
-    n = [0]
-
-    def prof(frame, event, arg):
-        if event == "call" and frame.f_code.co_filename.startswith(ROOT):
-            n[0] += 1
-
-    sys.setprofile(prof)
-    try:
-        call()
-    finally:
-        sys.setprofile(None)
-    return n[0]
 
 
 @pytest.mark.parametrize("op", ["jvp", "value_and_jvp"])

@@ -5,11 +5,9 @@ Results are checked against JAX's own transforms in float64."""
 
 from __future__ import annotations
 
-import os
-import sys
-
 import numpy as np
 import pytest
+from helpers import python_calls as calls_inside
 
 import diffiface as di
 
@@ -17,7 +15,6 @@ jax = pytest.importorskip("jax")
 jnp = jax.numpy
 jax.config.update("jax_enable_x64", True)
 
-ROOT = os.path.dirname(di.__file__)
 B = di.AutoJax()
 N = 5
 TOL = {"rtol": 1e-12, "atol": 1e-14}
@@ -41,23 +38,6 @@ CASES = {  # op: (f, the tangent, JAX's own result)
     "jvp": (v, point(0.5), lambda x, t: jax.jvp(v, (x,), (t,))[1]),
     "vjp": (v, jnp.linspace(0.5, 2.0, N), lambda x, w: jax.vjp(v, x)[1](w)[0]),
 }
-
-
-def calls_inside(call) -> int:
-    call()
-    call()
-    n = [0]
-
-    def prof(frame, event, arg):
-        if event == "call" and frame.f_code.co_filename.startswith(ROOT):
-            n[0] += 1
-
-    sys.setprofile(prof)
-    try:
-        call()
-    finally:
-        sys.setprofile(None)
-    return n[0]
 
 
 def check(got, want):

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from helpers import counted
 
 import diffiface as di
 from diffiface.core.operator import OPS, pick
@@ -30,16 +31,6 @@ def _general_path_fails(monkeypatch):
 
 def _tree_out(x):
     return {"y": torch.sin(x) * x, "z": torch.cos(x) ** 2}
-
-
-def _counted(fn):
-    runs = [0]
-
-    def f(*args):
-        runs[0] += 1
-        return fn(*args)
-
-    return f, runs
 
 
 def _close(got, want):
@@ -91,7 +82,7 @@ def test_a_pytree_output_runs_the_runner(monkeypatch, op, prepared):
     """f returning a dict, prepared and unprepared: the runner answers with torch.func's
     own result in f's structure, f run once per call (value_and_jacobian: twice, as
     for one tensor: jacrev, then f)."""
-    f, runs = _counted(_tree_out)
+    f, runs = counted(_tree_out)
     args = {"jvp": (V,), "vjp": (W,), "jacobian": ()}[OPS[op].family]
     out, n = _run(monkeypatch, f, runs, op, X, args, prepared)
     want = _tree_own(op)
@@ -226,7 +217,7 @@ def test_a_pytree_x_runs_the_runner(monkeypatch, op, prepared):
     """x a dict of tensors, prepared and unprepared: the runner answers with torch.func's
     own result (like x where it is x's), f run once per call."""
     family = OPS[op].family
-    f, runs = _counted(_vec if family in ("jvp", "vjp") else _scalar)
+    f, runs = counted(_vec if family in ("jvp", "vjp") else _scalar)
     args = {"gradient": (), "jvp": (VT,), "hvp": (VT,), "vjp": (WT,)}[family]
     out, n = _run(monkeypatch, f, runs, op, XT, args, prepared)
     want = _tree_x_own(op)
@@ -240,7 +231,7 @@ def test_one_tensor_with_a_constant_runs_the_leaves_runner(monkeypatch, op):
     """One tensor x with a Constant context (the leaves form): the runner answers with
     torch.func's own result at that constant."""
     c = torch.tensor(1.7, dtype=torch.float64)
-    f, runs = _counted(lambda x, c: c * (torch.sin(x) * x).sum() if op == "hvp" else c * x**3)
+    f, runs = counted(lambda x, c: c * (torch.sin(x) * x).sum() if op == "hvp" else c * x**3)
     t = V if op != "vjp" else W["y"]
     prep = getattr(di, f"prepare_{op}")(f, B, X, t, di.Constant(c))
     _general_path_fails(monkeypatch)

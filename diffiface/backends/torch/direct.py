@@ -267,10 +267,7 @@ def _jvp(f, value, aux, nests):
                 y = f(fwAD.make_dual(xc, v.clone()))  # f may write to both
                 if aux is not None:
                     y, a = aux.split(y)
-                if type(y) is torch.Tensor:
-                    y, t = fwAD.unpack_dual(y)
-                else:  # a pytree output (see trees.duals)
-                    y, t = trees.duals(y) or (None, None)
+                y, t = trees.unpack(y)
         except RuntimeError:
             hand_over(nests, nested)
             return SLOW

@@ -267,7 +267,10 @@ def _jvp(f, value, aux, nests):
                 y = f(fwAD.make_dual(xc, v.clone()))  # f may write to both
                 if aux is not None:
                     y, a = aux.split(y)
-                y, t = trees.unpack(y)
+                if type(y) is torch.Tensor:
+                    y, t = fwAD.unpack_dual(y)
+                else:  # a pytree output (see trees.duals)
+                    y, t = trees.duals(y) or (None, None)
         except RuntimeError:
             hand_over(nests, nested)
             return SLOW

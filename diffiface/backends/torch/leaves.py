@@ -119,7 +119,10 @@ def _jvp(f, shape, value, nests):
             with FORWARD_LOCK, fwAD.dual_level():  # copies: f may write to both
                 duals = [fwAD.make_dual(x.clone(), t.clone()) for x, t in zip(xs, ts, strict=True)]
                 y = f(_like_x(duals, shape), *contexts)
-                y, t = trees.unpack(y)
+                if type(y) is torch.Tensor:
+                    y, t = fwAD.unpack_dual(y)
+                else:  # a pytree output (see trees.duals)
+                    y, t = trees.duals(y) or (None, None)
         except RuntimeError:
             hand_over(nests, nested)
             return SLOW

@@ -60,14 +60,6 @@ def cotangents(y, w) -> tuple | None:
     return leaves, ws, treedef
 
 
-def unpack(y) -> tuple:
-    """(value, tangent) of f's output inside the dual level: one dual tensor, or a
-    pytree of them (see ``duals``); (None, None) where ``duals`` finds none."""
-    if type(y) is torch.Tensor:
-        return fwAD.unpack_dual(y)
-    return duals(y) or (None, None)
-
-
 def duals(y) -> tuple | None:
     """(f's values, their tangents), each a pytree like y, for a pytree output of dual
     tensors (forward mode, inside the dual level); None where a leaf is not a real

@@ -45,12 +45,6 @@ KNOWN_GAPS = (
         ),
     ),
     Gap(
-        "AutoAutograd",
-        "The second derivative of an inner di call made on a Python float drops x.",
-        "Make the inner call on a 0-d NumPy array.",
-        ("*::test_second_derivative_of_inner_call_on_python_float",),
-    ),
-    Gap(
         "AutoTorch",
         "jacobian of an f that writes into a Constant in place raises 'f changes its "
         "input in place' (gradient, jvp and vjp work).",

@@ -17,9 +17,10 @@ from ... import _checks
 from ..._backend_types import AutoAutograd
 from ..._cache import weak_callable
 from ..._tree import TooDeep, flatten, tree_map
-from ...core import direction
+from ...core import direction, outputs
 from ...core.backend import BackendImpl, Traits
 from ...core.convert import is_masked
+from ...core.operator import OPS
 from ...core.registry import register
 from . import rows, runners
 from .runners import link_out
@@ -69,7 +70,7 @@ class AutogradImpl(BackendImpl):
         if self.mode is not None or direction.only(prob.f) is not None:
             return super().prefers_reverse(prob, xs, ctx)
         n = sum(int(np.size(x)) for x in xs)
-        return self.memo_output_size(prob, xs, ctx) <= _FORWARD_COST * n
+        return self.memo_output_size(prob, xs, ctx) <= runners.FORWARD_COST * n
 
     def settle(self, tree: Any, result: Any) -> Any:
         open_ = open_traces()  # the traces of this call are closed: their boxes are its own
@@ -175,9 +176,13 @@ class AutogradImpl(BackendImpl):
 
     def runner(self, prob, form, combo=None, weak=False):
         """For a plain gradient, jvp, vjp and a plain backend's hvp at one float array or
-        native leaves (``runners``); for an unprepared call (``weak``) it calls f through a weak
-        reference (the plan table holds f weakly)."""
+        native leaves, and a jacobian at one float array (``runners``); for an unprepared
+        call (``weak``) it calls f through a weak reference (the plan table holds f
+        weakly)."""
         run = self.code_runner(prob, form) if combo is None else None
+        if run is None and _plain_jacobian(prob, form):  # (it reads prob's memo: per f)
+            decl = OPS[prob.op]
+            run = runners.jacobian(prob.fns, self.mode, len(decl.returns) > 1)
         f = None if run is None else weak_callable(prob.f, weak)
         return None if f is None else functools.partial(run, f)
 
@@ -258,7 +263,8 @@ class AutogradImpl(BackendImpl):
         fn = prob.flat()
         (x,) = xs
         f1 = lambda x: fn((x,), *ctx)  # noqa: E731
-        gf = grad_fn(f1, inner)
+        values: list = []  # f(x), as the gradient's trace computed it (f runs once)
+        gf = grad_fn(f1, inner, values)
         basis = np.eye(x.size, dtype=x.dtype).reshape((x.size, *x.shape))
         if outer == "reverse":
             pb, g = call_f(prob, lambda: make_vjp(gf, x))
@@ -270,7 +276,7 @@ class AutogradImpl(BackendImpl):
                 g, col = call_f(prob, lambda e=e: jvp(e))
                 rows.append(col)  # columns of a symmetric matrix
             g = gf(x) if g is None else g
-        y = f1(x)
+        y = values[0] if values else f1(x)
         if not rows:
             return _array(y), (like_x(g, x),), np.zeros((*x.shape, *x.shape), dtype=x.dtype)
         h = anp.reshape(anp.stack(rows), (*x.shape, *x.shape))  # boxes inside an outer pass
@@ -281,30 +287,60 @@ class AutogradImpl(BackendImpl):
         (x,) = xs
         one = np.ones_like(x)
 
-        def d(x):
-            return touch(make_jvp(lambda x: fn((x,), *ctx), x)(one)[1], x)
+        values: list = []  # f(x), as the inner trace computed it (f runs once)
 
-        y = _array(call_f(prob, lambda: fn((x,), *ctx)))
+        def d(x):
+            y, d1 = make_jvp(lambda x: fn((x,), *ctx), x)(one)
+            values.append(off_trace(y, x))
+            return touch(d1, x)
+
         d1, d2 = call_f(prob, lambda: make_jvp(d, x)(one))
+        y = _array(values[0])
         return y, like_x(d1, y), like_x(d2, y)
 
 
-def grad_fn(fn, inner: str):
-    """x -> gradient of the scalar fn, by reverse mode or by forward mode (n jvps)."""
+def grad_fn(fn, inner: str, values: list | None = None):
+    """x -> gradient of the scalar fn, by reverse mode or by forward mode (n jvps);
+    ``values`` (a list) gets fn(x) as each trace computed it."""
     if inner == "forward":
 
         def grad_fwd(x):
             basis = np.eye(x.size, dtype=x.dtype).reshape((x.size, *x.shape))
-            cols = [make_jvp(fn, x)(e)[1] for e in basis]
+            cols = []
+            for e in basis:
+                y, col = make_jvp(fn, x)(e)
+                cols.append(col)
+                if values is not None:
+                    values.append(off_trace(y, x))
             return touch(anp.reshape(anp.stack(cols), np.shape(x)), x)
 
         return grad_fwd
 
     def grad_rev(x):
         pb, y = make_vjp(fn, x)
+        if values is not None:
+            values.append(off_trace(y, x))
         return touch(pb(np.ones(np.shape(y), dtype=y.dtype)), x)
 
     return grad_rev
+
+
+def _plain_jacobian(prob, form: str) -> bool:
+    """A jacobian (or value_and_jacobian) of one array x and one array output, without
+    aux, in the direction f supports: its runner (``runners.jacobian``)."""
+    if OPS[prob.op].family != "jacobian":
+        return False
+    if form != "array" or not prob.single or prob.aux or outputs.returns_tree(prob.f):
+        return False
+    return direction.only(prob.f) in (None, direction.REVERSE)
+
+
+def off_trace(y: Any, x: Any) -> Any:
+    """y without the box of x's trace (a value computed on x's trace, as that trace's
+    caller sees it); an outer pass's box stays."""
+    if isinstance(y, Box) and isinstance(x, Box) and y._trace == x._trace:
+        return y._value
+    return y
 
 
 def touch(g: Any, x: Any) -> Any:
@@ -321,8 +357,6 @@ def touch(g: Any, x: Any) -> Any:
 
 
 _CONTAINERS = (dict, list, tuple)
-# a jvp's cost in pullbacks (see AutogradImpl.prefers_reverse)
-_FORWARD_COST = 3
 
 
 def open_boxes(v: Any) -> Any:

@@ -18,10 +18,15 @@ from autograd.tracer import Box, getval
 
 from ..._tangents import Tangents, one_by_one
 from ..._tree import unflatten
-from ...core.backend import SLOW
+from ...core.backend import OUT_SIZE, SLOW
 from ...core.operator import OPS, SHAPED_LIKE_F
 from . import trees
+from .rows import jacobian_rows
 from .traces import make_jvp, make_vjp
+
+# a jvp's cost in pullbacks: a jacobian runs in reverse up to this many outputs per input
+# (see AutogradImpl.prefers_reverse)
+FORWARD_COST = 3
 
 # the operators run here (declared in core.operator): gradient, jvp, vjp and hvp, alone
 # or with one part before (f's value; the gradient for hvp)
@@ -147,10 +152,11 @@ def _on_trace(f, tree: list):
 
 def link_out(y: Any, x: Any) -> Any:
     """y, tied to x by ``+ 0 * sum(x)`` when f's output does not depend on x
-    (diffiface has warned): autograd then gives the zeros without a second warning."""
+    (diffiface has warned): autograd then gives the zeros without a second warning.
+    (``anp.array(..., dtype=)`` keeps y's dtype in both modes: ``astype`` has no JVP.)"""
     if not isinstance(x, Box) or (isinstance(y, Box) and y._trace == x._trace):
         return y
-    return y + (0 * anp.sum(x)).astype(np.result_type(y))
+    return y + anp.array(0 * anp.sum(x), dtype=np.result_type(y))
 
 
 def _jvps(value: bool):
@@ -276,6 +282,47 @@ def _gradient(f):
         return g if isinstance(g, Box) and g._trace == xb._trace else g + 0 * xb
 
     return grad
+
+
+def jacobian(fns: dict, mode: str | None, value: bool):
+    """``run(f, x)``: autograd's own Jacobian, one make_vjp of f and a pullback per
+    output element, once an earlier call has sized f(x) (``fns``: its problem's memo)
+    and reverse is the direction (``mode``: the backend's); SLOW otherwise (forward
+    columns trace f once each: the general path's)."""
+    unsupported: list = []  # (see _gave_up)
+
+    def run(f, x):
+        m = fns.get(OUT_SIZE)
+        if unsupported or m is None or not _plain(x) or not x.size:
+            return SLOW
+        if mode == "forward" or (mode is None and m > FORWARD_COST * x.size):
+            return SLOW
+        try:
+            y, got = jacobian_rows(_array_on_trace(f), x)
+        except (_Lost, TypeError, AttributeError):
+            return SLOW
+        except NotImplementedError as exc:
+            return _gave_up(exc, unsupported)
+        y = np.asarray(y)
+        jac = np.stack([_as_x(g, x) for g in got]) if got else np.zeros((0, *x.shape), x.dtype)
+        jac = jac.reshape((*y.shape, *x.shape))
+        return (y, jac) if value else jac
+
+    return run
+
+
+def _array_on_trace(f):
+    """f, stopping a call whose output is not a float array on x's trace."""
+
+    def traced(xb):
+        y = f(xb)
+        if not (isinstance(y, Box) and y._trace == xb._trace):
+            raise _Lost
+        if np.result_type(getval(y)).kind != "f":
+            raise _Lost  # the general path explains
+        return y
+
+    return traced
 
 
 def _grad(value: bool):

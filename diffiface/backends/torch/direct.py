@@ -382,18 +382,23 @@ def _jacobian(prob, value, f):
     if mode is None and size is None:
         return None
 
+    def _with_value(x):
+        y = f(x)
+        return y, y
+
     def run(x):
         xc = _plain_copy(x)
         if xc is None or not x.numel():
             return SLOW
         reverse = mode == "reverse" or (mode is None and size <= x.numel())
+        g = _with_value if value else f  # (f(x) as the aux of the one run of f)
         try:
             if reverse:
-                j = torch.func.jacrev(f)(xc)
+                j = torch.func.jacrev(g, has_aux=value)(xc)
             else:
                 with FORWARD_LOCK:
-                    j = torch.func.jacfwd(f)(xc)
-            y = f(x.clone()) if value else None
+                    j = torch.func.jacfwd(g, has_aux=value)(xc)
+            j, y = j if value else (j, None)
         except Exception:  # the general path runs f again and explains
             return SLOW
         if type(j) is not torch.Tensor or (value and type(y) is not torch.Tensor):

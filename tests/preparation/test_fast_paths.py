@@ -250,13 +250,18 @@ def test_prepared_pytree_with_constant_torch(monkeypatch):
 
 
 # ------------------------------------------------------- direction choices
-def test_torch_hessian_formulation_is_chosen_at_preparation():
+def test_torch_hessian_formulation_is_chosen_on_the_first_calls():
+    """Preparation's run and the next five calls time each way in turn (see
+    tests/backends/test_torch_hessian_way.py); then the way chosen is the way taken."""
     torch = pytest.importorskip("torch")
     b, x = di.AutoTorch(), torch.tensor(X)
     f = lambda x: (torch.sin(x) * x**2).sum()  # noqa: E731
     want = np.diag(-np.sin(X) * X**2 + 4 * X * np.cos(X) + 2 * np.sin(X))
     prep = di.prepare_hessian(f, b, x)
     prob = prep._probs["hessian"]
+    assert prob.fns["hessian way"] not in ("func", "batched")  # still timing
+    for _ in range(5):
+        np.testing.assert_allclose(di.hessian(f, b, x, prep=prep), want, rtol=1e-12)
     assert prob.fns["hessian way"] in ("func", "batched")
     real_hessian = torch.func.hessian
     for way in ("func", "batched"):

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import math
 import sys
-import time
 from typing import Any
 
 import numpy as np
@@ -29,7 +28,7 @@ from ..._tree import tree_map
 from ...core import direction
 from ...core.backend import BackendImpl, Traits
 from ...core.registry import register
-from . import direct, leaves, memory, trees
+from . import direct, hessian_way, leaves, memory, trees
 from .forward import dual_jvp
 from .graph import (
     DONE,
@@ -418,30 +417,16 @@ class TorchImpl(BackendImpl):
         return gs, [tuple(h[i] for h in hv) for i in range(n)]
 
     def hessian(self, prob, xs, ctx, combo):
-        if self._plain(xs, ctx, combo) and xs[0].numel() and self._by_func(prob, xs, ctx):
-            f1 = _one(prob.flat(), ctx)
-            return call_forward(prob, lambda: torch.func.hessian(f1)(xs[0]))
-        return self.value_gradient_and_hessian(prob, xs, ctx, combo)[2]
-
-    def _by_func(self, prob, xs, ctx) -> bool:
-        """True when torch.func.hessian beats one batched double backward for this
-        problem. Which does depends on f (a batched backward falls back to a loop for
-        some ops): a prepared problem times both once; unprepared calls take the
-        batched double backward."""
-        way = prob.fns.get(_HESSIAN_WAY)
-        if way is None:
-            if not prob.prepared or direction.only(prob.f) is not None:
-                return False  # (torch.func.hessian is forward over reverse)
-            f1, x = _one(prob.flat(), ctx), xs[0]
-            try:
-                by_func = _faster(
-                    lambda: call_forward(prob, lambda: torch.func.hessian(f1)(x)),
-                    lambda: self.value_gradient_and_hessian(prob, xs, ctx, None),
-                )
-            except Exception:  # f that torch.func cannot vmap: the batched backward
-                by_func = False
-            way = prob.fns[_HESSIAN_WAY] = "func" if by_func else "batched"
-        return way == "func"
+        """torch.func.hessian or one batched double backward, whichever is faster for
+        f: a prepared problem times its first calls (``hessian_way``)."""
+        batched = lambda: self.value_gradient_and_hessian(prob, xs, ctx, combo)[2]  # noqa: E731
+        if not (self._plain(xs, ctx, combo) and xs[0].numel()):
+            return batched()
+        if direction.only(prob.f) is not None:  # (torch.func.hessian: forward over reverse)
+            return batched()
+        f1 = _one(prob.flat(), ctx)
+        by_func = lambda: call_forward(prob, lambda: torch.func.hessian(f1)(xs[0]))  # noqa: E731
+        return hessian_way.run(prob.fns, prob.prepared, by_func, batched)
 
     def value_gradient_and_hessian(self, prob, xs, ctx, combo):
         fn = prob.flat()
@@ -554,21 +539,6 @@ def _one(fn, ctx):
     return lambda x: fn((x,), *ctx)
 
 
-def _faster(first, second) -> bool:
-    """True when ``first`` runs faster than ``second`` (best of two timed runs each,
-    after one untimed run)."""
-    times = []
-    for fn in (first, second):
-        fn()
-        best = math.inf
-        for _ in range(2):
-            start = time.perf_counter()
-            fn()
-            best = min(best, time.perf_counter() - start)
-        times.append(best)
-    return times[0] < times[1]
-
-
 def _duals_work() -> bool:
     """Dual numbers carry tangents here: outside torch.func transforms and forward-mode
     levels, and with forward-mode AD enabled (an autograd.Function's forward turns it
@@ -596,4 +566,3 @@ _NO_FORWARD = (
     "does not have a sharding strategy registered",  # DTensor: no forward-mode AD
     "out variant should have at least one out arg",  # DTensor under torch.func.jacfwd
 )
-_HESSIAN_WAY = "hessian way"  # and of its Hessian formulation

@@ -50,8 +50,8 @@ def call_form(op: str, backend: Any) -> str:
 def restate(exc: BaseException, call: str, *internal: str) -> None:
     """Start ``exc``'s message with ``call``, the call the user wrote, where it starts
     with one of the ``internal`` call forms (an operator diffiface called on the way:
-    value_and_batched_jacobian for batched_jacobian, a prepare_ function's operator,
-    the inner gradient of finite differences over AD, ...)."""
+    a prepare_ function's operator, the inner gradient of finite differences over AD,
+    ...)."""
     msg = exc.args[0] if exc.args and isinstance(exc.args[0], str) else None
     if msg is None:
         return

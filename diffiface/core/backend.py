@@ -191,6 +191,9 @@ class BackendImpl(Contract, DerivedSecondOrder):
         y, (cols,) = self._columns(prob, xs, ctx)
         return y, self.reshape(cols, tuple(y.shape) + tuple(x.shape))
 
+    def batched_jacobian(self, prob, xs: tuple, ctx: tuple):
+        return self.value_and_batched_jacobian(prob, xs, ctx)[1]
+
     def value_and_batched_jacobian(self, prob, xs: tuple, ctx: tuple):
         """Per-sample Jacobians from jvps (or vjps) whose tangents repeat one basis
         vector in every sample: n_in jvps or n_out vjps, never B times more."""

@@ -143,13 +143,14 @@ OPS: dict[str, Declared] = {
         ),
         *_family(
             "batched_jacobian",
-            ("batched_jacobian", ("batched_jacobian",), {}),
+            ("batched_jacobian", ("batched_jacobian",), {"method": "batched_jacobian"}),
             (
                 "value_and_batched_jacobian",
                 ("value", "batched_jacobian"),
-                {"tree_output": True, "method": "value_and_batched_jacobian"},
+                {"method": "value_and_batched_jacobian"},
             ),
-            computed_by=("value_and_batched_jacobian",),
+            tree_output=True,
+            computed_by=("batched_jacobian", "value_and_batched_jacobian"),
             one_array_x=True,
         ),
     )

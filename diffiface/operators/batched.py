@@ -12,8 +12,9 @@ from ..core.shell import Call, Operator
 from . import dense
 
 
-def _batched(c: Call, chunk_size):
-    """(f(x), per-sample Jacobians)."""
+def _batched(c: Call, chunk_size, value: bool):
+    """(f(x), per-sample Jacobians); without ``value``, f(x) may be None (the backend's
+    own formulation then computes the Jacobians alone)."""
     impl, prob, xs, ctx = c.impl, c.prob, c.xs, c.ctx
     op, backend = prob.op, prob.backend
     if not prob.single:
@@ -37,7 +38,10 @@ def _batched(c: Call, chunk_size):
         n_in = math.prod(tuple(x0.shape[1:]))
         m = impl.memo_output_size(prob, xs, ctx)
         dense.check_limit(op, backend, m, n_in, x0, "batched Jacobian")
-        run = lambda: impl.value_and_batched_jacobian(prob, xs, ctx)  # noqa: E731
+        if value:
+            run = lambda: impl.value_and_batched_jacobian(prob, xs, ctx)  # noqa: E731
+        else:
+            run = lambda: (None, impl.batched_jacobian(prob, xs, ctx))  # noqa: E731
         # the backend's own formulation follows the direction f supports, once known
         y, jac = direction.run(
             impl,
@@ -50,8 +54,12 @@ def _batched(c: Call, chunk_size):
     return c.back(y), c.back(jac)
 
 
-# batched_jacobian runs as its value variant: one compiled function, one plan for both
-VALUE_AND_BATCHED_JACOBIAN = Operator("value_and_batched_jacobian", lambda c, t, k: _batched(c, k))
+VALUE_AND_BATCHED_JACOBIAN = Operator(
+    "value_and_batched_jacobian", lambda c, t, k: _batched(c, k, True)
+)
+# its own operator: a backend may compute the Jacobians alone (JAX: a program without
+# f(x) as an output, which XLA compiles to one fusion where the pair takes three)
+BATCHED_JACOBIAN = Operator("batched_jacobian", lambda c, t, k: _batched(c, k, False)[1])
 
 
 @shell.public(VALUE_AND_BATCHED_JACOBIAN)
@@ -103,6 +111,7 @@ def value_and_batched_jacobian(
     )
 
 
+@shell.public(BATCHED_JACOBIAN)
 def batched_jacobian(
     f: Callable,
     backend: Any,
@@ -126,15 +135,7 @@ def batched_jacobian(
                [ 6.,  8.],
                [10., 12.]])
     """
-    try:
-        out = value_and_batched_jacobian(
-            f, backend, x, *contexts, prep=prep, chunk_size=chunk_size, has_aux=has_aux
-        )
-    except _checks.ERRORS as exc:
-        internal = _checks.call_form("value_and_batched_jacobian", backend)
-        _checks.restate(exc, _checks.call_form("batched_jacobian", backend), internal)
-        raise
-    return (out[0][1], out[1]) if has_aux else out[1]
+    return shell.call(BATCHED_JACOBIAN, f, backend, x, None, contexts, prep, chunk_size, has_aux)
 
 
 def _reverse(impl, prob, xs: tuple, ctx: tuple):

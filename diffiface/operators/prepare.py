@@ -162,4 +162,4 @@ def prepare_batched_jacobian(
         >>> di.batched_jacobian(f, b, x, prep=di.prepare_batched_jacobian(f, b, x)).shape
         (3, 2, 2)
     """
-    return prepare(batched.VALUE_AND_BATCHED_JACOBIAN, f, backend, x, contexts, has_aux=has_aux)
+    return prepare(batched.BATCHED_JACOBIAN, f, backend, x, contexts, has_aux=has_aux)

@@ -18,7 +18,6 @@ from ..core.operator import OPS, of_family, pick
 # the base operator of each family (the one ``prepare_<family>`` is named after)
 BASES = tuple(dict.fromkeys(d.family for d in OPS.values()))
 # the families whose f may return a pytree: those with a ``tree_output`` member
-# (batched_jacobian's base operator is declared without it, yet takes one)
 TREE_FAMILIES = tuple(f for f in BASES if any(OPS[op].tree_output for op in of_family(f)))
 
 

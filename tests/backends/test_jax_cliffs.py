@@ -463,27 +463,27 @@ def _per_sample(x):
 @pytest.mark.parametrize("numpy", [False, True], ids=["jax", "numpy"])
 @pytest.mark.parametrize("prepared", [False, True], ids=["unprepared", "prepared"])
 def test_batched_jacobian_runs_the_compiled_function(numpy, prepared, monkeypatch):
-    """JAX or NumPy x: after the first call (or the preparation), no general path, no
-    conversion by diffiface, no compilation; results of x's kind equal to
-    vmap(jacfwd)."""
+    """JAX or NumPy x: after the first call of each operator (or the preparation), no
+    general path, no conversion by diffiface, no compilation; results of x's kind equal
+    to vmap(jacfwd)."""
     f = lambda x: _per_sample(x)  # noqa: E731
     xn = RNG.standard_normal((7, 3))
     x = xn if numpy else jnp.asarray(xn)
     kw = {"prep": di.prepare_batched_jacobian(f, B, x)} if prepared else {}
     di.batched_jacobian(f, B, x, **kw)
+    di.value_and_batched_jacobian(f, B, x, **kw)  # (its own compiled function: with y)
     before = compiles()
     monkeypatch.setattr(shell, "enter", _no_general_path)
     puts = _counting_device_put(monkeypatch)
     got = di.batched_jacobian(f, B, x, **kw)
-    y, got2 = di.value_and_batched_jacobian(f, B, x, **kw) if not prepared else (None, got)
+    y, got2 = di.value_and_batched_jacobian(f, B, x, **kw)
     assert puts[0] == 0 and compiles() == before
     kind = np.ndarray if numpy else jax.Array
-    assert isinstance(got, kind)
+    assert isinstance(got, kind) and isinstance(got2, kind) and isinstance(y, kind)
     want = jax.vmap(jax.jacfwd(_per_sample))(jnp.asarray(xn))
     np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-12)
     np.testing.assert_allclose(np.asarray(got2), np.asarray(want), rtol=1e-12)
-    if y is not None:
-        np.testing.assert_allclose(np.asarray(y), np.asarray(_per_sample(jnp.asarray(xn))))
+    np.testing.assert_allclose(np.asarray(y), np.asarray(_per_sample(jnp.asarray(xn))))
 
 
 # the gradient's family and every operator with a tangent; the base ones with a pytree

@@ -144,11 +144,7 @@ def vjp_and_value_in_loss(fw, s, x, p):
 
 LOSSES = {  # name -> (loss, the inner operator, parameters are a flat vector)
     "jacobian_regularizer": (jacobian_regularizer, "jacobian", False),
-    "batched_jacobian_regularizer": (
-        batched_jacobian_regularizer,
-        "value_and_batched_jacobian",
-        False,
-    ),
+    "batched_jacobian_regularizer": (batched_jacobian_regularizer, "batched_jacobian", False),
     "gradient_in_loss": (gradient_in_loss, "gradient", False),
     "value_and_gradient_in_loss": (value_and_gradient_in_loss, "value_and_gradient", False),
     "parameter_jacobian": (parameter_jacobian, "jacobian", True),

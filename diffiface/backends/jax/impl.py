@@ -385,12 +385,8 @@ class JaxImpl(BackendImpl):
         def make(with_ctx):
             def run(x, *dyn):
                 fn = with_ctx(dyn)
-                reverse = mode == "reverse"
-                if mode is None:
-                    # square: forward (vmapped jvps fuse; 0.36 ms against 7.7 ms for
-                    # jacrev at n = 1e3 on CPU), reverse for wide Jacobians only
-                    reverse = jax.eval_shape(outputs.discard(fn), x).size < x.size
-                jac = jax.jacrev if reverse else jax.jacfwd
+                n_out = 0 if mode else jax.eval_shape(outputs.discard(fn), x).size
+                jac = jax.jacrev if _reverse(mode, n_out, x.size) else jax.jacfwd
                 if not value:
                     return outputs.function(jac, fn)(x)
                 j, y = outputs.function(jac, lambda x: _twice(fn(x)), own_aux=True)(x)
@@ -401,8 +397,12 @@ class JaxImpl(BackendImpl):
         run, dyn = self._compiled(prob, ("jac", mode, value), ctx, make)
         return call(prob, run, xs[0], *dyn)
 
-    def jacobian(self, prob, xs, ctx):
-        return self.value_and_jacobian(prob, xs, ctx, value=False)
+    jacobian = functools.partialmethod(value_and_jacobian, value=False)
+
+    def prefers_reverse(self, prob, xs, ctx):
+        """A chunked Jacobian's direction: the compiled Jacobians' (``_reverse``)."""
+        mode, n_in = self.mode or direction.only(prob.f), sum(math.prod(np.shape(x)) for x in xs)
+        return _reverse(mode, 0 if mode else self.memo_output_size(prob, xs, ctx), n_in)
 
     def output_size(self, prob, xs, ctx):
         """The size of f(x) from jax.eval_shape, cached like a compiled function."""
@@ -425,7 +425,7 @@ class JaxImpl(BackendImpl):
         fn = prob.flat()
         return jax.eval_shape(outputs.discard(lambda xs: fn(xs, *ctx)), xs)
 
-    def value_and_batched_jacobian(self, prob, xs, ctx):
+    def value_and_batched_jacobian(self, prob, xs, ctx, value=True):
         mode, op, backend = self.mode or direction.only(prob.f), prob.op, prob.backend
 
         def make(with_ctx):
@@ -435,8 +435,7 @@ class JaxImpl(BackendImpl):
                 out = jax.eval_shape(outputs.discard(fn), x)
                 _checks.check_batch_of(op, backend, x.shape, out.shape)
                 n_in, n_out = x.size // max(b, 1), out.size // max(b, 1)
-                reverse = mode == "reverse" or (mode is None and n_out <= n_in)
-                if reverse:  # n_out vjps, each one basis vector repeated over the batch
+                if _reverse(mode, n_out, n_in):  # n_out vjps, each a basis vector per sample
                     y, pb = outputs.values(jax.vjp, fn, x)
                     w = jnp.broadcast_to(jnp.eye(n_out, dtype=y.dtype)[:, None], (n_out, b, n_out))
                     rows = jax.vmap(lambda w: pb(w.reshape(y.shape))[0])(w)
@@ -446,12 +445,15 @@ class JaxImpl(BackendImpl):
                     v = jnp.broadcast_to(jnp.eye(n_in, dtype=x.dtype)[:, None], (n_in, b, n_in))
                     cols = jax.vmap(lambda v: lin(v.reshape(x.shape)))(v)
                     jac = jnp.moveaxis(cols.reshape(n_in, b, n_out), 0, 2)
-                return y, jac.reshape((*y.shape, *rest))
+                jac = jac.reshape((*y.shape, *rest))  # (alone: one fusion; with y, three)
+                return (y, jac) if value else jac
 
             return run
 
-        run, dyn = self._compiled(prob, ("batched_jac", mode), ctx, make)
+        run, dyn = self._compiled(prob, ("batched_jac", mode, value), ctx, make)
         return call(prob, run, xs[0], *dyn)
+
+    batched_jacobian = functools.partialmethod(value_and_batched_jacobian, value=False)
 
     # ---- second order ------------------------------------------------------------
     def gradient_and_hvp(self, prob, xs, vs, ctx, combo, grad=True):
@@ -522,6 +524,11 @@ class JaxImpl(BackendImpl):
 
         run, dyn = self._compiled(prob, ("d2",), ctx, make)
         return call(prob, run, xs[0], *dyn)
+
+
+def _reverse(mode: str | None, n_out: int, n_in: int) -> bool:
+    """Reverse for wide Jacobians only, dense or per sample (square: jacrev 1.4-21x jacfwd)."""
+    return mode == "reverse" if mode is not None else n_out < n_in
 
 
 @functools.partial(jax.jit, static_argnums=1)

@@ -115,6 +115,11 @@ def value_and_batched_jacobian(impl, prob, xs, ctx):
     return y, jac.reshape((*y.shape, *x.shape[1:]))
 
 
+@register_rule("jax", "batched_jacobian")
+def batched_jacobian(impl, prob, xs, ctx):
+    return value_and_batched_jacobian(impl, prob, xs, ctx)[1]
+
+
 def _converted(f, x, params, rest: tuple):
     """``(fn, consts)``: f as ``fn(x, params, *consts)``, built from one trace of f
     (``jax.closure_convert``: the values of an outer trace that f reads, and the

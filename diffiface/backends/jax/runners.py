@@ -25,6 +25,7 @@ from .running import TANGENTS, call, dense, only_compiled
 # operators whose compiled function returns the result as is
 _AS_IS = frozenset(
     (
+        "batched_jacobian",
         "value_and_batched_jacobian",
         "gradient",
         "value_and_gradient",

@@ -66,9 +66,7 @@ class Tangents:
                 "Tangents.stacked(V): V's leading axis has length 0; give at least one "
                 "tangent (V of shape (k, *x.shape) with k >= 1)."
             )
-        t = object.__new__(cls)
-        t._stack = stack
-        return t
+        return of_stack(stack)
 
     @property
     def stack(self) -> Any:
@@ -111,6 +109,13 @@ class Tangents:
         if self._stack is not None:
             return f"Tangents.stacked({self._stack!r})"
         return f"Tangents({', '.join(map(repr, self._values))})"
+
+
+def of_stack(stack: Any) -> Tangents:
+    """A stacked Tangents of ``stack`` as it is (diffiface's own results: no checks)."""
+    t = object.__new__(Tangents)
+    t._stack = stack
+    return t
 
 
 def _has_values(t: Tangents) -> bool:
@@ -156,7 +161,7 @@ def stack_results(results: Any) -> Tangents:
     flat = [flatten(r) for r in results]
     treedef = flat[0][1]
     cols = zip(*(leaves for leaves, _ in flat), strict=True)
-    return Tangents.stacked(unflatten(treedef, [_stack_leaves(list(c)) for c in cols]))
+    return of_stack(unflatten(treedef, [_stack_leaves(list(c)) for c in cols]))
 
 
 def _stack_leaves(leaves: list) -> Any:
@@ -168,7 +173,7 @@ def restacked(out: Any) -> Any:
     """A call's result with its Tangents of k arrays stacked (a call given a stacked
     Tangents: ``out`` is a Tangents, or a tuple holding one: value_and_, has_aux)."""
     if type(out) is Tangents:
-        return stack_results(out)
+        return out if out._stack is not None else stack_results(out)
     if type(out) is tuple and any(type(o) is Tangents or type(o) is tuple for o in out):
         return tuple(restacked(o) for o in out)
     return out
@@ -213,4 +218,7 @@ def stacked_call(run: Any, t: Tangents, name: str) -> Any:
                 *exc.args[1:],
             )
         raise
+    last = out[-1] if type(out) is tuple else out
+    if type(last) is Tangents and last._stack is not None:  # (stacked by the runner)
+        return out
     return restacked(out)

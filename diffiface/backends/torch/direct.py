@@ -20,7 +20,7 @@ import torch.autograd.forward_ad as fwAD
 from torch._C._functorch import is_functorch_wrapped_tensor
 
 from ..._cache import code_of
-from ..._tangents import Tangents, one_by_one
+from ..._tangents import Tangents, of_stack, one_by_one
 from ...core import direction, outputs
 from ...core.backend import OUT_SIZE, SLOW
 from ...core.operator import OPS
@@ -191,6 +191,8 @@ def _reverse(prob, f, value, cotangent, aux):
         many = type(w) is Tangents
         if xg is None:
             return SLOW
+        if many and w._stack is not None:  # the k cotangents on a stack's leading axis
+            return _stacked(prob, f, value, aux, xg, w._stack) if cotangent else SLOW
         if cotangent and (_seen_ws(w) if many else type(w) is torch.Tensor and w.requires_grad):
             return SLOW  # (a pytree w: checked against f's output, see trees.cotangents)
         xg.requires_grad_()
@@ -219,6 +221,30 @@ def _reverse(prob, f, value, cotangent, aux):
         return out if aux is None else aux.give(a, out)
 
     return run
+
+
+def _stacked(prob, f, value, aux, xg, ws):
+    """The vjp along each of the cotangents stacked on ``ws``' leading axis, as a stacked
+    Tangents: one forward pass, one batched backward (SLOW: the general path)."""
+    if type(ws) is not torch.Tensor or ws.requires_grad:
+        return SLOW
+    xg.requires_grad_()
+    try:
+        y = f(xg)
+    except RuntimeError:  # the general path runs f again and explains
+        return SLOW
+    if aux is not None:
+        y, a = aux.split(y)
+    if type(y) is not torch.Tensor or y.grad_fn is None or not like(ws[0], y):
+        return SLOW
+    attached = finished(y, (xg,), False)
+    if attached:
+        check_twice(prob, y, (xg,))
+    (g,) = batched_grads(y, (xg,), ws, attached)
+    if g is None:  # y does not depend on x
+        g = torch.zeros((len(ws), *xg.shape), dtype=xg.dtype, device=xg.device)
+    out = (y if attached else y.detach(), of_stack(g)) if value else of_stack(g)
+    return out if aux is None else aux.give(a, out)
 
 
 def _tree_vjp(prob, y, xg, w, value):

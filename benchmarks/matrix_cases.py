@@ -26,7 +26,6 @@ EXTRA = {
     "vjp": ("f per call", "Tangents(4)", "Tangents(4) stacked", "has_aux", "pytree out"),
     "hvp": ("f per call", "Tangents(4)", "Tangents(4) stacked", "has_aux"),
 }
-STACKED = ("jax", "torch")  # the frameworks with a "Tangents(4) stacked" row (batched)
 KINDS = {
     "jax": ("array", "numpy", "pytree"),
     "torch": ("array", "numpy", "pytree"),
@@ -87,8 +86,7 @@ def plan(quick: bool) -> list[Row]:
                 rows += [
                     Row(fw, op, "array", f, n)
                     for f in EXTRA[op]
-                    if (n < 10**6 or f.startswith("Tangents"))
-                    and (f != "Tangents(4) stacked" or fw in STACKED)
+                    if n < 10**6 or f.startswith("Tangents")
                 ]
         for n in (10, 1000):
             for op in ("value_and_gradient", "hessian", "jacobian", "batched_jacobian"):

@@ -185,25 +185,26 @@ def test_jax_stacked_calls_take_the_runner_and_compile_once(monkeypatch, op):
     assert n <= 20, n
 
 
-def test_torch_stacked_vjp_takes_one_batched_backward(monkeypatch):
-    """torch: a warm stacked vjp of one tensor runs f once and one batched backward (the
-    runner), no general path; its result is the closed form."""
-    pytest.importorskip("torch")
+@pytest.mark.parametrize("op", ["vjp", "hvp"])
+def test_torch_stacked_calls_take_one_batched_backward(monkeypatch, op):
+    """torch: a warm stacked vjp (hvp) of one tensor runs f once and one batched
+    backward (after the gradient's, for hvp) in the runner, no general path; its
+    result is the closed form."""
+    torch = pytest.importorskip("torch")
     b = di.AutoTorch()
-    x, v = arguments(b, "vjp", False)
+    x, v = arguments(b, op, False)
     runs = [0]
-    import torch
 
     def f(x):
         runs[0] += 1
-        return torch.sin(x) * x
+        return torch.sin(x) * x if op == "vjp" else torch.sum(torch.sin(x) * x)
 
     t = di.Tangents.stacked(v)
-    di.vjp(f, b, x, t)
+    getattr(di, op)(f, b, x, t)
     from diffiface.core import shell
 
     monkeypatch.setattr(shell, "enter", lambda *a, **k: pytest.fail("the general path ran"))
     runs[0] = 0
-    got = di.vjp(f, b, x, t)
+    got = getattr(di, op)(f, b, x, t)
     assert runs[0] == 1
-    assert_close(got.stack, stacked_closed_form(closed_form("vjp", False)), b)
+    assert_close(got.stack, stacked_closed_form(closed_form(op, False)), b)

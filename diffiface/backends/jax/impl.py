@@ -557,8 +557,7 @@ def _each(prob, vss: list) -> tuple:
 
 
 def _stacked(vs: tuple):
-    """(traced) The k directions stacked on a new leading axis, leaf by leaf (a stacked
-    Tangents' array: as it is)."""
+    """(traced) The k directions stacked on a new leading axis (a stack: as it is)."""
     if not isinstance(vs, list | tuple):
         return vs
     if isinstance(vs[0], tuple):
@@ -567,9 +566,8 @@ def _stacked(vs: tuple):
 
 
 def _split(stacked, vs):
-    """(traced) The stacked results as one per direction of ``vs``, split inside the
-    compiled function (an index of the stacked result outside it would cost k eager
-    calls); for a stacked Tangents' array ``vs``, as they are."""
+    """(traced) The results, one per direction of ``vs`` (split inside the compiled
+    function: k eager calls outside it); of a stack ``vs``, stacked as they are."""
     if not isinstance(vs, list | tuple):
         return stacked
     return tuple(jax.tree_util.tree_map(lambda a, i=i: a[i], stacked) for i in range(len(vs)))

@@ -207,7 +207,9 @@ ABOUT = [  # the section's fixed text, before the measured summary
     "un-jitted transform, since jit of a new closure compiles every call, and "
     "`(hoisted jit)` against one jit taking the constant as an argument), "
     "`Tangents(4)` (against `jit(vmap(jvp))`, torch's vmap or loop, autograd's "
-    "loop), `has_aux`, `pytree out` (f returns a dict). Sparse rows: unprepared "
+    "loop; `Tangents(4) stacked`: the same 4 tangents as one array, "
+    "`Tangents.stacked(V)`, against the same native), `has_aux`, `pytree out` "
+    "(f returns a dict). Sparse rows: unprepared "
     "AutoSparse against the prepared sparse call, and the prepared call against "
     "the dense native. Finite differences have no framework native: their rows "
     "compare with a plain NumPy central difference.",

@@ -22,9 +22,9 @@ SCALAR_OUT = ("gradient", "value_and_gradient", "hvp", "hessian")
 TAKES_T = ("jvp", "vjp", "hvp")
 EXTRA = {
     "gradient": ("f per call", "has_aux"),
-    "jvp": ("f per call", "Tangents(4)", "has_aux", "pytree out"),
-    "vjp": ("f per call", "Tangents(4)", "has_aux", "pytree out"),
-    "hvp": ("f per call", "Tangents(4)", "has_aux"),
+    "jvp": ("f per call", "Tangents(4)", "Tangents(4) stacked", "has_aux", "pytree out"),
+    "vjp": ("f per call", "Tangents(4)", "Tangents(4) stacked", "has_aux", "pytree out"),
+    "hvp": ("f per call", "Tangents(4)", "Tangents(4) stacked", "has_aux"),
 }
 KINDS = {
     "jax": ("array", "numpy", "pytree"),
@@ -84,7 +84,9 @@ def plan(quick: bool) -> list[Row]:
             for n in sizes:
                 rows += [Row(fw, op, k, f, n) for k in kinds for f in ("prepared", "unprepared")]
                 rows += [
-                    Row(fw, op, "array", f, n) for f in EXTRA[op] if n < 10**6 or f == "Tangents(4)"
+                    Row(fw, op, "array", f, n)
+                    for f in EXTRA[op]
+                    if n < 10**6 or f.startswith("Tangents")
                 ]
         for n in (10, 1000):
             for op in ("value_and_gradient", "hessian", "jacobian", "batched_jacobian"):
@@ -188,7 +190,8 @@ def _xp(fw: str):
 
 
 def _natives(row: Row, f, jit: bool = True) -> list:
-    variant = {"has_aux": "aux", "Tangents(4)": "tangents"}.get(row.form, "plain")
+    variant = {"has_aux": "aux", "Tangents(4)": "tangents", "Tangents(4) stacked": "tangents"}
+    variant = variant.get(row.form, "plain")
     if row.fw == "jax":
         return jax_native(row.op, f, variant, jit=jit)
     if row.fw == "torch":
@@ -226,14 +229,18 @@ def _to_numpy(r):
     return r.detach().numpy() if hasattr(r, "detach") else np.asarray(r)
 
 
-def _blocking(fw: str, call):
+def _blocking(fw: str, call, stacked: bool = False):
+    """``call`` that waits for its JAX results (of a stacked Tangents: its one array)."""
     if fw != "jax":
         return call
     import jax
 
     def blocked():
         r = call()
-        jax.block_until_ready(tuple(r) if isinstance(r, di.Tangents) else r)
+        if isinstance(r, di.Tangents):
+            jax.block_until_ready(r.stack if stacked else tuple(r))
+        else:
+            jax.block_until_ready(r)
         return r
 
     return blocked
@@ -259,7 +266,7 @@ def build(row: Row):
     x, t, ts = (_convert(row.fw, row.kind, a) for a in _xs(row))
     f = _f(row, F)
     args = (x, t) if row.op in TAKES_T else (x,)
-    if row.form == "Tangents(4)":
+    if row.form.startswith("Tangents(4)"):
         args = (x, ts)
     natives = [_boundary(row, c) for c in _natives(row, f)]
     best = _fastest([(lambda c=c: c(*args)) for c in natives])
@@ -267,6 +274,8 @@ def build(row: Row):
     call = getattr(di, row.op)
     aux = {"has_aux": True} if row.form == "has_aux" else {}
     ours_args = (x, di.Tangents(*ts)) if row.form == "Tangents(4)" else args
+    if row.form == "Tangents(4) stacked":  # the K tangents as one (K, n) array
+        ours_args = (x, di.Tangents.stacked(_convert(row.fw, row.kind, np.stack(_xs(row)[2]))))
     if row.form.startswith("f per call"):
         make = F["make_s"] if row.op in SCALAR_OUT else F["make_v"]
         ours = lambda: call(make(C), b, *ours_args)  # noqa: E731
@@ -276,7 +285,8 @@ def build(row: Row):
     else:
         prep = PREPARE[row.op](f, b, *ours_args, **aux)
         ours = lambda: call(f, b, *ours_args, prep=prep, **aux)  # noqa: E731
-    return _blocking(row.fw, native), _blocking(row.fw, ours)
+    stacked = row.form == "Tangents(4) stacked"
+    return _blocking(row.fw, native, stacked), _blocking(row.fw, ours, stacked)
 
 
 def _per_call(row: Row, make, best: int, args: tuple, F: dict):

@@ -60,6 +60,10 @@ class Framework:
         (traced by an outer transform)."""
         return None
 
+    def stack(self, arrays: list) -> Any:
+        """Its arrays stacked on a new leading axis (a stacked ``Tangents``' results)."""
+        return np.stack(arrays)
+
     def is_tracer(self, leaf: Any) -> bool:
         """``leaf`` is traced by an outer transform of this framework (it may hold no
         values)."""

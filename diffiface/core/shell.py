@@ -27,7 +27,7 @@ from typing import Any
 from .. import _checks, _config, _finite
 from .._backend_types import AutoSparse
 from .._contexts import Constant, FixedParams, unfix
-from .._tangents import Tangents
+from .._tangents import Tangents, stacked_call
 from .._tree import TooDeep, flatten, too_deep, tree_map, unflatten
 from ..nested.route import planned, route
 from . import convert, crossing, outputs, registry, unprepared
@@ -145,10 +145,23 @@ class Call:
 
 
 def call(
-    op: Operator, f, backend, x, t, contexts: tuple, prep, chunk_size=None, has_aux=False
+    op: Operator,
+    f,
+    backend,
+    x,
+    t,
+    contexts: tuple,
+    prep,
+    chunk_size=None,
+    has_aux=False,
+    restack=True,
 ) -> Any:
     """The public operator ``op`` on these arguments (``t``: its tangent, for an
-    operator that takes one); with ``has_aux``, ``(its result, f's aux)``."""
+    operator that takes one); with ``has_aux``, ``(its result, f's aux)``. A stacked
+    ``Tangents`` gives stacked results (``restack``: the call that stacks them)."""
+    if restack and type(t) is Tangents and t._stack is not None:
+        args = (op, f, backend, x, t, contexts, prep, chunk_size, has_aux, False)
+        return stacked_call(lambda: call(*args), t, OPS[op.name].tangent)
     if prep is not None and type(prep) is not Prep and isinstance(prep, OwnPlan):
         return prep.run_call(op, f, backend, x, t, contexts, chunk_size, has_aux)
     if chunk_size is not None:

@@ -27,6 +27,9 @@ class Autograd(Framework):
     def within_gradient(self, x: Any) -> bool:
         return True  # a box is traced by autograd's grad
 
+    def stack(self, arrays: list) -> Any:  # (boxes, traced: autograd's own stack)
+        return sys.modules["autograd.numpy"].stack(arrays)
+
     def open_containers(self, args: tuple, leaves: list) -> tuple | None:
         tracer = sys.modules.get("autograd.tracer")
         if tracer is None or not any(

@@ -16,7 +16,6 @@ the result, and at 3 levels of default steps of the order of the result.
 
 from __future__ import annotations
 
-import contextvars
 import functools
 import numbers
 from typing import Any
@@ -24,31 +23,22 @@ from typing import Any
 import numpy as np
 
 from ... import _checks
-from ..._backend_types import FD_MIN_STEP, AutoFiniteDifferences
+from ..._backend_types import AutoFiniteDifferences
 from ..._cache import weak_callable
-from ...core.backend import SLOW, BackendImpl, Traits
+from ...core.backend import BackendImpl, Traits
 from ...core.convert import is_masked
 from ...core.operator import OPS
 from ...core.registry import register
+from . import runners
+from .levels import EPS64, NEST, RUNNING, enter
 
-_EPS64 = float(np.finfo(np.float64).eps)
 # the float64 default steps: first order (by method), the outer level of second order
-_DEFAULT_STEP = {"central": _EPS64 ** (1 / 3), "forward": _EPS64**0.5, "backward": _EPS64**0.5}
-_DEFAULT_OUTER = _EPS64**0.25
+_DEFAULT_STEP = {"central": EPS64 ** (1 / 3), "forward": EPS64**0.5, "backward": EPS64**0.5}
+_DEFAULT_OUTER = EPS64**0.25
 # the operators with a runner at one float array (``FiniteDifferencesImpl.runner``)
 _RUNS = ("gradient", "value_and_gradient", "jvp", "value_and_jvp")
 # the multiples of h at which f is evaluated, by method
 _SIDES = {"central": (-1, 1), "forward": (0, 1), "backward": (-1, 0)}
-
-# (levels of differencing around the running f, the product of their relative steps)
-_NEST: contextvars.ContextVar[tuple[int, float]] = contextvars.ContextVar(
-    "diffiface_fd_nest", default=(0, 1.0)
-)
-# (problem, levels, product of steps) of the finite-difference operator running in this
-# context; None while f runs (an operator that f calls is a new, nested one)
-_RUNNING: contextvars.ContextVar[tuple | None] = contextvars.ContextVar(
-    "diffiface_fd_running", default=None
-)
 
 
 def _operator(kind: str):
@@ -60,31 +50,17 @@ def _operator(kind: str):
     def wrap(method):
         @functools.wraps(method)
         def run(self, prob, *args):
-            if _RUNNING.get() is not None:
+            if RUNNING.get() is not None:
                 return method(self, prob, *args)
-            token = _RUNNING.set((prob, levels, self._nest_steps(kind)))
+            token = RUNNING.set((prob, levels, self._nest_steps(kind)))
             try:
                 return method(self, prob, *args)
             finally:
-                _RUNNING.reset(token)
+                RUNNING.reset(token)
 
         return run
 
     return wrap
-
-
-def _nest_too_fine(prob, levels: int, steps: float) -> _checks.DiffifaceValueError:
-    return _checks.DiffifaceValueError(
-        f"{_checks.call_form(prob.op, prob.backend)}: finite differences {levels} levels "
-        f"deep (nested operators; hvp, hessian and second_derivative count as two) with "
-        f"relative steps whose product, {steps:.2g}, is under {FD_MIN_STEP:g}: each level "
-        "divides the rounding noise of the level inside it by its step, so the result "
-        f"would carry noise of about {_EPS64 / steps:.1g} of its size (the default steps "
-        "resolve two central levels, not three). Use an AD backend for at least one level "
-        "(AutoJax(), AutoTorch(), AutoAutograd(), or second_order(AutoFiniteDifferences(), "
-        "AutoJax()) for a Hessian), or coarser steps (AutoFiniteDifferences(step=1e-3) at "
-        "each level)."
-    )
 
 
 @register(AutoFiniteDifferences)
@@ -190,70 +166,19 @@ class FiniteDifferencesImpl(BackendImpl):
 
     def runner(self, prob, form, combo=None, weak=False):
         """For jvp, gradient and their value variants at one float array: ``_jvp`` and
-        ``_gradient`` without the general path, on one ``flat()`` of f, whose output
-        check the plan keeps (an unprepared call's runner, ``weak``, holds f weakly)."""
+        ``_gradient`` without the general path, in one closure each (``runners``), with
+        f's output check the plan keeps (an unprepared call's runner, ``weak``, holds f
+        weakly)."""
         if form != "array" or not prob.single or prob.op not in _RUNS or prob.aux:
             return None
         f = weak_callable(prob.f, weak)
         if f is None:
             return None
         named, value = _named(prob, weak), "value" in prob.op
-        if OPS[prob.op].family == "jvp":
-            return self._jvp_runner(named, f, prob.without_f().output_check(lambda: f), value)
-        fn = prob.without_f().flat(lambda: f)
-
-        def gradient(x):
-            if type(x) is not np.ndarray or x.dtype.kind != "f":
-                return SLOW
-            y, (g,) = self._gradient(named, fn, (x,), (), value)
-            return (y, g) if value else g
-
-        return gradient
-
-    def _jvp_runner(self, named, f, finish, value: bool):
-        """``_jvp`` at one float array in one closure: f called directly on the moved
-        points (new arrays: no copies), its output checked in full on the first
-        evaluation and the next one checked against it. A zero tangent, an empty x or an
-        operator of this backend running (``_RUNNING``) take the general path."""
-        lo, hi = self._sides()
-        nest, rel_steps = (named, 1, self._nest_steps("first")), {}
-
-        def jvp(x, v):
-            if type(x) is not np.ndarray or x.dtype.kind != "f" or not x.size:
-                return SLOW
-            if type(v) is not np.ndarray or v.shape != x.shape or v.dtype != x.dtype:
-                return SLOW
-            scale = float(np.abs(v).max())
-            if scale == 0.0 or _RUNNING.get() is not None:
-                return SLOW
-            rel = rel_steps.get(x.dtype)
-            if rel is None:
-                rel = rel_steps.setdefault(x.dtype, self._rel_step(named, x.dtype))
-            h = rel * max(1.0, float(np.abs(x).max())) / scale
-            tokens = _enter(nest)
-            try:
-                xs, y, first = (x,), None, None
-                if value or lo == 0 or hi == 0:
-                    first = f(np.array(x, copy=True))
-                    y = np.asarray(finish(first, xs, ()))
-                f_hi = y
-                if hi != 0 and first is None:
-                    first = f(x + (hi * h) * v)
-                    f_hi = np.asarray(finish(first, xs, ()))
-                elif hi != 0:
-                    f_hi = _same_kind(f(x + (hi * h) * v), first, finish, xs)
-                f_lo = y if lo == 0 else _same_kind(f(x + (lo * h) * v), first, finish, xs)
-            except TypeError as exc:
-                _checks.reraise(named.op, named.backend, exc)
-            finally:
-                _RUNNING.reset(tokens[1])
-                _NEST.reset(tokens[0])
-            t = np.asarray((f_hi - f_lo) / ((hi - lo) * h))
-            if t.dtype.kind not in "fc" or t.dtype.itemsize < 4:  # (at least float32)
-                t = t.astype(np.result_type(t, np.float32))
-            return (y, t) if value else t
-
-        return jvp
+        finish = prob.without_f().output_check(lambda: f)
+        steps = (self._sides(), self._nest_steps("first"), self._rel_step)
+        run = runners.jvp if OPS[prob.op].family == "jvp" else runners.gradient
+        return run(named, f, finish, value, steps)
 
     @_operator("first")
     def _jvp(self, prob, fn, xs, vs, ctx):
@@ -487,41 +412,20 @@ class _Inside:
     __slots__ = ("entered",)
 
     def __enter__(self) -> None:
-        running = _RUNNING.get()
+        running = RUNNING.get()
         self.entered = None
         if running is None:  # not under an operator of this backend
             return
-        self.entered = (running[0], *_enter(running))
+        self.entered = (running[0], *enter(running))
 
     def __exit__(self, kind, exc, tb) -> None:
         if self.entered is None:
             return
         prob, inside, fresh = self.entered
-        _RUNNING.reset(fresh)
-        _NEST.reset(inside)
+        RUNNING.reset(fresh)
+        NEST.reset(inside)
         if isinstance(exc, TypeError):
             _checks.reraise(prob.op, prob.backend, exc)
-
-
-def _enter(running: tuple) -> tuple:
-    """Enters f's evaluations under the operator ``running`` (problem, levels, product of
-    steps): the nest deepens, and an operator that f calls is a new, nested one. Returns
-    the tokens of ``_NEST`` and ``_RUNNING`` to reset, in that order."""
-    prob, levels, steps = running
-    depth, product = _NEST.get()
-    depth, product = depth + levels, product * steps
-    if product < FD_MIN_STEP:
-        raise _nest_too_fine(prob, depth, product)
-    return _NEST.set((depth, product)), _RUNNING.set(None)
-
-
-def _same_kind(y: Any, first: Any, finish, xs: tuple) -> np.ndarray:
-    """f's output ``y``: as it is where it is a NumPy array of the kind of f's output
-    ``first`` of this call, which was checked (type, dtype, shape), else checked in full."""
-    if type(y) is np.ndarray and type(first) is np.ndarray:
-        if y.dtype == first.dtype and y.shape == first.shape:
-            return y
-    return np.asarray(finish(y, xs, ()))
 
 
 def _point(xs: tuple, direction: tuple, step: float) -> Moved:

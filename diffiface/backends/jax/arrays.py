@@ -29,6 +29,9 @@ class Jax(Framework):
         jax = sys.modules["jax"]
         return isinstance(leaf, jax.Array | jax.core.Tracer)
 
+    def stack(self, arrays: list) -> Any:
+        return sys.modules["jax"].numpy.stack(arrays)
+
     def is_tracer(self, leaf: Any) -> bool:
         return isinstance(leaf, sys.modules["jax"].core.Tracer)
 

@@ -283,7 +283,7 @@ class JaxImpl(BackendImpl):
         def make(with_ctx):
             def run(x, vs, *dyn):
                 y, lin = outputs.values(jax.linearize, with_ctx(dyn), x)
-                return (None if drop else y), _split(jax.vmap(lin)(_stacked(vs)), len(vs))
+                return (None if drop else y), _split(jax.vmap(lin)(_stacked(vs)), vs)
 
             return run
 
@@ -300,9 +300,11 @@ class JaxImpl(BackendImpl):
         def make(with_ctx):
             def run(x, ws, *dyn):
                 y, pb = outputs.values(jax.vjp, with_ctx(dyn), x)
+                if not isinstance(ws, list | tuple):  # a stacked Tangents' array
+                    return (None if drop else y), jax.vmap(lambda w: pb(check_w(y, w))[0])(ws)
                 ws = [check_w(y, w.astype(y.dtype) if loose else w) for w in ws]
                 gs = jax.vmap(lambda w: pb(w)[0])(jnp.stack(ws))
-                return (None if drop else y), _split(gs, len(ws))
+                return (None if drop else y), _split(gs, ws)
 
             return run
 
@@ -324,7 +326,7 @@ class JaxImpl(BackendImpl):
                 else:
                     g, lin = outputs.values(jax.linearize, gf, x)
                     hvs = jax.vmap(lin)(_stacked(vs))
-                return (g if grad else None), _split(hvs, len(vs))
+                return (g if grad else None), _split(hvs, vs)
 
             return run
 
@@ -562,16 +564,20 @@ def _each(prob, vss: list) -> tuple:
 
 
 def _stacked(vs: tuple):
-    """(traced) The k directions stacked on a new leading axis, leaf by leaf."""
+    """(traced) The k directions stacked on a new leading axis (a stack: as it is)."""
+    if not isinstance(vs, list | tuple):
+        return vs
     if isinstance(vs[0], tuple):
         return tuple(jnp.stack(leaves) for leaves in zip(*vs, strict=True))
     return jnp.stack(vs)
 
 
-def _split(stacked, k: int) -> tuple:
-    """(traced) The k results of a vmapped pass, leaf by leaf: k outputs of the compiled
-    function (an index of the stacked result outside it would cost k eager calls)."""
-    return tuple(jax.tree_util.tree_map(lambda a, i=i: a[i], stacked) for i in range(k))
+def _split(stacked, vs):
+    """(traced) The results, one per direction of ``vs`` (split inside the compiled
+    function: k eager calls outside it); of a stack ``vs``, stacked as they are."""
+    if not isinstance(vs, list | tuple):
+        return stacked
+    return tuple(jax.tree_util.tree_map(lambda a, i=i: a[i], stacked) for i in range(len(vs)))
 
 
 def _tuple(prob, g):

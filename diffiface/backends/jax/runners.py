@@ -14,7 +14,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ..._tangents import Tangents
+from ..._tangents import Tangents, of_stack
 from ..._tree import unflatten
 from ...core import outputs
 from ...core.backend import SLOW
@@ -217,7 +217,11 @@ def _tangents(op: str, who, name: str, run, numpy: bool, k: int | None = None):
         return one
 
     def several(x, ts):
-        if type(ts) is not Tangents or len(vs := ts._values) != k:  # (diffiface's own)
+        if type(ts) is not Tangents:
+            return SLOW
+        if ts._stack is not None:
+            return stacked(x, ts._stack)
+        if len(vs := ts._values) != k:  # (diffiface's own)
             return SLOW
         for t in vs:
             if type(t) is not type(x) or (like_x and (t.shape != x.shape or t.dtype != x.dtype)):
@@ -231,6 +235,21 @@ def _tangents(op: str, who, name: str, run, numpy: bool, k: int | None = None):
         else:
             first, outs = go(x, vs)
         return (first, Tangents(*outs)) if keep else Tangents(*outs)
+
+    def stacked(x, v):  # the k tangents on v's leading axis, the results on theirs
+        if type(v) is not type(x) or v.shape[0] != k:
+            return SLOW
+        if like_x and (v.shape[1:] != x.shape or v.dtype != x.dtype):
+            return SLOW
+        if numpy:
+            x, v = _numpy_arg(x), _numpy_arg(v)
+            if x is None or v is None:
+                return SLOW
+            first, out = go(x, v)
+            first, out = _back(first), _back(out)
+        else:
+            first, out = go(x, v)
+        return (first, of_stack(out)) if keep else of_stack(out)
 
     return several
 

@@ -25,6 +25,9 @@ class Torch(Framework):
     def owns(self, leaf: Any) -> bool:
         return isinstance(leaf, sys.modules["torch"].Tensor)
 
+    def stack(self, arrays: list) -> Any:
+        return sys.modules["torch"].stack(arrays)
+
     def is_tracer(self, leaf: Any) -> bool:
         return False  # a torch.func wrapper holds values
 

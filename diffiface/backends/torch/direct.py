@@ -20,7 +20,7 @@ import torch.autograd.forward_ad as fwAD
 from torch._C._functorch import is_functorch_wrapped_tensor
 
 from ..._cache import code_of
-from ..._tangents import Tangents, one_by_one
+from ..._tangents import Tangents, of_stack, one_by_one
 from ...core import direction, outputs
 from ...core.backend import OUT_SIZE, SLOW
 from ...core.operator import OPS
@@ -191,6 +191,8 @@ def _reverse(prob, f, value, cotangent, aux):
         many = type(w) is Tangents
         if xg is None:
             return SLOW
+        if many and w._stack is not None:  # the k cotangents on a stack's leading axis
+            return _stacked(prob, f, value, aux, xg, w._stack) if cotangent else SLOW
         if cotangent and (_seen_ws(w) if many else type(w) is torch.Tensor and w.requires_grad):
             return SLOW  # (a pytree w: checked against f's output, see trees.cotangents)
         xg.requires_grad_()
@@ -219,6 +221,41 @@ def _reverse(prob, f, value, cotangent, aux):
         return out if aux is None else aux.give(a, out)
 
     return run
+
+
+def like_stack(s, x) -> bool:
+    """s is a plain tensor of directions like x stacked on its leading axis."""
+    return (
+        type(s) is torch.Tensor
+        and not s.requires_grad
+        and s.shape[1:] == x.shape
+        and s.dtype == x.dtype
+        and s.device == x.device
+    )
+
+
+def _stacked(prob, f, value, aux, xg, ws):
+    """The vjp along each of the cotangents stacked on ``ws``' leading axis, as a stacked
+    Tangents: one forward pass, one batched backward (SLOW: the general path)."""
+    if type(ws) is not torch.Tensor or ws.requires_grad or not ws.ndim:
+        return SLOW
+    xg.requires_grad_()
+    try:
+        y = f(xg)
+    except RuntimeError:  # the general path runs f again and explains
+        return SLOW
+    if aux is not None:
+        y, a = aux.split(y)
+    if type(y) is not torch.Tensor or y.grad_fn is None or not like_stack(ws, y):
+        return SLOW
+    attached = finished(y, (xg,), False)
+    if attached:
+        check_twice(prob, y, (xg,))
+    (g,) = batched_grads(y, (xg,), ws, attached)
+    if g is None:  # y does not depend on x
+        g = torch.zeros((len(ws), *xg.shape), dtype=xg.dtype, device=xg.device)
+    out = (y if attached else y.detach(), of_stack(g)) if value else of_stack(g)
+    return out if aux is None else aux.give(a, out)
 
 
 def _tree_vjp(prob, y, xg, w, value):
@@ -327,7 +364,9 @@ def _hvp(prob, f, value, code, aux):
     handed: list = []  # f's result is one the general path handles (see _scalar_at)
 
     def run(x, v):
-        got = _scalar_at(f, x, code, handed, aux) if like(v, x) else None
+        stack = v._stack if type(v) is Tangents else None  # (k directions: one pass)
+        ok = like(v, x) if stack is None else like_stack(stack, x)
+        got = _scalar_at(f, x, code, handed, aux) if ok else None
         if got is None:
             return SLOW
         xg, y, a = got
@@ -336,7 +375,11 @@ def _hvp(prob, f, value, code, aux):
         if not g.requires_grad:  # unused or linear x: the general path, from now on
             hand_over(code, handed)
             return SLOW
-        (hv,) = grads(prob, g, (xg,), v, attached, False)
+        if stack is None:
+            (hv,) = grads(prob, g, (xg,), v, attached, False)
+        else:
+            (hv,) = batched_grads(g, (xg,), stack, attached)
+            hv = of_stack(torch.zeros_like(stack) if hv is None else hv)
         out = (g if attached else g.detach(), hv) if value else hv
         return out if aux is None else aux.give(a, out)
 

@@ -205,3 +205,35 @@ def test_a_warm_torch_call_makes_few_python_calls(op, most):
     np.testing.assert_allclose(got.numpy(), want, rtol=1e-12)
     assert python_calls(lambda: fn(f, B, *args, prep=prep)) <= most[0]
     assert python_calls(lambda: fn(f, B, *args)) <= most[1]
+
+
+@pytest.mark.parametrize("n", [3, 20_000], ids=["batched", "looped"])
+@pytest.mark.parametrize("op", ["hvp", "gradient_and_hvp"])
+def test_a_warm_torch_hvp_of_tangents_takes_the_runner(op, n):
+    """An hvp along a Tangents of k runs on the one double-backward graph of the runner
+    (one batched backward for small directions, one backward per direction for large
+    ones), not the general path (179 Python calls prepared, 309 unprepared before);
+    each result against the closed form, f run once per call."""
+    from helpers import counted
+
+    rng = np.random.default_rng(0)
+    xn, vn = rng.standard_normal(n), rng.standard_normal((4, n))
+    x, T = torch.tensor(xn), di.Tangents(*torch.tensor(vn))
+    g, runs = counted(s)
+    fn = getattr(di, op)
+    prep = di.prepare_hvp(g, B, x, T)
+    for got in (fn(g, B, x, T, prep=prep), fn(g, B, x, T)):
+        hvs = got[1] if op == "gradient_and_hvp" else got
+        assert type(hvs) is di.Tangents and len(hvs) == 4
+        for hv, v in zip(hvs, vn, strict=True):
+            np.testing.assert_allclose(hv.numpy(), _d2s(xn) * v, rtol=1e-12, atol=1e-12)
+        if op == "gradient_and_hvp":
+            np.testing.assert_allclose(got[0].numpy(), _ds(xn), rtol=1e-12)
+            assert not got[0].requires_grad
+    before = runs[0]
+    fn(g, B, x, T, prep=prep)
+    assert runs[0] == before + 1
+    prep = di.prepare_hvp(s, B, x, T)
+    most = 30 if n < 100 else 40  # (the loop: a pullback per direction)
+    assert python_calls(lambda: fn(s, B, x, T, prep=prep)) <= most
+    assert python_calls(lambda: fn(s, B, x, T)) <= most

@@ -322,12 +322,15 @@ def _scalar_at(f, x, code, handed: list, aux):
 
 
 def _hvp(prob, f, value, code, aux):
-    """The double backward: the gradient's graph, then the reverse pass along v."""
+    """The double backward: the gradient's graph, then the reverse pass along v, or along
+    each of a ``Tangents`` (``_along``), on the one graph."""
 
     handed: list = []  # f's result is one the general path handles (see _scalar_at)
 
     def run(x, v):
-        got = _scalar_at(f, x, code, handed, aux) if like(v, x) else None
+        many = type(v) is Tangents
+        ok = _all_like(v._values, x) if many else like(v, x)
+        got = _scalar_at(f, x, code, handed, aux) if ok else None
         if got is None:
             return SLOW
         xg, y, a = got
@@ -336,11 +339,37 @@ def _hvp(prob, f, value, code, aux):
         if not g.requires_grad:  # unused or linear x: the general path, from now on
             hand_over(code, handed)
             return SLOW
-        (hv,) = grads(prob, g, (xg,), v, attached, False)
+        if many:
+            hv = _along(prob, g, xg, v._values, attached)
+        else:
+            (hv,) = grads(prob, g, (xg,), v, attached, False)
         out = (g if attached else g.detach(), hv) if value else hv
         return out if aux is None else aux.give(a, out)
 
     return run
+
+
+def _all_like(ts: tuple, x) -> bool:
+    """Each of ts is a plain tensor like x (``like``)."""
+    for t in ts:  # (a loop, not all(): no frame on the hot path)
+        if not like(t, x):
+            return False
+    return True
+
+
+_BATCH_MAX = 1 << 16  # elements of the k stacked directions up to which hvps batch
+
+
+def _along(prob, g, xg, vs: tuple, attached: bool):
+    """The pullbacks of the gradient ``g`` along each of ``vs``, as a Tangents: one
+    batched backward for small directions (``_each``); one backward per direction on
+    the kept graph for large ones, as torch's users loop (the batched pass's k-fold
+    temporaries are fresh memory on every call: at n = 1e6 and k = 4, 45 times the page
+    faults of the loop)."""
+    if len(vs) * xg.numel() <= _BATCH_MAX:
+        return _each(prob, g, xg, vs, attached)
+    last = len(vs) - 1
+    return Tangents(*(grads(prob, g, (xg,), v, attached, i < last)[0] for i, v in enumerate(vs)))
 
 
 def _scalar(prob, f, value, second, code, aux):

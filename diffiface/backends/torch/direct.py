@@ -206,7 +206,7 @@ def _reverse(prob, f, value, cotangent, aux):
         if y.grad_fn is None:
             return SLOW
         if cotangent:
-            if not (all(like(v, y) for v in w._values) if many else like(w, y)):
+            if not (_all_like(w._values, y) if many else like(w, y)):
                 return SLOW
         elif y.ndim:
             return SLOW
@@ -452,24 +452,22 @@ def numpy_in_out(impl, run):
         else:
             t = None
             out = run(from_numpy(x))
-        if out is SLOW or not _tensors(out):  # (f's pytree output: the general path's)
+        if type(out) is torch.Tensor:
+            return _back(out, t)
+        if type(out) is not tuple or not _tensors(out):  # SLOW, or f's pytree output
             return SLOW
-        if type(out) is tuple:
-            return tuple(_back(a, t) for a in out)
-        return _back(out, t)
+        return tuple(map(_back, out, (t,) * len(out)))
 
     return run_numpy
 
 
-def _tensors(out) -> bool:
-    """A runner's result is a tensor, or a tuple of them (not f's pytree output, which
-    a runner of one tensor gives as f does: the general path converts it)."""
-    if type(out) is tuple:
-        for a in out:
-            if type(a) is not torch.Tensor:
-                return False
-        return True
-    return type(out) is torch.Tensor
+def _tensors(out: tuple) -> bool:
+    """A runner's tuple result holds tensors only (not f's pytree output, which a runner
+    of one tensor gives as f does: the general path converts it)."""
+    for a in out:
+        if type(a) is not torch.Tensor:
+            return False
+    return True
 
 
 def _back(a, t):
@@ -479,7 +477,7 @@ def _back(a, t):
         return a
     if t is not None and a.untyped_storage().data_ptr() == t.untyped_storage().data_ptr():
         a = a.clone()
-    return a.cpu().numpy()
+    return a.numpy() if a.is_cpu else a.cpu().numpy()
 
 
 def python_in_out(run):
@@ -497,11 +495,11 @@ def python_in_out(run):
             out = run(torch.tensor(x, dtype=dtype), torch.tensor(t, dtype=dtype))
         else:
             out = run(torch.tensor(x, dtype=dtype))
-        if out is SLOW or not _tensors(out):  # (f's pytree output: the general path's)
+        if type(out) is torch.Tensor:
+            return _python(out)
+        if type(out) is not tuple or not _tensors(out):  # SLOW, or f's pytree output
             return SLOW
-        if type(out) is tuple:
-            return tuple(_python(a) for a in out)
-        return _python(out)
+        return tuple(map(_python, out))
 
     return run_python
 
@@ -510,4 +508,6 @@ def _python(a):
     """A result for a Python float x: a float where it is 0-d, else NumPy."""
     if a.requires_grad or is_functorch_wrapped_tensor(a):
         return a
-    return a.item() if not a.ndim else a.cpu().numpy()
+    if not a.ndim:
+        return a.item()
+    return a.numpy() if a.is_cpu else a.cpu().numpy()

@@ -309,3 +309,15 @@ def test_a_warm_torch_call_of_numpy_or_float_x_makes_few_python_calls(op, most):
         np.testing.assert_allclose(got, _ds(X) * V, rtol=1e-12)
     assert python_calls(lambda: fn(f, B, *args, prep=prep)) <= most[0]
     assert python_calls(lambda: fn(f, B, *args)) <= most[1]
+
+
+def test_a_warm_torch_vjp_of_tangents_makes_few_python_calls():
+    """A vjp along a Tangents of 4: the cotangents checked in one loop (22 Python calls
+    prepared before: a generator frame per cotangent); each against the closed form."""
+    W = np.stack([V * (i + 1) for i in range(4)])
+    x, T = torch.tensor(X), di.Tangents(*torch.tensor(W))
+    prep = di.prepare_vjp(e, B, x, T)
+    got = di.vjp(e, B, x, T, prep=prep)
+    for g, w in zip(got, W, strict=True):
+        np.testing.assert_allclose(g.numpy(), _ds(X) * w, rtol=1e-12)
+    assert python_calls(lambda: di.vjp(e, B, x, T, prep=prep)) <= 18

@@ -208,7 +208,7 @@ def _reverse(prob, f, value, cotangent, aux):
         if y.grad_fn is None:
             return SLOW
         if cotangent:
-            if not (all(like(v, y) for v in w._values) if many else like(w, y)):
+            if not (_all_like(w._values, y) if many else like(w, y)):
                 return SLOW
         elif y.ndim:
             return SLOW
@@ -359,13 +359,18 @@ def _scalar_at(f, x, code, handed: list, aux):
 
 
 def _hvp(prob, f, value, code, aux):
-    """The double backward: the gradient's graph, then the reverse pass along v."""
+    """The double backward: the gradient's graph, then the reverse pass along v, or along
+    each of a ``Tangents`` (``_along``), on the one graph."""
 
     handed: list = []  # f's result is one the general path handles (see _scalar_at)
 
     def run(x, v):
-        stack = v._stack if type(v) is Tangents else None  # (k directions: one pass)
-        ok = like(v, x) if stack is None else like_stack(stack, x)
+        stack = v._stack if type(v) is Tangents else None  # (k directions stacked)
+        many = stack is None and type(v) is Tangents
+        if stack is not None:
+            ok = like_stack(stack, x)
+        else:
+            ok = _all_like(v._values, x) if many else like(v, x)
         got = _scalar_at(f, x, code, handed, aux) if ok else None
         if got is None:
             return SLOW
@@ -375,15 +380,47 @@ def _hvp(prob, f, value, code, aux):
         if not g.requires_grad:  # unused or linear x: the general path, from now on
             hand_over(code, handed)
             return SLOW
-        if stack is None:
-            (hv,) = grads(prob, g, (xg,), v, attached, False)
+        if stack is not None:
+            hv = of_stack(_along_stack(prob, g, xg, stack, attached))
+        elif many:
+            hv = _along(prob, g, xg, v._values, attached)
         else:
-            (hv,) = batched_grads(g, (xg,), stack, attached)
-            hv = of_stack(torch.zeros_like(stack) if hv is None else hv)
+            (hv,) = grads(prob, g, (xg,), v, attached, False)
         out = (g if attached else g.detach(), hv) if value else hv
         return out if aux is None else aux.give(a, out)
 
     return run
+
+
+def _all_like(ts: tuple, x) -> bool:
+    """Each of ts is a plain tensor like x (``like``)."""
+    for t in ts:  # (a loop, not all(): no frame on the hot path)
+        if not like(t, x):
+            return False
+    return True
+
+
+_BATCH_MAX = 1 << 16  # elements of the k stacked directions up to which hvps batch
+
+
+def _along(prob, g, xg, vs: tuple, attached: bool):
+    """The pullbacks of the gradient ``g`` along each of ``vs``, as a Tangents: one
+    batched backward for small directions (``_each``); one backward per direction on
+    the kept graph for large ones, as torch's users loop (the batched pass's k-fold
+    temporaries are fresh memory on every call: at n = 1e6 and k = 4, 45 times the page
+    faults of the loop)."""
+    if len(vs) * xg.numel() <= _BATCH_MAX:
+        return _each(prob, g, xg, vs, attached)
+    last = len(vs) - 1
+    return Tangents(*(grads(prob, g, (xg,), v, attached, i < last)[0] for i, v in enumerate(vs)))
+
+
+def _along_stack(prob, g, xg, stack, attached: bool):
+    """``_along`` for k directions stacked on the leading axis: the k pullbacks stacked."""
+    if stack.numel() <= _BATCH_MAX:
+        (hv,) = batched_grads(g, (xg,), stack, attached)
+        return torch.zeros_like(stack) if hv is None else hv
+    return torch.stack(list(_along(prob, g, xg, tuple(stack.unbind(0)), attached)))
 
 
 def _scalar(prob, f, value, second, code, aux):
@@ -471,24 +508,22 @@ def numpy_in_out(impl, run):
         else:
             t = None
             out = run(from_numpy(x))
-        if out is SLOW or not _tensors(out):  # (f's pytree output: the general path's)
+        if type(out) is torch.Tensor:
+            return _back(out, t)
+        if type(out) is not tuple or not _tensors(out):  # SLOW, or f's pytree output
             return SLOW
-        if type(out) is tuple:
-            return tuple(_back(a, t) for a in out)
-        return _back(out, t)
+        return tuple(map(_back, out, (t,) * len(out)))
 
     return run_numpy
 
 
-def _tensors(out) -> bool:
-    """A runner's result is a tensor, or a tuple of them (not f's pytree output, which
-    a runner of one tensor gives as f does: the general path converts it)."""
-    if type(out) is tuple:
-        for a in out:
-            if type(a) is not torch.Tensor:
-                return False
-        return True
-    return type(out) is torch.Tensor
+def _tensors(out: tuple) -> bool:
+    """A runner's tuple result holds tensors only (not f's pytree output, which a runner
+    of one tensor gives as f does: the general path converts it)."""
+    for a in out:
+        if type(a) is not torch.Tensor:
+            return False
+    return True
 
 
 def _back(a, t):
@@ -498,7 +533,7 @@ def _back(a, t):
         return a
     if t is not None and a.untyped_storage().data_ptr() == t.untyped_storage().data_ptr():
         a = a.clone()
-    return a.cpu().numpy()
+    return a.numpy() if a.is_cpu else a.cpu().numpy()
 
 
 def python_in_out(run):
@@ -516,11 +551,11 @@ def python_in_out(run):
             out = run(torch.tensor(x, dtype=dtype), torch.tensor(t, dtype=dtype))
         else:
             out = run(torch.tensor(x, dtype=dtype))
-        if out is SLOW or not _tensors(out):  # (f's pytree output: the general path's)
+        if type(out) is torch.Tensor:
+            return _python(out)
+        if type(out) is not tuple or not _tensors(out):  # SLOW, or f's pytree output
             return SLOW
-        if type(out) is tuple:
-            return tuple(_python(a) for a in out)
-        return _python(out)
+        return tuple(map(_python, out))
 
     return run_python
 
@@ -529,4 +564,6 @@ def _python(a):
     """A result for a Python float x: a float where it is 0-d, else NumPy."""
     if a.requires_grad or is_functorch_wrapped_tensor(a):
         return a
-    return a.item() if not a.ndim else a.cpu().numpy()
+    if not a.ndim:
+        return a.item()
+    return a.numpy() if a.is_cpu else a.cpu().numpy()

@@ -11,11 +11,12 @@ f, or an output the general path must check returns SLOW.
 
 from __future__ import annotations
 
+from operator import itemgetter
+
 import torch
 import torch.autograd.forward_ad as fwAD
 
 from ..._cache import code_of
-from ..._tree import unflatten
 from ...core import direction
 from ...core.backend import SLOW
 from ...core.operator import OPS
@@ -36,45 +37,47 @@ def runner(prob, combo, f, weak: bool):
     if known is not None and (known == direction.FORWARD) != (family == "jvp"):
         return None
     named = prob.named() if weak else prob
-    shape = (prob.treedef, prob.single)
+    rebuild = itemgetter(0) if prob.single else prob.treedef.unflatten  # x from its leaves
     if family == "gradient":
-        return _gradient(named, f, shape, value)
+        return _gradient(named, f, rebuild, value)
     if family == "vjp":
-        return _vjp(named, f, shape, value)
+        return _vjp(named, f, rebuild, value)
     code = code_of(prob.f, strict=True)
     if family == "jvp":
         nests = None if code is None else (code, "jvp")  # (see direct._jvp)
-        return None if handed_over(nests) else _jvp(f, shape, value, nests)
+        return None if handed_over(nests) else _jvp(f, rebuild, value, nests)
     if family == "hvp" and len(decl.returns) < 3 and combo is None:
-        return None if handed_over(code) else _hvp(named, f, shape, value, code)
+        return None if handed_over(code) else _hvp(named, f, rebuild, value, code)
     return None
 
 
-def _like_x(xs: tuple, shape: tuple):
-    """The pytree of x from its leaves (x itself where it is one leaf)."""
-    treedef, single = shape
-    return xs[0] if single else unflatten(treedef, list(xs))
+def _leaves(xs: tuple) -> list:
+    """Copies of x's leaves (plain tensors: nothing to detach) that require grad."""
+    xg = []
+    for x in xs:  # (a loop: no frame per leaf)
+        xg.append(x.clone().requires_grad_())
+    return xg
 
 
-def _gradient(prob, f, shape, value):
+def _gradient(prob, f, rebuild, value):
     def run(xs, _, contexts):
         if not all_plain(xs):
             return SLOW
-        xg = [x.clone().requires_grad_() for x in xs]  # (plain: nothing to detach)
+        xg = _leaves(xs)
         try:
-            y = f(_like_x(xg, shape), *contexts)
+            y = f(rebuild(xg), *contexts)
         except RuntimeError:
             return SLOW
         if type(y) is not torch.Tensor or y.ndim or y.grad_fn is None:
             return SLOW
         attached = finished(y, xg, False)  # a closure or a Constant differentiated outside
-        g = _like_x(grads(prob, y, xg, None, attached, False), shape)
+        g = rebuild(grads(prob, y, xg, None, attached, False))
         return (y if attached else y.detach(), g) if value else g
 
     return run
 
 
-def _vjp(prob, f, shape, value):
+def _vjp(prob, f, rebuild, value):
     """One backward along w (one tensor, like f's output: the leaves form takes no
     pytree output, see ``Prep._takes``)."""
 
@@ -82,15 +85,15 @@ def _vjp(prob, f, shape, value):
         if len(ws) != 1 or type(ws[0]) is not torch.Tensor or not all_plain(xs):
             return SLOW  # (a Tangents: k tuples of leaves, the general path's batched pass)
         (w,) = ws
-        xg = [x.clone().requires_grad_() for x in xs]  # (plain: nothing to detach)
+        xg = _leaves(xs)
         try:
-            y = f(_like_x(xg, shape), *contexts)
+            y = f(rebuild(xg), *contexts)
         except RuntimeError:
             return SLOW
         if type(y) is not torch.Tensor or y.grad_fn is None or not like(w, y):
             return SLOW
         attached = finished(y, xg, False)
-        g = _like_x(grads(prob, y, xg, w, attached, False), shape)
+        g = rebuild(grads(prob, y, xg, w, attached, False))
         return (y if attached else y.detach(), g) if value else g
 
     return run
@@ -106,7 +109,7 @@ def _tangents_like(ts: tuple, xs: tuple) -> bool:
     return True
 
 
-def _jvp(f, shape, value, nests):
+def _jvp(f, rebuild, value, nests):
     """Forward mode on dual numbers, as ``direct._jvp``, one dual per leaf of x."""
     nested: list = []
 
@@ -118,7 +121,7 @@ def _jvp(f, shape, value, nests):
         try:
             with FORWARD_LOCK, fwAD.dual_level():  # copies: f may write to both
                 duals = [fwAD.make_dual(x.clone(), t.clone()) for x, t in zip(xs, ts, strict=True)]
-                y = f(_like_x(duals, shape), *contexts)
+                y = f(rebuild(duals), *contexts)
                 if type(y) is torch.Tensor:
                     y, t = fwAD.unpack_dual(y)
                 else:  # a pytree output (see trees.duals)
@@ -133,7 +136,7 @@ def _jvp(f, shape, value, nests):
     return run
 
 
-def _hvp(prob, f, shape, value, code):
+def _hvp(prob, f, rebuild, value, code):
     """The double backward (as ``direct._hvp``): the gradient's graph, then one reverse
     pass along v from the parts of the gradient that depend on x."""
     handed: list = []  # f's result is one the general path handles (see direct._scalar_at)
@@ -141,9 +144,9 @@ def _hvp(prob, f, shape, value, code):
     def run(xs, _, contexts, vs):
         if handed or not all_plain(xs) or not _tangents_like(vs, xs):
             return SLOW
-        xg = [x.clone().requires_grad_() for x in xs]  # (plain: nothing to detach)
+        xg = _leaves(xs)
         try:
-            y = f(_like_x(xg, shape), *contexts)
+            y = f(rebuild(xg), *contexts)
         except RuntimeError:
             hand_over(code, handed)
             return SLOW
@@ -152,14 +155,24 @@ def _hvp(prob, f, shape, value, code):
             return SLOW
         attached = finished(y, xg, False)
         gs = grads(prob, y, xg, None, True, True)
-        live = [i for i, g in enumerate(gs) if g.requires_grad]
-        if not live:  # linear f: the general path, from now on
+        live = _live(gs, vs)
+        if live is None:  # linear f: the general path, from now on
             hand_over(code, handed)
             return SLOW
-        hv = grads(prob, [gs[i] for i in live], xg, [vs[i] for i in live], attached, False)
-        hv = _like_x(hv, shape)
+        hv = rebuild(grads(prob, live[0], xg, live[1], attached, False))
         if not value:
             return hv
-        return _like_x(gs if attached else [g.detach() for g in gs], shape), hv
+        return rebuild(gs if attached else [g.detach() for g in gs]), hv
 
     return run
+
+
+def _live(gs: tuple, vs: tuple) -> tuple | None:
+    """(the parts of the gradient that depend on x, their directions), or None where
+    none does (linear f)."""
+    ys, ws = [], []
+    for g, v in zip(gs, vs, strict=True):  # (a loop: no frame per leaf)
+        if g.requires_grad:
+            ys.append(g)
+            ws.append(v)
+    return (ys, ws) if ys else None

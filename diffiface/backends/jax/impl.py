@@ -19,7 +19,7 @@ from ...core import direction, outputs
 from ...core.backend import BackendImpl, Traits
 from ...core.registry import register
 from ...core.signature import leaf_signature
-from . import closures, runners
+from . import closures, directions, runners
 from .aux import WithAux
 from .contexts import join_contexts, split_contexts
 from .running import TANGENTS, call, dense
@@ -283,13 +283,14 @@ class JaxImpl(BackendImpl):
         def make(with_ctx):
             def run(x, vs, *dyn):
                 y, lin = outputs.values(jax.linearize, with_ctx(dyn), x)
-                return (None if drop else y), _split(jax.vmap(lin)(_stacked(vs)), vs)
+                ts = jax.vmap(lin)(directions.stacked(vs))
+                return (None if drop else y), directions.split(ts, vs)
 
             return run
 
         run, dyn = self._compiled(prob, ("jvps",), ctx, make)
         prob.fns[TANGENTS] = len(vss)
-        return call(prob, run, _arg(prob, xs), _each(prob, vss), *dyn)
+        return call(prob, run, _arg(prob, xs), directions.each(prob, vss), *dyn)
 
     def value_and_vjps(self, prob, xs, ws, ctx, check_w):
         loose, drop = all(isinstance(w, float) for w in ws), prob.op == "vjp"
@@ -304,7 +305,7 @@ class JaxImpl(BackendImpl):
                     return (None if drop else y), jax.vmap(lambda w: pb(check_w(y, w))[0])(ws)
                 ws = [check_w(y, w.astype(y.dtype) if loose else w) for w in ws]
                 gs = jax.vmap(lambda w: pb(w)[0])(jnp.stack(ws))
-                return (None if drop else y), _split(gs, ws)
+                return (None if drop else y), directions.split(gs, ws)
 
             return run
 
@@ -322,17 +323,17 @@ class JaxImpl(BackendImpl):
                 gf = _grad_fn(with_ctx(dyn), inner)
                 if outer == "reverse":
                     g, pb = outputs.values(jax.vjp, gf, x)
-                    hvs = jax.vmap(lambda v: pb(v)[0])(_stacked(vs))
+                    hvs = jax.vmap(lambda v: pb(v)[0])(directions.stacked(vs))
                 else:
                     g, lin = outputs.values(jax.linearize, gf, x)
-                    hvs = jax.vmap(lin)(_stacked(vs))
-                return (g if grad else None), _split(hvs, vs)
+                    hvs = jax.vmap(lin)(directions.stacked(vs))
+                return (g if grad else None), directions.split(hvs, vs)
 
             return run
 
         run, dyn = self._compiled(prob, ("hvps", outer, inner, grad), ctx, make)
         prob.fns[TANGENTS] = len(vss)
-        g, hvs = call(prob, run, _arg(prob, xs), _each(prob, vss), *dyn)
+        g, hvs = call(prob, run, _arg(prob, xs), directions.each(prob, vss), *dyn)
         return (None if g is None else _tuple(prob, g)), [_tuple(prob, hv) for hv in hvs]
 
     def compressed(
@@ -553,31 +554,6 @@ def _grad_fn(fn, inner: str):
 
 def _arg(prob, xs: tuple):
     return xs[0] if prob.single else xs
-
-
-def _each(prob, vss: list) -> tuple:
-    """The k directions as a compiled function takes them: each one array (a tuple of
-    leaves for a pytree x)."""
-    if prob.single:
-        return tuple(vs[0] for vs in vss)
-    return tuple(vss)
-
-
-def _stacked(vs: tuple):
-    """(traced) The k directions stacked on a new leading axis (a stack: as it is)."""
-    if not isinstance(vs, list | tuple):
-        return vs
-    if isinstance(vs[0], tuple):
-        return tuple(jnp.stack(leaves) for leaves in zip(*vs, strict=True))
-    return jnp.stack(vs)
-
-
-def _split(stacked, vs):
-    """(traced) The results, one per direction of ``vs`` (split inside the compiled
-    function: k eager calls outside it); of a stack ``vs``, stacked as they are."""
-    if not isinstance(vs, list | tuple):
-        return stacked
-    return tuple(jax.tree_util.tree_map(lambda a, i=i: a[i], stacked) for i in range(len(vs)))
 
 
 def _tuple(prob, g):

@@ -37,6 +37,9 @@ class Contract:
     # None, or y -> y as the framework's array, for what f may return that the framework
     # traces but does not hold as one array (autograd: an object array of boxes)
     own_output: Any = None
+    # None, or a C-level read of one native array whose equal values mean equal shape and
+    # dtype (JAX: its interned aval), compared before them by a runner's match (``Signature``)
+    array_key: Any = None
 
     def __init__(self, backend: Any) -> None:
         self.backend = backend

@@ -158,8 +158,14 @@ def call(
         if chunk_size is not None:
             _checks.check_chunk_size(op.name, backend, chunk_size)
         if aux:
-            _check_aux(op, backend, prep, has_aux)
-            sink = outputs.Sink().__enter__()  # f's aux caught around the call
+            if (
+                has_aux is not True
+                or (prep is not None and not getattr(prep, "aux", False))
+                or isinstance(backend, AutoSparse)
+            ):  # (_check_aux's conditions: it raises)
+                _check_aux(op, backend, prep, has_aux)
+            sink = outputs.Sink()  # f's aux caught around the call (``with``, inline)
+            outputs.LOCAL.stack.append(sink)
     try:
         # (``_config.checking()``, its common case inline: no options block)
         planned = chunk_size is None and not (
@@ -176,7 +182,9 @@ def call(
             else:
                 out = SLOW
             if out is not SLOW:  # (SLOW: the general path runs, and explains)
-                return out if sink is None else (out, _aux(op, backend, sink))
+                if sink is None:
+                    return out
+                return out, (sink.box[0] if sink.box else _aux(op, backend, sink))
         how = crosses(op, f, backend, x, t, contexts, prep)
         if how is not None:  # the call runs across the bridge
             return _cross(how, op, f, backend, x, t, contexts, prep, chunk_size, aux)
@@ -194,7 +202,7 @@ def call(
         raise _too_deep(op, backend, x, t, contexts) from None
     finally:
         if sink is not None:
-            sink.__exit__()
+            outputs.LOCAL.stack.pop()
 
 
 def _aux(op: Operator, backend, sink: outputs.Sink) -> Any:

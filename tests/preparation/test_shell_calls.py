@@ -67,7 +67,7 @@ CASES = {
     "torch gradient has_aux": ("torch", "gradient", s_aux, lambda: _ds(X), 18, 19),
     "torch vjp has_aux": ("torch", "vjp", e_aux, lambda: _ds(X) * V, 20, 21),
     "torch jvp has_aux": ("torch", "jvp", e_aux, lambda: _ds(X) * V, 15, 16),
-    "torch hvp has_aux": ("torch", "hvp", s_aux, lambda: _d2s(X) * V, 27, 25),
+    "torch hvp has_aux": ("torch", "hvp", s_aux, lambda: _d2s(X) * V, 24, 25),
 }
 
 

@@ -15,8 +15,9 @@ writes:
 It may override, for speed or for its framework's semantics: any derived operator of
 ``BackendImpl`` (``value_and_gradient``, ``value_and_jacobian``, ``gradient_and_hvp``, the
 batched ``value_and_jvps``/``value_and_vjps``), ``runner`` (compiled plans), ``compile``,
-``protect``, ``own_output``, ``flatten_fast``, ``settle``, ``open``, ``standin``, ``block``,
-``peak_bytes`` and the ``*_unsupported`` hooks. docs/writing-a-backend.md shows one.
+``protect``, ``own_output``, ``flatten_fast``, ``array_key``, ``settle``, ``open``,
+``standin``, ``block``, ``peak_bytes`` and the ``*_unsupported`` hooks.
+docs/writing-a-backend.md shows one.
 """
 
 from __future__ import annotations

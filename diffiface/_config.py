@@ -56,19 +56,15 @@ class Config:
 
     def __setattr__(self, name: str, value: Any) -> None:
         object.__setattr__(self, name, value)
-        if name in _CHECKS:  # (kept for checking(): read on every call)
-            CHECKING[0] = _checks_on(self)
+        if name in _CHECKS and globals().get("config") is self:  # (di.config's alone)
+            CHECKING[0] = self.check_finite or self.strict or self.max_dense_bytes != _DEFAULT
 
 
 _CHECKS = ("check_finite", "strict", "max_dense_bytes")  # the settings checking() reads
-CHECKING = [False]  # checking() outside any options block: config's checks, as last set
-
-
-def _checks_on(c: Config) -> bool:
-    fields = c.__dict__
-    if any(name not in fields for name in _CHECKS):  # (during __init__)
-        return False
-    return c.check_finite or c.strict or c.max_dense_bytes != DEFAULT_MAX_DENSE_BYTES
+_DEFAULT = DEFAULT_MAX_DENSE_BYTES
+# checking() outside any options block, kept as di.config's settings are set (its
+# defaults check nothing); read on every call
+CHECKING = [False]
 
 
 config = Config()

@@ -183,3 +183,14 @@ def test_a_thread_gets_its_own_aux():
     for t in threads:
         t.join()
     assert not errors
+
+
+def test_another_config_object_switches_no_check_on():
+    """Only ``di.config``'s settings reach the calls: a ``di.Config`` made with strict on
+    leaves a warm plan running (and the gradient exact)."""
+    b, x = BACKENDS["torch"], torch.tensor(X)
+    prep = di.prepare_gradient(s_torch, b, x)
+    own = di.Config(strict=True, check_finite=True)
+    assert own.strict and not di.config.strict
+    assert python_calls(lambda: di.gradient(s_torch, b, x, prep=prep)) <= 8
+    np.testing.assert_allclose(_np(di.gradient(s_torch, b, x, prep=prep)), _ds(X), **TOL)

@@ -54,9 +54,21 @@ class Config:
     max_dense_bytes: int | None = DEFAULT_MAX_DENSE_BYTES
     max_compiled_shapes: int | None = 64
 
+    def __setattr__(self, name: str, value: Any) -> None:
+        object.__setattr__(self, name, value)
+        if name in _CHECKS and globals().get("config") is self:  # (di.config's alone)
+            CHECKING[0] = self.check_finite or self.strict or self.max_dense_bytes != _DEFAULT
+
+
+_CHECKS = ("check_finite", "strict", "max_dense_bytes")  # the settings checking() reads
+_DEFAULT = DEFAULT_MAX_DENSE_BYTES
+# checking() outside any options block, kept as di.config's settings are set (its
+# defaults check nothing); read on every call
+CHECKING = [False]
+
 
 config = Config()
-_OPTIONS: contextvars.ContextVar[dict | None] = contextvars.ContextVar(
+OPTIONS: contextvars.ContextVar[dict | None] = contextvars.ContextVar(
     "diffiface_options", default=None
 )
 _NAMES = tuple(f.name for f in dataclasses.fields(Config))
@@ -86,16 +98,16 @@ def options(**settings: Any) -> Iterator[None]:
         raise DiffifaceTypeError(
             f"di.options() takes {', '.join(_NAMES)}; got {', '.join(unknown)}."
         )
-    token = _OPTIONS.set({**(_OPTIONS.get() or {}), **settings})
+    token = OPTIONS.set({**(OPTIONS.get() or {}), **settings})
     try:
         yield
     finally:
-        _OPTIONS.reset(token)
+        OPTIONS.reset(token)
 
 
 def get(name: str) -> Any:
     """The setting ``name``: the innermost ``options`` block's, else ``config``'s."""
-    over = _OPTIONS.get()
+    over = OPTIONS.get()
     value = getattr(config, name)
     return value if over is None else over.get(name, value)
 
@@ -115,10 +127,6 @@ def max_dense_bytes() -> int | None:
 def checking() -> bool:
     """True when a per-call check is on or the size limit differs from its default
     (the fast paths, built under the defaults, then hand over to the general path)."""
-    if _OPTIONS.get() is None:
-        return (
-            config.check_finite
-            or config.strict
-            or config.max_dense_bytes != DEFAULT_MAX_DENSE_BYTES
-        )
+    if OPTIONS.get() is None:
+        return CHECKING[0]
     return check_finite() or strict() or max_dense_bytes() != DEFAULT_MAX_DENSE_BYTES

@@ -15,8 +15,9 @@ writes:
 It may override, for speed or for its framework's semantics: any derived operator of
 ``BackendImpl`` (``value_and_gradient``, ``value_and_jacobian``, ``gradient_and_hvp``, the
 batched ``value_and_jvps``/``value_and_vjps``), ``runner`` (compiled plans), ``compile``,
-``protect``, ``own_output``, ``flatten_fast``, ``settle``, ``open``, ``standin``, ``block``,
-``peak_bytes`` and the ``*_unsupported`` hooks. docs/writing-a-backend.md shows one.
+``protect``, ``own_output``, ``flatten_fast``, ``array_key``, ``settle``, ``open``,
+``standin``, ``block``, ``peak_bytes`` and the ``*_unsupported`` hooks.
+docs/writing-a-backend.md shows one.
 """
 
 from __future__ import annotations
@@ -37,6 +38,9 @@ class Contract:
     # None, or y -> y as the framework's array, for what f may return that the framework
     # traces but does not hold as one array (autograd: an object array of boxes)
     own_output: Any = None
+    # None, or a C-level read of one native array whose equal values mean equal shape and
+    # dtype (JAX: its interned aval), compared before them by a runner's match (``Signature``)
+    array_key: Any = None
 
     def __init__(self, backend: Any) -> None:
         self.backend = backend

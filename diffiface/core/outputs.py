@@ -36,32 +36,32 @@ from .._tree import flatten, unflatten
 from .operator import names
 from .signature import entered, leaf_signature
 
+
 # ---- auxiliary outputs ------------------------------------------------------------
-_LOCAL = threading.local()
+class _Local(threading.local):
+    """Per thread: its stack of open sinks (made at the thread's first use)."""
+
+    def __init__(self) -> None:
+        self.stack: list = []
 
 
-def _stack() -> list:
-    stack = getattr(_LOCAL, "stack", None)
-    if stack is None:
-        stack = _LOCAL.stack = []
-    return stack
+LOCAL = _Local()
 
 
 class Sink:
     """The aux of the first call of f made while it is open: f at x itself (finite
-    differences evaluate f at x before any perturbed point; a transform calls f once)."""
+    differences evaluate f at x before any perturbed point; a transform calls f once).
+    Opened by ``with``, or (the shell, on every call with aux) by pushing it on
+    ``LOCAL.stack`` and popping it after."""
 
-    __slots__ = ("box",)
-
-    def __init__(self) -> None:
-        self.box: tuple = ()  # () before any call of f, then (aux,)
+    box: tuple = ()  # () before any call of f, then (aux,) (set on the instance)
 
     def __enter__(self) -> Sink:
-        _stack().append(self)
+        LOCAL.stack.append(self)
         return self
 
     def __exit__(self, *exc: Any) -> None:
-        _stack().pop()
+        LOCAL.stack.pop()
 
     @property
     def aux(self) -> Any:
@@ -70,18 +70,18 @@ class Sink:
 
 def active() -> bool:
     """A sink is open: transforms carry aux out."""
-    return bool(getattr(_LOCAL, "stack", None))
+    return bool(LOCAL.stack)
 
 
 def put(aux: Any) -> None:
-    stack = _stack()
+    stack = LOCAL.stack
     if stack and not stack[-1].box:
         stack[-1].box = (aux,)
 
 
 def restore(box: tuple) -> None:
     """Put back what a transform carried out (nothing when f did not run inside it)."""
-    stack = _stack()
+    stack = LOCAL.stack
     if box and stack and not stack[-1].box:
         stack[-1].box = tuple(box)
 
@@ -319,7 +319,7 @@ def record(f: Callable, sig: Any, layout: Layout | None) -> None:
             table = {}
             _LAYOUTS.put(f, "layouts", table)
             if _LAYOUTS.peek(f, "layouts") is None:  # not weakly referenceable
-                _LOCAL.last = (f, sig, layout)
+                LOCAL.last = (f, sig, layout)
                 return
         table[sig] = layout
         if len(table) > _PER_FUNCTION:
@@ -331,7 +331,7 @@ def layout_of(f: Callable, sig: Any) -> Layout | None:
     MISSING (f has not run for them since it first returned a pytree)."""
     table = _LAYOUTS.peek(f, "layouts")
     if table is None:
-        last = getattr(_LOCAL, "last", None)
+        last = getattr(LOCAL, "last", None)
         if last is not None and last[0] is f:
             return last[2] if last[1] == sig else MISSING
         return None
@@ -351,7 +351,7 @@ def returns_tree(f: Callable) -> bool:
         return False
     if _LAYOUTS.peek(f, "layouts"):
         return True
-    last = getattr(_LOCAL, "last", None)
+    last = getattr(LOCAL, "last", None)
     return last is not None and last[0] is f
 
 

@@ -162,30 +162,42 @@ def call(
     if restack and type(t) is Tangents and t._stack is not None:
         args = (op, f, backend, x, t, contexts, prep, chunk_size, has_aux, False)
         return stacked_call(lambda: call(*args), t, OPS[op.name].tangent)
-    if prep is not None and type(prep) is not Prep and isinstance(prep, OwnPlan):
-        return prep.run_call(op, f, backend, x, t, contexts, chunk_size, has_aux)
-    if chunk_size is not None:
-        _checks.check_chunk_size(op.name, backend, chunk_size)
     aux = has_aux is not False or (prep is not None and getattr(prep, "aux", False))
-    if aux:
-        _check_aux(op, backend, prep, has_aux)
-    sink = outputs.Sink() if aux else None  # f's aux caught around the call
+    sink = None
+    if aux or chunk_size is not None or (prep is not None and type(prep) is not Prep):
+        # the steps a common call skips (no aux, no chunk_size, a plan of the plain kind)
+        if isinstance(prep, OwnPlan):
+            return prep.run_call(op, f, backend, x, t, contexts, chunk_size, has_aux)
+        if chunk_size is not None:
+            _checks.check_chunk_size(op.name, backend, chunk_size)
+        if aux:
+            if (
+                has_aux is not True
+                or (prep is not None and not getattr(prep, "aux", False))
+                or isinstance(backend, AutoSparse)
+            ):  # (_check_aux's conditions: it raises)
+                _check_aux(op, backend, prep, has_aux)
+            sink = outputs.Sink()  # f's aux caught around the call (``with``, inline)
+            outputs.LOCAL.stack.append(sink)
     try:
-        if sink is not None:
-            sink.__enter__()
-        planned = chunk_size is None and not _config.checking()
+        # (``_config.checking()``, its common case inline: no options block)
+        planned = chunk_size is None and not (
+            _config.CHECKING[0] if _config.OPTIONS.get() is None else _config.checking()
+        )
         if planned:
             args = (t,) if op.tangent else ()
             if prep is not None:  # the user's plan
                 plan = prep if type(prep) is Prep else prepared(prep, op, backend)  # (raises)
-                out = plan.run_direct(op.name, f, backend, x, contexts, *args)
+                out = plan.run_direct(op.name, f, backend, x, contexts, args)
             elif type(backend) in registry.KEEPS_PLANS:  # the plan kept from a call like it
                 name = op.aux_name if aux else op.many_name if type(t) is Tangents else op.name
                 out = unprepared.run(name, f, backend, x, contexts, args)
             else:
                 out = SLOW
             if out is not SLOW:  # (SLOW: the general path runs, and explains)
-                return out if sink is None else (out, _aux(op, backend, sink))
+                if sink is None:
+                    return out
+                return out, (sink.box[0] if sink.box else _aux(op, backend, sink))
         how = crosses(op, f, backend, x, t, contexts, prep)
         if how is not None:  # the call runs across the bridge
             return _cross(how, op, f, backend, x, t, contexts, prep, chunk_size, aux)
@@ -203,7 +215,7 @@ def call(
         raise _too_deep(op, backend, x, t, contexts) from None
     finally:
         if sink is not None:
-            sink.__exit__()
+            outputs.LOCAL.stack.pop()
 
 
 def _aux(op: Operator, backend, sink: outputs.Sink) -> Any:

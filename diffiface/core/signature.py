@@ -14,6 +14,7 @@ rule is the backend's ``leaf_signature``, the same for a value and for its trace
 
 from __future__ import annotations
 
+import operator
 from typing import Any
 
 from .._arrays import framework_of, owner
@@ -75,9 +76,18 @@ def tangent(t: Any) -> tuple | None:
     return ("one", tree(t))
 
 
-def one(x: Any) -> tuple:
-    """(type, shape, dtype) of one array: compared on every call."""
-    return (type(x), tuple(x.shape), x.dtype)
+_FLOAT = (float, (), None, None, None)  # ``one`` of a Python float: its type alone
+
+
+def one(x: Any, key: Any = None) -> tuple:
+    """(type, shape, dtype, key read, key) of one array, compared on every call: the key
+    first (``key``: the backend's ``array_key``, else shape and dtype read at once), then,
+    where it differs, shape and dtype."""
+    key = key or _SHAPE_DTYPE
+    return (type(x), tuple(x.shape), x.dtype, key, key(x))
+
+
+_SHAPE_DTYPE = operator.attrgetter("shape", "dtype")
 
 
 class Signature:
@@ -85,7 +95,8 @@ class Signature:
 
     ``x``, ``ctx`` and ``t`` compare calls (:func:`tree`, :func:`contexts`,
     :func:`tangent`); ``kind`` is the form of x where it is one leaf (``single``) and
-    ``one`` its (type, shape, dtype) (a Python float: its type only); ``x_native``,
+    ``one`` what a call's one array is matched by (:func:`one`; a Python float: its type
+    only); ``x_native``,
     ``c_native`` and ``t_native`` are the native-leaf forms of x, of Constant contexts
     and of the tangent (of a Tangents: of its tuple of tangents) (see :func:`native`),
     None where a leaf is not a native array (``xt_native``: of x and one tangent
@@ -115,7 +126,8 @@ class Signature:
         self.count = len(t) if self.many else 0  # k of a Tangents of k
         self.kind = _FORMS.get(kinds[0]) if single and kinds else None  # x is one leaf
         arrays = self.kind in (ARRAY, NUMPY)
-        self.one = one(x) if arrays else (float, (), None) if self.kind == PYTHON else None
+        key = impl.array_key if self.kind == ARRAY else None
+        self.one = one(x, key) if arrays else _FLOAT if self.kind == PYTHON else None
         # (one leaf without contexts: ``one`` says all, and native() flattens twice)
         natives = (self.kind is None or cs) and all(k == convert.NATIVE for k in kinds)
         self.x_native = native(impl, x) if natives else None
@@ -171,9 +183,9 @@ class Signature:
         if form == PYTHON:  # a Python float: never its value (the runner checks the dtype)
             return SLOW if cs or type(x) is not float else run(x, *t)
         s = self.one
-        if cs or type(x) is not s[0] or x.shape != s[1] or x.dtype != s[2]:
+        if cs or type(x) is not s[0] or (s[3](x) != s[4] and (x.shape != s[1] or x.dtype != s[2])):
             return SLOW
-        return run(x, *t)
+        return run(x, *t) if t else run(x)
 
     def tangent_leaves(self, t: Any) -> tuple | None:
         """The leaves of a tangent that matches ``t_native`` (of a Tangents of k: k tuples

@@ -220,7 +220,7 @@ def value_and_gradient(
         >>> float(y), g.round(6)
         (5.0, array([2., 4.]))
     """
-    return shell.call(VALUE_AND_GRADIENT, f, backend, x, None, contexts, prep, has_aux=has_aux)
+    return shell.call(VALUE_AND_GRADIENT, f, backend, x, None, contexts, prep, None, has_aux)
 
 
 @shell.public(GRADIENT)
@@ -238,7 +238,7 @@ def gradient(
         ...             np.array([1.0, 2.0])).round(5)
         array([ 3., 12.])
     """
-    return shell.call(GRADIENT, f, backend, x, None, contexts, prep, has_aux=has_aux)
+    return shell.call(GRADIENT, f, backend, x, None, contexts, prep, None, has_aux)
 
 
 @shell.public(VALUE_AND_JVP)
@@ -275,7 +275,7 @@ def value_and_jvp(
         >>> t.round(6)
         array([2., 0.])
     """
-    return shell.call(VALUE_AND_JVP, f, backend, x, v, contexts, prep, has_aux=has_aux)
+    return shell.call(VALUE_AND_JVP, f, backend, x, v, contexts, prep, None, has_aux)
 
 
 @shell.public(JVP)
@@ -299,7 +299,7 @@ def jvp(
         ...        np.array([1.0, 2.0]), np.array([0.0, 1.0])).round(6)
         array([0., 1.])
     """
-    return shell.call(JVP, f, backend, x, v, contexts, prep, has_aux=has_aux)
+    return shell.call(JVP, f, backend, x, v, contexts, prep, None, has_aux)
 
 
 @shell.public(VALUE_AND_VJP)
@@ -336,7 +336,7 @@ def value_and_vjp(
         >>> g.round(6)
         array([3., 3.])
     """
-    return shell.call(VALUE_AND_VJP, f, backend, x, w, contexts, prep, has_aux=has_aux)
+    return shell.call(VALUE_AND_VJP, f, backend, x, w, contexts, prep, None, has_aux)
 
 
 @shell.public(VJP)
@@ -360,7 +360,7 @@ def vjp(
         ...        np.array([1.0, 2.0]), np.array([1.0, 0.0])).round(6)
         array([2., 0.])
     """
-    return shell.call(VJP, f, backend, x, w, contexts, prep, has_aux=has_aux)
+    return shell.call(VJP, f, backend, x, w, contexts, prep, None, has_aux)
 
 
 @shell.public(VALUE_AND_DERIVATIVE)
@@ -387,7 +387,7 @@ def value_and_derivative(
         >>> round(y, 6), round(d, 5)
         (8.0, 12.0)
     """
-    return shell.call(VALUE_AND_DERIVATIVE, f, backend, x, None, contexts, prep, has_aux=has_aux)
+    return shell.call(VALUE_AND_DERIVATIVE, f, backend, x, None, contexts, prep, None, has_aux)
 
 
 @shell.public(DERIVATIVE)
@@ -404,4 +404,4 @@ def derivative(
         >>> round(di.derivative(np.sin, di.AutoFiniteDifferences(), 0.0), 6)
         1.0
     """
-    return shell.call(DERIVATIVE, f, backend, x, None, contexts, prep, has_aux=has_aux)
+    return shell.call(DERIVATIVE, f, backend, x, None, contexts, prep, None, has_aux)

@@ -206,7 +206,7 @@ def gradient_and_hvp(
         >>> hv.round(4)
         array([6., 0.])
     """
-    return shell.call(GRADIENT_AND_HVP, f, backend, x, v, contexts, prep, has_aux=has_aux)
+    return shell.call(GRADIENT_AND_HVP, f, backend, x, v, contexts, prep, None, has_aux)
 
 
 @shell.public(VALUE_GRADIENT_AND_HVP)
@@ -243,7 +243,7 @@ def value_gradient_and_hvp(
         >>> round(float(y), 6), g.round(4), hv.round(4)
         (9.0, array([ 3., 12.]), array([6., 0.]))
     """
-    return shell.call(VALUE_GRADIENT_AND_HVP, f, backend, x, v, contexts, prep, has_aux=has_aux)
+    return shell.call(VALUE_GRADIENT_AND_HVP, f, backend, x, v, contexts, prep, None, has_aux)
 
 
 @shell.public(HVP)
@@ -267,7 +267,7 @@ def hvp(
         ...        np.array([1.0, 2.0]), np.array([0.0, 1.0])).round(4)
         array([8., 2.])
     """
-    return shell.call(HVP, f, backend, x, v, contexts, prep, has_aux=has_aux)
+    return shell.call(HVP, f, backend, x, v, contexts, prep, None, has_aux)
 
 
 @shell.public(VALUE_GRADIENT_AND_HESSIAN)
@@ -359,7 +359,7 @@ def value_derivative_and_second_derivative(
         12.0
     """
     return shell.call(
-        VALUE_DERIVATIVE_AND_SECOND_DERIVATIVE, f, backend, x, None, contexts, prep, has_aux=has_aux
+        VALUE_DERIVATIVE_AND_SECOND_DERIVATIVE, f, backend, x, None, contexts, prep, None, has_aux
     )
 
 

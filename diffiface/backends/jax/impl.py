@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import math
+import operator
 from typing import Any
 
 import jax
@@ -75,6 +76,7 @@ class JaxImpl(BackendImpl):
     )
 
     flatten_fast = staticmethod(jax.tree_util.tree_flatten)
+    array_key = staticmethod(operator.attrgetter("aval"))  # (read in 50 ns, shape in 200)
 
     def is_native(self, leaf: Any) -> bool:
         return isinstance(leaf, jax.Array)

@@ -242,7 +242,9 @@ def check_twice(prob, y, xg: tuple) -> None:
     call (every call under strict, and every call of a runner that holds f weakly:
     ``Problem.named``)."""
     f = prob.f
-    name = None if f is None or _config.strict() else _TWICE.get(f)
+    over = _config.OPTIONS.get()  # (``_config.strict()`` inline: no options block, no frame)
+    strict = _config.config.strict if over is None else _config.strict()
+    name = None if f is None or strict else _TWICE.get(f)
     if name is None:
         name = once_differentiable(y, xg) or ""
         if f is not None:

@@ -13,7 +13,7 @@ import pytest
 
 import diffiface as di
 
-HAVE = {m: importlib.util.find_spec(m) is not None for m in ("jax", "torch", "autograd")}
+HAVE = {m: importlib.util.find_spec(m) is not None for m in ("jax", "torch", "autograd", "mlx")}
 
 if HAVE["jax"]:
     import jax
@@ -30,11 +30,17 @@ AD_BACKENDS = [
     _param(di.AutoJax(), "jax"),
     _param(di.AutoTorch(), "torch"),
     _param(di.AutoAutograd(), "autograd"),
+    _param(di.AutoMLX(), "mlx"),
 ]
 ALL_BACKENDS = [*AD_BACKENDS, _param(di.AutoFiniteDifferences(), None)]
 MODED_BACKENDS = [
     _param(cls(mode=m), mod)
-    for cls, mod in ((di.AutoJax, "jax"), (di.AutoTorch, "torch"), (di.AutoAutograd, "autograd"))
+    for cls, mod in (
+        (di.AutoJax, "jax"),
+        (di.AutoTorch, "torch"),
+        (di.AutoAutograd, "autograd"),
+        (di.AutoMLX, "mlx"),
+    )
     for m in ("forward", "reverse")
 ]
 

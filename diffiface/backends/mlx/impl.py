@@ -18,6 +18,7 @@ from ..._backend_types import AutoMLX
 from ...core import outputs
 from ...core.backend import BackendImpl, Traits
 from ...core.registry import register
+from . import second
 
 # NumPy dtype -> MLX dtype (mx.array(a) alone makes float64 float32)
 DTYPES = {
@@ -88,9 +89,18 @@ class MLXImpl(BackendImpl):
             return (tuple(a.shape), a.dtype)
         return super().leaf_signature(a)
 
+    def forward_unsupported(self, exc):
+        return isinstance(exc, RuntimeError) and "JVP not yet implemented" in str(exc)
+
+    def reverse_unsupported(self, exc):
+        return isinstance(exc, RuntimeError) and "VJP not yet implemented" in str(exc)
+
     # ---- primitives ----------------------------------------------------------
     def value_and_jvp(self, prob, xs, vs, ctx):
         fn = flat(prob, ctx)
+        if not xs:  # an empty pytree: no direction to move in (MLX wants a primal)
+            y = call_f(prob, lambda: fn()[0])
+            return y, mx.zeros_like(y)
         ys, ts = call_f(prob, lambda: mx.jvp(fn, list(xs), list(vs)))
         return ys[0], ts[0]
 
@@ -98,6 +108,8 @@ class MLXImpl(BackendImpl):
         """MLX's vjp takes the cotangent with the primals: each ``pb(w)`` runs it."""
         fn = flat(prob, ctx)
         y = call_f(prob, lambda: fn(*xs)[0])
+        if not xs:  # an empty pytree: nothing to differentiate
+            return y, lambda w: ()
 
         def pb(w: Any) -> tuple:
             with outputs.Sink():  # (f's aux came with y)
@@ -108,6 +120,8 @@ class MLXImpl(BackendImpl):
 
     # ---- derived operators, one MLX call each ---------------------------------
     def value_and_vjp(self, prob, xs, w, ctx, check_w):
+        if not xs:
+            return super().value_and_vjp(prob, xs, w, ctx, check_w)
         fn = flat(prob, ctx)
         y = call_f(prob, lambda: fn(*xs)[0])
         with outputs.Sink():
@@ -117,27 +131,68 @@ class MLXImpl(BackendImpl):
     def value_and_gradient(self, prob, xs, ctx):
         """diffiface's convention for complex x (df/dRe + i df/dIm) is MLX's own."""
         fn = flat(prob, ctx)
+        if not xs:  # an empty pytree: nothing to differentiate
+            return call_f(prob, lambda: fn()[0]), ()
         argnums = tuple(range(len(xs)))
         y, gs = call_f(prob, lambda: mx.value_and_grad(lambda *a: fn(*a)[0], argnums)(*xs))
         return y, (gs,) if len(xs) == 1 else tuple(gs)
 
     def value_and_jvps(self, prob, xs, vss, ctx):
-        if len(vss) < 2 or outputs.active():
+        if not xs:
             return super().value_and_jvps(prob, xs, vss, ctx)
         fn = flat(prob, ctx)
         y = call_f(prob, lambda: fn(*xs)[0])
-        stacked = [mx.stack([vs[k] for vs in vss]) for k in range(len(xs))]
-        ts = call_f(prob, lambda: mx.vmap(lambda *v: mx.jvp(fn, list(xs), list(v))[1][0])(*stacked))
-        return y, [ts[i] for i in range(len(vss))]
+        with outputs.Sink():  # (f's aux came with y)
+            ts = call_f(prob, lambda: second.jvps(fn, xs, vss))
+        return y, [t[0] for t in ts]
 
     def value_and_vjps(self, prob, xs, ws, ctx, check_w):
-        if len(ws) < 2 or outputs.active():
+        if not xs:
             return super().value_and_vjps(prob, xs, ws, ctx, check_w)
         fn = flat(prob, ctx)
         y = call_f(prob, lambda: fn(*xs)[0])
-        w = mx.stack([check_w(y, w) for w in ws])
-        gs = call_f(prob, lambda: mx.vmap(lambda w: tuple(mx.vjp(fn, list(xs), [w])[1]))(w))
-        return y, [tuple(g[i] for g in gs) for i in range(len(ws))]
+        wss = [[check_w(y, w)] for w in ws]
+        with outputs.Sink():
+            gs = call_f(prob, lambda: second.vjps(fn, xs, wss))
+        return y, [tuple(g) for g in gs]
+
+    def value_and_jacobian(self, prob, xs, ctx):
+        """One vmapped pass over the basis: rows of vjps or columns of jvps."""
+        reverse = self.prefers_reverse(prob, xs, ctx)
+        fn = flat(prob, ctx)
+        y = call_f(prob, lambda: fn(*xs)[0])
+        with outputs.Sink():
+            return y, call_f(prob, lambda: second.jacobian(fn, xs[0], y, reverse))
+
+    # ---- second order: mx.jvp (or mx.vjp) of mx.grad ----------------------------
+    def gradient_and_hvp(self, prob, xs, vs, ctx, combo):
+        g, (hv,) = self.gradient_and_hvps(prob, xs, [vs], ctx, combo)
+        return g, hv
+
+    def gradient_and_hvps(self, prob, xs, vss, ctx, combo):
+        outer, inner = combo or PLAIN
+        if not xs:  # an empty pytree: no gradient
+            call_f(prob, lambda: prob.flat()((), *ctx))
+            return (), [() for _ in vss]
+        if inner == "forward":
+            return super().gradient_and_hvps(prob, xs, vss, ctx, combo)
+        fn = flat(prob, ctx)
+        return call_f(prob, lambda: second.gradient_and_hvps(fn, xs, vss, outer))
+
+    def value_gradient_and_hessian(self, prob, xs, ctx, combo):
+        outer, inner = combo or PLAIN
+        if inner == "forward":
+            return super().value_gradient_and_hessian(prob, xs, ctx, combo)
+        fn = flat(prob, ctx)
+        y = call_f(prob, lambda: fn(*xs)[0])
+        with outputs.Sink():
+            g, h = call_f(prob, lambda: second.hessian(fn, xs[0], outer))
+        return y, (g,), h
+
+
+# A plain AutoMLX's second order: reverse over reverse. MLX has no JVP of scatter (the
+# pullback of indexing), so forward over reverse fails on any f that indexes x.
+PLAIN = ("reverse", "reverse")
 
 
 def flat(prob, ctx: tuple):

@@ -23,7 +23,8 @@ class MLX(Framework):
         return isinstance(leaf, sys.modules["mlx.core"].array)
 
     def says_foreign_arrays(self, message: str) -> bool:
-        return "mlx.core.array" in message and "incompatible function arguments" in message
+        """An mlx.core function's nanobind error (its signatures name MLX's streams)."""
+        return "incompatible function arguments" in message and "StreamOrDevice" in message
 
     def values(self, leaf: Any) -> np.ndarray | None:
         try:

@@ -170,23 +170,20 @@ class MLXImpl(BackendImpl):
         return g, hv
 
     def gradient_and_hvps(self, prob, xs, vss, ctx, combo):
-        outer, inner = combo or PLAIN
+        combo = combo or PLAIN
         if not xs:  # an empty pytree: no gradient
             call_f(prob, lambda: prob.flat()((), *ctx))
             return (), [() for _ in vss]
-        if inner == "forward":
-            return super().gradient_and_hvps(prob, xs, vss, ctx, combo)
+        if combo[1] == "forward" and len(xs) > 1:
+            raise _checks.not_single_array(prob.op, prob.backend, len(xs))
         fn = flat(prob, ctx)
-        return call_f(prob, lambda: second.gradient_and_hvps(fn, xs, vss, outer))
+        return call_f(prob, lambda: second.gradient_and_hvps(fn, xs, vss, combo))
 
     def value_gradient_and_hessian(self, prob, xs, ctx, combo):
-        outer, inner = combo or PLAIN
-        if inner == "forward":
-            return super().value_gradient_and_hessian(prob, xs, ctx, combo)
         fn = flat(prob, ctx)
         y = call_f(prob, lambda: fn(*xs)[0])
         with outputs.Sink():
-            g, h = call_f(prob, lambda: second.hessian(fn, xs[0], outer))
+            g, h = call_f(prob, lambda: second.hessian(fn, xs[0], combo or PLAIN))
         return y, (g,), h
 
 
@@ -219,7 +216,11 @@ def float64_refused() -> str | None:
 def call_f(prob, thunk):
     try:
         return thunk()
-    except (TypeError, ValueError) as exc:
+    except (TypeError, ValueError, RuntimeError) as exc:
+        if not isinstance(exc, TypeError) and "float64" in str(exc) and float64_refused():
+            raise _checks.DiffifaceValueError(
+                f"{_checks.call_form(prob.op, prob.backend)}: {float64_refused()}"
+            ) from exc
         clear = _checks.framework_error(prob.op, prob.backend, exc)  # (None for diffiface's)
         if clear is not None:
             raise clear from exc

@@ -15,8 +15,16 @@ import mlx.core as mx
 from ...core import outputs
 
 
-def grad_of(fn: Callable, n: int) -> Callable:
-    """``(*xs) -> [gradient leaves]`` of the scalar ``fn`` (``(*xs) -> [y]``)."""
+def grad_of(fn: Callable, n: int, inner: str = "reverse") -> Callable:
+    """``(*xs) -> [gradient leaves]`` of the scalar ``fn`` (``(*xs) -> [y]``): one
+    ``mx.grad``, or one ``mx.jvp`` per basis vector (``inner`` "forward", one array)."""
+    if inner == "forward":
+
+        def forward(x: Any) -> list:
+            cols = [mx.jvp(fn, [x], [e])[1][0] for e in basis(x)]
+            return [mx.stack(cols).reshape(x.shape) if cols else mx.zeros_like(x)]
+
+        return forward
     g = mx.grad(lambda *a: fn(*a)[0], tuple(range(n)))
     return (lambda *xs: [g(*xs)]) if n == 1 else (lambda *xs: list(g(*xs)))
 
@@ -60,19 +68,21 @@ def jacobian(fn: Callable, x: Any, y: Any, reverse: bool) -> Any:
     return mx.stack([c[0].reshape(-1) for c in cols], axis=-1).reshape(shape)
 
 
-def gradient_and_hvps(fn: Callable, xs: tuple, vss: list, outer: str) -> tuple:
+def gradient_and_hvps(fn: Callable, xs: tuple, vss: list, combo: tuple) -> tuple:
     """(gradient leaves, [H v leaves]) of the scalar fn: forward over reverse
     (``mx.jvp`` of ``mx.grad``) or reverse over reverse (the pullback of the gradient
     along v: H is symmetric), each one vmapped pass."""
-    gf = grad_of(fn, len(xs))
+    outer, inner = combo
+    gf = grad_of(fn, len(xs), inner)
     g = gf(*xs)
     hvs = vjps(gf, xs, vss) if outer == "reverse" else jvps(gf, xs, vss)
     return tuple(g), [tuple(h) for h in hvs]
 
 
-def hessian(fn: Callable, x: Any, outer: str) -> tuple:
+def hessian(fn: Callable, x: Any, combo: tuple) -> tuple:
     """(gradient, H) at one array x: the Jacobian of the gradient, by rows."""
-    gf = grad_of(fn, 1)
+    outer, inner = combo
+    gf = grad_of(fn, 1, inner)
     (g,) = gf(x)
     shape = (*x.shape, *x.shape)
     if not x.size:

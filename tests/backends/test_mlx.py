@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from helpers import HAVE, MLX_FLOAT64
+from helpers import HAVE, MLX_FLOAT64, counted
 
 import diffiface as di
 
@@ -204,3 +204,17 @@ def test_f_of_another_framework_names_its_backend():
         di.gradient(lambda x: torch.sum(x**2), di.AutoMLX(), X)
     with pytest.raises(di.DiffifaceTypeError, match=r"f calls mlx functions.*AutoMLX\(\)"):
         di.gradient(lambda x: mx.sum(x**2), di.AutoTorch(), X)
+
+
+def test_a_prepared_gradient_runs_compiled():
+    # the prepared runner is mx.compile(mx.grad(f)): warm calls run no Python of f
+    f, calls = counted(_f)
+    b, x = di.AutoMLX(), _mx(X)
+    prep = di.prepare_gradient(f, b, x)
+    _close(di.gradient(f, b, x, prep=prep), _grad(X))
+    before = calls[0]
+    for _ in range(3):
+        _close(di.gradient(f, b, x, prep=prep), _grad(X))
+    assert calls[0] == before
+    di.gradient(f, b, x)  # unprepared: f runs (MLX traces it anew)
+    assert calls[0] > before

@@ -18,7 +18,7 @@ from ..._backend_types import AutoMLX
 from ...core import outputs
 from ...core.backend import BackendImpl, Traits
 from ...core.registry import register
-from . import second
+from . import runners, second
 
 # NumPy dtype -> MLX dtype (mx.array(a) alone makes float64 float32)
 DTYPES = {
@@ -94,6 +94,9 @@ class MLXImpl(BackendImpl):
 
     def reverse_unsupported(self, exc):
         return isinstance(exc, RuntimeError) and "VJP not yet implemented" in str(exc)
+
+    def runner(self, prob, form, combo=None, weak=False):
+        return runners.runner(prob, form, combo, weak)
 
     # ---- primitives ----------------------------------------------------------
     def value_and_jvp(self, prob, xs, vs, ctx):

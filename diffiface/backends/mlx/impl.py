@@ -95,6 +95,12 @@ class MLXImpl(BackendImpl):
     def reverse_unsupported(self, exc):
         return isinstance(exc, RuntimeError) and "VJP not yet implemented" in str(exc)
 
+    @staticmethod
+    def protect(xs: tuple) -> tuple:
+        """f gets new array objects: ``x[i] = ...`` in f rebinds f's x, not the caller's
+        (MLX's own transforms copy; f's plain call here would not)."""
+        return tuple(mx.array(x) if isinstance(x, mx.array) else x for x in xs)
+
     def runner(self, prob, form, combo=None, weak=False):
         return runners.runner(prob, form, combo, weak)
 

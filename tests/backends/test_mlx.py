@@ -137,6 +137,9 @@ def test_second_order_of_an_f_that_indexes_takes_reverse_mode():
     # lacks: the plain backend goes reverse over reverse; a forward outer named
     # explicitly is a clear error
     _close(di.hessian(_f, di.AutoMLX(), _mx(X)), _hess(X))
+    unnamed = di.second_order(di.AutoMLX(), di.AutoMLX())  # forward over reverse first
+    _close(di.hessian(_f, unnamed, _mx(X)), _hess(X))
+    _close(di.hessian(_f, unnamed, _mx(X), chunk_size=2), _hess(X))  # chunked: the same
     b = di.second_order(di.AutoMLX(mode="forward"), di.AutoMLX())
     with pytest.raises(di.DiffifaceTypeError, match="cannot run in forward mode"):
         di.hessian(_f, b, _mx(X))

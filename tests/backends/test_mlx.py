@@ -209,18 +209,38 @@ def test_f_of_another_framework_names_its_backend():
         di.gradient(lambda x: mx.sum(x**2), di.AutoTorch(), X)
 
 
-def test_a_prepared_gradient_runs_compiled():
-    # the prepared runner is mx.compile(mx.grad(f)): warm calls run no Python of f
+def test_a_gradient_runs_f_once_per_call_and_compiles_nothing():
+    # prepared or not, one mx.value_and_grad of f per call (f's Python runs once: MLX
+    # traces it anew); nothing compiled, so an array f closes over is read at each call
     f, calls = counted(_f)
     b, x = di.AutoMLX(), _mx(X)
     prep = di.prepare_gradient(f, b, x)
-    _close(di.gradient(f, b, x, prep=prep), _grad(X))
-    before = calls[0]
-    for _ in range(3):
-        _close(di.gradient(f, b, x, prep=prep), _grad(X))
-    assert calls[0] == before
-    di.gradient(f, b, x)  # unprepared: f runs (MLX traces it anew)
-    assert calls[0] > before
+    for call in (lambda: di.gradient(f, b, x, prep=prep), lambda: di.gradient(f, b, x)):
+        call()
+        before = calls[0]
+        _close(call(), _grad(X))
+        assert calls[0] == before + 1
+    scale = [_mx(1.0)]
+
+    def scaled(x):
+        return scale[0] * _f(x)
+
+    prep = di.prepare_gradient(scaled, b, x)
+    scale[0] = _mx(2.0)
+    _close(di.gradient(scaled, b, x, prep=prep), 2 * _grad(X))
+
+
+def test_a_prepared_gradient_under_mx_grad_through_a_closure():
+    # (a compiled runner took the closed-over s as a constant: the outer derivative was 0)
+    def outer(s):
+        def f(x):
+            return (mx.sin(s * x)).sum()
+
+        prep = di.prepare_gradient(f, di.AutoMLX(), _mx(X))
+        return di.gradient(f, di.AutoMLX(), _mx(X), prep=prep).sum()
+
+    got = mx.grad(outer)(_mx(1.3))
+    _close(got, (np.cos(1.3 * X) - 1.3 * X * np.sin(1.3 * X)).sum())
 
 
 @pytest.mark.parametrize("strategy", ["reverse_over_reverse", "forward_over_reverse", "auto"])

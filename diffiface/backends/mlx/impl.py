@@ -31,7 +31,12 @@ DTYPES = {
 
 @register(AutoMLX)
 class MLXImpl(BackendImpl):
-    traits = Traits("mlx", native_kind="mlx arrays", output_kind="an mlx array")
+    traits = Traits(
+        "mlx",
+        native_kind="mlx arrays",
+        output_kind="an mlx array",
+        keeps_plans=True,  # unprepared runners trace f anew per call: nothing goes stale
+    )
 
     def is_native(self, leaf: Any) -> bool:
         return isinstance(leaf, mx.array)

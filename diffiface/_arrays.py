@@ -171,3 +171,15 @@ def values(leaf: Any) -> np.ndarray | None:
         return np.asarray(leaf)
     fw = owner(leaf)
     return None if fw is None else fw.values(leaf)
+
+
+def numpy_dtype(dtype: Any) -> np.dtype | None:
+    """NumPy's dtype for any framework's dtype object (an MLX dtype has no NumPy
+    conversion: the dtype of the same name); None where NumPy has none (bfloat16)."""
+    try:
+        return np.dtype(dtype)
+    except TypeError:
+        try:
+            return np.dtype(str(dtype).rpartition(".")[2])
+        except TypeError:
+            return None

@@ -123,6 +123,30 @@ class AutoAutograd(AbstractBackend):
 
 
 @dataclasses.dataclass(frozen=True)
+class AutoMLX(AbstractBackend):
+    """Apple's MLX (mx.vjp / mx.jvp / mx.value_and_grad, mx.vmap for several directions).
+
+    float64 runs on the CPU stream only (MLX's own limit): float64 arrays on another
+    default device are an error that names the fix.
+
+    Args:
+        mode: "forward", "reverse", or None to pick the cheaper direction.
+
+    Examples:
+        >>> AutoMLX()
+        AutoMLX(mode=None)
+    """
+
+    mode: str | None = None
+    framework: ClassVar[str] = "mlx"
+    package: ClassVar[str | None] = "diffiface.backends.mlx.backend"
+    needs: ClassVar[str | None] = "mlx"
+
+    def __post_init__(self) -> None:
+        _check_mode(self, self.mode)
+
+
+@dataclasses.dataclass(frozen=True)
 class AutoFiniteDifferences(AbstractBackend):
     """Finite differences on any NumPy function.
 
@@ -359,4 +383,4 @@ class AutoSparse(AbstractBackend):
 
 
 # the built-in backends, in the order shown to users
-BUILTIN = (AutoJax, AutoTorch, AutoAutograd, AutoFiniteDifferences)
+BUILTIN = (AutoJax, AutoTorch, AutoAutograd, AutoMLX, AutoFiniteDifferences)

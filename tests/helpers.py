@@ -12,7 +12,7 @@ import diffiface as di
 from diffiface import testing
 from diffiface.testing import namespace
 
-HAVE = {m: importlib.util.find_spec(m) is not None for m in ("jax", "torch", "autograd")}
+HAVE = {m: importlib.util.find_spec(m) is not None for m in ("jax", "torch", "autograd", "mlx")}
 
 
 def xp(backend):
@@ -30,6 +30,10 @@ def xp(backend):
         import autograd.numpy as anp
 
         return anp
+    if name == "mlx":
+        import mlx.core as mx
+
+        return mx
     return np
 
 
@@ -44,6 +48,11 @@ def native(backend, a):
         import torch
 
         return torch.from_numpy(np.array(a))
+    if name == "mlx":
+        from diffiface.backends.mlx.impl import DTYPES, mx
+
+        a = np.asarray(a)
+        return mx.array(a, dtype=DTYPES.get(a.dtype))
     return np.array(a)
 
 
@@ -67,8 +76,23 @@ for (_fd, _dtype), _tol in TOLERANCE.items():
     assert _tol <= testing.tolerance(_b, np.dtype(_dtype), "jacobian"), (_fd, _dtype)
 
 
+# MLX's float64 sin, cos and exp are float32-accurate (relative error up to 1.1e-7 on
+# mlx 0.32.4): its float64 results are held to its public bound, 1e-6
+MLX_FLOAT64 = 1e-6
+
+
+def rounding(backend, tol):
+    """``tol``, a float64 bound of rounding alone (two paths to the same product, f's
+    value against NumPy's), or MLX's float64 accuracy where that is larger: MLX's
+    float64 sin, cos and exp are float32-accurate, and their last digits depend on how
+    many values one call holds (a batched pass against a single one)."""
+    return max(tol, MLX_FLOAT64) if backend.framework == "mlx" else tol
+
+
 def tolerance(backend, dtype):
     """(rtol, atol) of a first-order result by backend and dtype (see TOLERANCE)."""
+    if backend.framework == "mlx" and np.dtype(dtype) == np.float64:
+        return MLX_FLOAT64, MLX_FLOAT64
     tol = TOLERANCE[(backend.framework == "finite_differences", np.dtype(dtype).name)]
     return tol, tol
 

@@ -4,4 +4,5 @@ framework and registers the implementation."""
 
 from . import autograd as autograd
 from . import jax as jax
+from . import mlx as mlx
 from . import torch as torch

@@ -38,10 +38,13 @@ def module(framework: str) -> Any:
         return importlib.import_module(f"{where}.bridge")
     except ImportError as exc:
         if exc.name is not None and exc.name.startswith(where):
+            fw = named(framework)
+            own = f"{fw.backend_name}()" if fw is not None and fw.backend_name else "its backend"
             raise _checks.DiffifaceTypeError(
                 f"the {framework!r} framework has no bridge ({where}.bridge): its arrays "
-                "cannot cross to another framework, nor another's to it. Call the backend "
-                "with its own arrays."
+                "cannot cross to another framework, nor another's to it, and "
+                f"di.differentiate_with cannot wrap its functions. Pass {framework} arrays "
+                f"to {own}, or convert them to NumPy (np.asarray(x)) for any backend."
             ) from exc
         if exc.name is None or not exc.name.startswith(name):
             raise

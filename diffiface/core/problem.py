@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 
 from .. import _checks, _config
+from .._arrays import numpy_dtype
 from .._tree import tree_map, unflatten
 from . import outputs
 
@@ -187,4 +188,5 @@ def _discrete(y: Any) -> bool:
     floating = getattr(dtype, "is_floating_point", None)  # a torch dtype
     if floating is not None:
         return not (floating or dtype.is_complex)
-    return np.dtype(dtype).kind in "iub"
+    dtype = numpy_dtype(dtype)
+    return dtype is not None and dtype.kind in "iub"

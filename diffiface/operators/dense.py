@@ -21,12 +21,14 @@ from __future__ import annotations
 from typing import Any
 
 from .. import _checks, _config
+from .._arrays import numpy_dtype
 from ..core.backend import size
 from ..core.convert import zeros
 
 
 def itemsize(x: Any) -> int:
-    return x.dtype.itemsize  # NumPy, jax and torch (>= 2.1) dtypes
+    dtype = x.dtype  # NumPy, jax and torch (>= 2.1) dtypes have itemsize; MLX's by name
+    return dtype.itemsize if hasattr(dtype, "itemsize") else numpy_dtype(dtype).itemsize
 
 
 def check_limit(op: str, backend: Any, rows: int, cols: int, x: Any, what: str) -> None:

@@ -129,7 +129,7 @@ def _hessians(c: Call, chunk_size):
     if not prob.single:
         raise _checks.not_single_array(op, backend, len(xs))
     if chunk_size is not None and size(xs[0]):
-        y, g, h = dense.hessian(impl, prob, xs, ctx, c.combo, chunk_size)
+        y, g, h = _either(c, lambda k: dense.hessian(impl, prob, xs, ctx, k, chunk_size))
     else:
         dense.check_limit(op, backend, size(xs[0]), size(xs[0]), xs[0], "Hessian")
         if op == "hessian":

@@ -23,6 +23,8 @@ class ArrayKit:
     native_sparse = False  # AutoSparse returns its framework's sparse type
     has_modules = False  # FixedParams(model) takes its model objects ("+module")
     outer_pass = False  # it has a reverse mode of its own (the "fw_" contexts)
+    # the relative error its float64 functions reach (AD's bound in float64)
+    float64_accuracy = 1e-8
 
     def float64_note(self) -> str | None:
         """Why float64 cannot run in this process (JAX with x64 off); None where it can."""

@@ -34,7 +34,8 @@ def _assert_close(backend, got, want, dtype, kind):
     if kind == "numpy":
         assert isinstance(got, np.ndarray), type(got)
     else:
-        assert type(got).__module__.split(".")[0] in ("jax", "jaxlib", "torch", "numpy"), type(got)
+        module = type(got).__module__.split(".")[0]
+        assert module in ("jax", "jaxlib", "torch", "mlx", "numpy"), type(got)
         assert not isinstance(got, np.ndarray) or backend.framework in (
             "autograd",
             "finite_differences",

@@ -1,0 +1,241 @@
+"""MLX backend: mx.jvp / mx.vjp / mx.value_and_grad, mx.vmap for several directions.
+
+MLX has one array type: a value inside its transforms is an ``mx.array`` like any
+other (no tracer type), and f's aux leaves a plain ``mx.vjp`` as values. Only
+``mx.vmap`` and ``mx.compile`` give placeholders, so neither runs f while an aux sink
+is open.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import mlx.core as mx
+import numpy as np
+
+from ... import _checks
+from ..._backend_types import AutoMLX
+from ...core import outputs
+from ...core.backend import BackendImpl, Traits
+from ...core.registry import register
+from . import runners, second
+
+# NumPy dtype -> MLX dtype (mx.array(a) alone makes float64 float32)
+DTYPES = {
+    np.dtype(np.float16): mx.float16,
+    np.dtype(np.float32): mx.float32,
+    np.dtype(np.float64): mx.float64,
+    np.dtype(np.complex64): mx.complex64,
+}
+
+
+@register(AutoMLX)
+class MLXImpl(BackendImpl):
+    traits = Traits(
+        "mlx",
+        native_kind="mlx arrays",
+        output_kind="an mlx array",
+        keeps_plans=True,  # unprepared runners trace f anew per call: nothing goes stale
+    )
+
+    def is_native(self, leaf: Any) -> bool:
+        return isinstance(leaf, mx.array)
+
+    def is_float(self, leaf: Any) -> bool:
+        return mx.issubdtype(leaf.dtype, mx.floating)
+
+    def is_complex(self, y: Any) -> bool:
+        dtype = getattr(y, "dtype", None)
+        if isinstance(dtype, mx.Dtype):
+            return mx.issubdtype(dtype, mx.complexfloating)
+        return getattr(dtype, "kind", "") == "c"
+
+    def check_numpy_dtype(self, dtype: np.dtype) -> str | None:
+        if dtype == np.complex128:
+            return (
+                "MLX has no complex128 and would truncate it to complex64. Convert it "
+                "first: a.astype(np.complex64)."
+            )
+        if dtype == np.float64:
+            return float64_refused()
+        return None
+
+    def from_numpy(self, a: np.ndarray) -> Any:
+        return mx.array(a, dtype=DTYPES.get(a.dtype))
+
+    def to_numpy(self, a: Any) -> np.ndarray:
+        return np.asarray(a)
+
+    def default_float(self, value: float) -> Any:
+        return mx.array(value, dtype=mx.float32)
+
+    def cast(self, a: Any, like: Any) -> Any:
+        return a.astype(like.dtype)
+
+    def ones_like(self, a: Any) -> Any:
+        return mx.ones_like(a)
+
+    def basis(self, like: Any, i: int) -> Any:
+        e = mx.zeros((like.size,), dtype=like.dtype)
+        e[i] = 1
+        return e.reshape(like.shape)
+
+    def stack(self, arrays: list, axis: int) -> Any:
+        return mx.stack(arrays, axis=axis)
+
+    def concat(self, arrays: list, axis: int = 0) -> Any:
+        return mx.concatenate(arrays, axis=axis) if len(arrays) > 1 else arrays[0]
+
+    def reshape(self, a: Any, shape: tuple) -> Any:
+        return a if tuple(a.shape) == tuple(shape) else a.reshape(shape)
+
+    def leaf_signature(self, a: Any) -> Any:
+        if isinstance(a, mx.array):
+            return (tuple(a.shape), a.dtype)
+        return super().leaf_signature(a)
+
+    def forward_unsupported(self, exc):
+        return isinstance(exc, RuntimeError) and "JVP not yet implemented" in str(exc)
+
+    def reverse_unsupported(self, exc):
+        return isinstance(exc, RuntimeError) and "VJP not yet implemented" in str(exc)
+
+    @staticmethod
+    def protect(xs: tuple) -> tuple:
+        """f gets new array objects: ``x[i] = ...`` in f rebinds f's x, not the caller's
+        (MLX's own transforms copy; f's plain call here would not)."""
+        return tuple(mx.array(x) if isinstance(x, mx.array) else x for x in xs)
+
+    def runner(self, prob, form, combo=None, weak=False):
+        return runners.runner(prob, form, combo, weak)
+
+    # ---- primitives ----------------------------------------------------------
+    def value_and_jvp(self, prob, xs, vs, ctx):
+        fn = flat(prob, ctx)
+        if not xs:  # an empty pytree: no direction to move in (MLX wants a primal)
+            y = call_f(prob, lambda: fn()[0])
+            return y, mx.zeros_like(y)
+        ys, ts = call_f(prob, lambda: mx.jvp(fn, list(xs), list(vs)))
+        return ys[0], ts[0]
+
+    def value_and_pullback(self, prob, xs, ctx):
+        """MLX's vjp takes the cotangent with the primals: each ``pb(w)`` runs it."""
+        fn = flat(prob, ctx)
+        y = call_f(prob, lambda: fn(*xs)[0])
+        if not xs:  # an empty pytree: nothing to differentiate
+            return y, lambda w: ()
+
+        def pb(w: Any) -> tuple:
+            with outputs.Sink():  # (f's aux came with y)
+                _, gs = call_f(prob, lambda: mx.vjp(fn, list(xs), [w]))
+            return tuple(gs)
+
+        return y, pb
+
+    # ---- derived operators, one MLX call each ---------------------------------
+    def value_and_vjp(self, prob, xs, w, ctx, check_w):
+        if not xs:
+            return super().value_and_vjp(prob, xs, w, ctx, check_w)
+        fn = flat(prob, ctx)
+        y = call_f(prob, lambda: fn(*xs)[0])
+        with outputs.Sink():
+            _, gs = call_f(prob, lambda: mx.vjp(fn, list(xs), [check_w(y, w)]))
+        return y, tuple(gs)
+
+    def value_and_gradient(self, prob, xs, ctx):
+        """diffiface's convention for complex x (df/dRe + i df/dIm) is MLX's own."""
+        fn = flat(prob, ctx)
+        if not xs:  # an empty pytree: nothing to differentiate
+            return call_f(prob, lambda: fn()[0]), ()
+        argnums = tuple(range(len(xs)))
+        y, gs = call_f(prob, lambda: mx.value_and_grad(lambda *a: fn(*a)[0], argnums)(*xs))
+        return y, (gs,) if len(xs) == 1 else tuple(gs)
+
+    def value_and_jvps(self, prob, xs, vss, ctx):
+        if not xs:
+            return super().value_and_jvps(prob, xs, vss, ctx)
+        fn = flat(prob, ctx)
+        y = call_f(prob, lambda: fn(*xs)[0])
+        with outputs.Sink():  # (f's aux came with y)
+            ts = call_f(prob, lambda: second.jvps(fn, xs, vss))
+        return y, [t[0] for t in ts]
+
+    def value_and_vjps(self, prob, xs, ws, ctx, check_w):
+        if not xs:
+            return super().value_and_vjps(prob, xs, ws, ctx, check_w)
+        fn = flat(prob, ctx)
+        y = call_f(prob, lambda: fn(*xs)[0])
+        wss = [[check_w(y, w)] for w in ws]
+        with outputs.Sink():
+            gs = call_f(prob, lambda: second.vjps(fn, xs, wss))
+        return y, [tuple(g) for g in gs]
+
+    def value_and_jacobian(self, prob, xs, ctx):
+        """One vmapped pass over the basis: rows of vjps or columns of jvps."""
+        reverse = self.prefers_reverse(prob, xs, ctx)
+        fn = flat(prob, ctx)
+        y = call_f(prob, lambda: fn(*xs)[0])
+        with outputs.Sink():
+            return y, call_f(prob, lambda: second.jacobian(fn, xs[0], y, reverse))
+
+    # ---- second order: mx.jvp (or mx.vjp) of mx.grad ----------------------------
+    def gradient_and_hvp(self, prob, xs, vs, ctx, combo):
+        g, (hv,) = self.gradient_and_hvps(prob, xs, [vs], ctx, combo)
+        return g, hv
+
+    def gradient_and_hvps(self, prob, xs, vss, ctx, combo):
+        combo = combo or PLAIN
+        if not xs:  # an empty pytree: no gradient
+            call_f(prob, lambda: prob.flat()((), *ctx))
+            return (), [() for _ in vss]
+        if combo[1] == "forward" and len(xs) > 1:
+            raise _checks.not_single_array(prob.op, prob.backend, len(xs))
+        fn = flat(prob, ctx)
+        return call_f(prob, lambda: second.gradient_and_hvps(fn, xs, vss, combo))
+
+    def value_gradient_and_hessian(self, prob, xs, ctx, combo):
+        fn = flat(prob, ctx)
+        y = call_f(prob, lambda: fn(*xs)[0])
+        with outputs.Sink():
+            g, h = call_f(prob, lambda: second.hessian(fn, xs[0], combo or PLAIN))
+        return y, (g,), h
+
+
+# A plain AutoMLX's second order: reverse over reverse. MLX has no JVP of scatter (the
+# pullback of indexing), so forward over reverse fails on any f that indexes x.
+PLAIN = ("reverse", "reverse")
+
+
+def flat(prob, ctx: tuple):
+    """f as MLX's transforms take it: leaves in, a list of one array out."""
+    fn = prob.flat()
+    return lambda *xs: [fn(xs, *ctx)]
+
+
+def on_cpu() -> bool:
+    return mx.default_device() == mx.cpu
+
+
+def float64_refused() -> str | None:
+    """Why float64 cannot run now: MLX has float64 on the CPU stream only."""
+    if on_cpu():
+        return None
+    return (
+        f"MLX runs float64 on the CPU only, and the default device is "
+        f"{mx.default_device()}. Set mx.set_default_device(mx.cpu) for float64 work, or "
+        "convert to float32 first (a.astype(np.float32), x.astype(mx.float32))."
+    )
+
+
+def call_f(prob, thunk):
+    try:
+        return thunk()
+    except (TypeError, ValueError, RuntimeError) as exc:
+        if not isinstance(exc, TypeError) and "float64" in str(exc) and float64_refused():
+            raise _checks.DiffifaceValueError(
+                f"{_checks.call_form(prob.op, prob.backend)}: {float64_refused()}"
+            ) from exc
+        clear = _checks.framework_error(prob.op, prob.backend, exc)  # (None for diffiface's)
+        if clear is not None:
+            raise clear from exc
+        raise

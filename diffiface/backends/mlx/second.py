@@ -1,0 +1,92 @@
+"""MLX's own compositions: Jacobians and Hessians as one ``mx.vmap`` over a basis, and
+second order as ``mx.jvp`` (or ``mx.vjp``) of ``mx.grad``.
+
+``mx.vmap`` gives placeholders while it runs f: where an aux sink is open (f's aux
+would leave as one), the directions run one by one instead.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import mlx.core as mx
+
+from ...core import outputs
+
+
+def grad_of(fn: Callable, n: int, inner: str = "reverse") -> Callable:
+    """``(*xs) -> [gradient leaves]`` of the scalar ``fn`` (``(*xs) -> [y]``): one
+    ``mx.grad``, or one ``mx.jvp`` per basis vector (``inner`` "forward", one array)."""
+    if inner == "forward":
+
+        def forward(x: Any) -> list:
+            cols = [mx.jvp(fn, [x], [e])[1][0] for e in basis(x)]
+            return [mx.stack(cols).reshape(x.shape) if cols else mx.zeros_like(x)]
+
+        return forward
+    g = mx.grad(lambda *a: fn(*a)[0], tuple(range(n)))
+    return (lambda *xs: [g(*xs)]) if n == 1 else (lambda *xs: list(g(*xs)))
+
+
+def jvps(fn: Callable, xs: tuple, vss: list) -> list[list]:
+    """``[J v for v in vss]`` (each a list of fn's outputs), batched by ``mx.vmap``."""
+    if len(vss) < 2 or outputs.active():
+        return [mx.jvp(fn, list(xs), list(vs))[1] for vs in vss]
+    stacked = [mx.stack([vs[k] for vs in vss]) for k in range(len(xs))]
+    ts = mx.vmap(lambda *v: tuple(mx.jvp(fn, list(xs), list(v))[1]))(*stacked)
+    return [[t[i] for t in ts] for i in range(len(vss))]
+
+
+def vjps(fn: Callable, xs: tuple, wss: list) -> list[list]:
+    """``[wᵀ J for ws in wss]`` (``ws``: one cotangent per output of fn), batched by
+    ``mx.vmap``."""
+    if len(wss) < 2 or outputs.active():
+        return [mx.vjp(fn, list(xs), list(ws))[1] for ws in wss]
+    stacked = [mx.stack([ws[k] for ws in wss]) for k in range(len(wss[0]))]
+    gs = mx.vmap(lambda *w: tuple(mx.vjp(fn, list(xs), list(w))[1]))(*stacked)
+    return [[g[i] for g in gs] for i in range(len(wss))]
+
+
+def basis(like: Any) -> list:
+    """The unit vectors shaped like ``like``."""
+    n = like.size
+    eye = mx.eye(n, dtype=like.dtype)
+    return [eye[i].reshape(like.shape) for i in range(n)]
+
+
+def jacobian(fn: Callable, x: Any, y: Any, reverse: bool) -> Any:
+    """J of ``fn`` (one array in, one out) at x, of shape ``y.shape + x.shape``: rows of
+    vjps or columns of jvps."""
+    shape = (*y.shape, *x.shape)
+    if not y.size or not x.size:
+        return mx.zeros(shape, dtype=x.dtype)
+    if reverse:
+        rows = vjps(fn, (x,), [[e] for e in basis(y)])
+        return mx.stack([r[0] for r in rows]).reshape(shape)
+    cols = jvps(fn, (x,), [[e] for e in basis(x)])
+    return mx.stack([c[0].reshape(-1) for c in cols], axis=-1).reshape(shape)
+
+
+def gradient_and_hvps(fn: Callable, xs: tuple, vss: list, combo: tuple) -> tuple:
+    """(gradient leaves, [H v leaves]) of the scalar fn: forward over reverse
+    (``mx.jvp`` of ``mx.grad``) or reverse over reverse (the pullback of the gradient
+    along v: H is symmetric), each one vmapped pass."""
+    outer, inner = combo
+    gf = grad_of(fn, len(xs), inner)
+    g = gf(*xs)
+    hvs = vjps(gf, xs, vss) if outer == "reverse" else jvps(gf, xs, vss)
+    return tuple(g), [tuple(h) for h in hvs]
+
+
+def hessian(fn: Callable, x: Any, combo: tuple) -> tuple:
+    """(gradient, H) at one array x: the Jacobian of the gradient, by rows."""
+    outer, inner = combo
+    gf = grad_of(fn, 1, inner)
+    (g,) = gf(x)
+    shape = (*x.shape, *x.shape)
+    if not x.size:
+        return g, mx.zeros(shape, dtype=x.dtype)
+    es = [[e] for e in basis(x)]
+    rows = vjps(gf, (x,), es) if outer == "reverse" else jvps(gf, (x,), es)
+    return g, mx.stack([r[0] for r in rows]).reshape(shape)

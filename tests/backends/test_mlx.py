@@ -1,0 +1,261 @@
+"""AutoMLX: every operator against closed forms on MLX and NumPy arrays, second order in
+every combination, preparation, and its errors (float64 off the CPU, complex128, MLX
+arrays given to another backend). The shared operator tests and the consistency matrix
+run on it too (tests/conftest.py). MLX's float64 sin, cos and exp are float32-accurate
+(tests/helpers.py: MLX_FLOAT64), so float64 results are held to 1e-6."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from helpers import HAVE, MLX_FLOAT64, counted
+
+import diffiface as di
+
+pytestmark = pytest.mark.skipif(not HAVE["mlx"], reason="mlx missing")
+
+if HAVE["mlx"]:
+    import mlx.core as mx
+
+X = np.array([0.5, -1.2, 2.0])
+V = np.array([1.0, 0.5, -2.0])
+TOL = MLX_FLOAT64
+
+
+def _f(x):  # sum(sin(x) x^2) + x0 x1 (indexing: MLX has no JVP of its pullback)
+    return (mx.sin(x) * x**2).sum() + x[0] * x[1]
+
+
+def _grad(x):
+    g = np.sin(x) * 2 * x + np.cos(x) * x**2
+    return g + np.array([x[1], x[0], 0.0])
+
+
+def _hess(x):
+    h = np.diag(2 * np.sin(x) + 4 * x * np.cos(x) - x**2 * np.sin(x))
+    h[0, 1] = h[1, 0] = 1.0
+    return h
+
+
+def _field(x):  # R^3 -> R^2
+    return mx.stack([mx.exp(x[0]) * x[1], x[2] ** 3])
+
+
+def _jac(x):
+    return np.array([[np.exp(x[0]) * x[1], np.exp(x[0]), 0.0], [0.0, 0.0, 3 * x[2] ** 2]])
+
+
+def _mx(a, dtype=np.float64):
+    a = np.asarray(a, dtype=dtype)
+    return mx.array(a, dtype=mx.float64 if dtype == np.float64 else mx.float32)
+
+
+def _close(got, want, tol=TOL):
+    np.testing.assert_allclose(np.asarray(got), want, rtol=tol, atol=tol)
+
+
+@pytest.mark.parametrize("kind", ["mlx", "numpy"])
+def test_every_operator_against_closed_forms(kind):
+    b = di.AutoMLX()
+    x, v = (_mx(X), _mx(V)) if kind == "mlx" else (X, V)
+    want = mx.array if kind == "mlx" else np.ndarray
+    g = di.gradient(_f, b, x)
+    assert isinstance(g, want) and np.asarray(g).dtype == np.float64
+    _close(g, _grad(X))
+    y, g = di.value_and_gradient(_f, b, x)
+    _close(y, (np.sin(X) * X**2).sum() + X[0] * X[1])
+    _close(g, _grad(X))
+    _close(di.hvp(_f, b, x, v), _hess(X) @ V)
+    _close(di.hessian(_f, b, x), _hess(X))
+    _close(di.value_gradient_and_hessian(_f, b, x)[2], _hess(X))
+    _close(di.jacobian(_field, b, x), _jac(X))
+    _close(di.jvp(_field, b, x, v), _jac(X) @ V)
+    w = np.array([0.3, -1.0])
+    _close(di.vjp(_field, b, x, _mx(w) if kind == "mlx" else w), w @ _jac(X))
+    s = _mx(0.7) if kind == "mlx" else np.asarray(0.7)
+    _close(di.derivative(lambda t: mx.sin(t) * t, b, s), np.cos(0.7) * 0.7 + np.sin(0.7))
+    want2 = 2 * np.cos(0.7) - 0.7 * np.sin(0.7)
+    _close(di.second_derivative(lambda t: mx.sin(t) * t, b, s), want2)
+
+
+def test_batched_jacobian_and_float32():
+    xs = np.array([[0.1, 0.2], [0.3, -0.4], [1.5, 0.5]], dtype=np.float32)
+    J = di.batched_jacobian(lambda x: mx.sin(x) * x[:, :1], di.AutoMLX(), _mx(xs, np.float32))
+    assert np.asarray(J).dtype == np.float32 and J.shape == (3, 2, 2)
+    for i, (a, c) in enumerate(xs.astype(np.float64)):
+        want = np.array([[np.cos(a) * a + np.sin(a), 0.0], [np.sin(c), np.cos(c) * a]])
+        _close(J[i], want, 2e-5)
+
+
+@pytest.mark.parametrize("mode", ["forward", "reverse", None])
+def test_tangents_pytrees_and_aux(mode):
+    b = di.AutoMLX(mode=mode)
+    vs = [V, np.array([0.0, 1.0, 0.0]), np.array([2.0, 0.0, 1.0])]
+    t = di.jvp(_field, b, _mx(X), di.Tangents(*(_mx(v) for v in vs)))
+    for got, v in zip(t, vs, strict=True):
+        _close(got, _jac(X) @ v)
+    hv = di.hvp(_f, b, _mx(X), di.Tangents(*(_mx(v) for v in vs)))
+    for got, v in zip(hv, vs, strict=True):
+        _close(got, _hess(X) @ v)
+    p = {"a": _mx(X), "b": [_mx(0.7)]}
+
+    def tree_f(p):  # a pytree in, a pytree out with aux
+        y = (mx.sin(p["a"]) * p["b"][0]).sum()
+        return y, {"twice": 2 * y}
+
+    (g, aux) = di.gradient(tree_f, b, p, has_aux=True)
+    _close(g["a"], np.cos(X) * 0.7)
+    _close(g["b"][0], np.sin(X).sum())
+    _close(aux["twice"], 2 * 0.7 * np.sin(X).sum())
+    y = di.jacobian(lambda x: {"u": mx.sin(x), "v": x[:2] ** 2}, b, _mx(X))
+    _close(y["u"], np.diag(np.cos(X)))
+    _close(y["v"], np.array([[2 * X[0], 0, 0], [0, 2 * X[1], 0]]))
+
+
+COMBOS = [(o, i) for o in ("forward", "reverse") for i in ("forward", "reverse")]
+
+
+@pytest.mark.parametrize(("outer", "inner"), COMBOS)
+def test_second_order_in_every_combination(outer, inner):
+    b = di.second_order(di.AutoMLX(mode=outer), di.AutoMLX(mode=inner))
+
+    def f(x):  # no indexing: every combination runs as named (MLX has no JVP of scatter)
+        return (mx.sin(x) * x**2).sum() + (x**2).sum() ** 2
+
+    def hess(x):
+        return np.diag(2 * np.sin(x) + 4 * x * np.cos(x) - x**2 * np.sin(x)) + (
+            4 * (x**2).sum() * np.eye(3) + 8 * np.outer(x, x)
+        )
+
+    _close(di.hessian(f, b, _mx(X)), hess(X))
+    _close(di.hvp(f, b, _mx(X), _mx(V)), hess(X) @ V)
+    _close(di.hvp(f, b, X, V), hess(X) @ V)  # NumPy in, NumPy out
+
+
+def test_second_order_of_an_f_that_indexes_takes_reverse_mode():
+    # forward over reverse needs the JVP of scatter (the pullback of x[0]), which MLX
+    # lacks: the plain backend goes reverse over reverse; a forward outer named
+    # explicitly is a clear error
+    _close(di.hessian(_f, di.AutoMLX(), _mx(X)), _hess(X))
+    unnamed = di.second_order(di.AutoMLX(), di.AutoMLX())  # forward over reverse first
+    _close(di.hessian(_f, unnamed, _mx(X)), _hess(X))
+    _close(di.hessian(_f, unnamed, _mx(X), chunk_size=2), _hess(X))  # chunked: the same
+    b = di.second_order(di.AutoMLX(mode="forward"), di.AutoMLX())
+    with pytest.raises(di.DiffifaceTypeError, match="cannot run in forward mode"):
+        di.hessian(_f, b, _mx(X))
+
+
+def test_finite_differences_over_mlx():
+    # differences of MLX's gradient: its float32-accurate sin and cos (errors ~1e-8) over
+    # the float64 step (~6e-6) leave about 3e-3 of the Hessian (measured 2.6e-3)
+    b = di.second_order(di.AutoFiniteDifferences(), di.AutoMLX())
+    _close(di.hessian(_f, b, X), _hess(X), 1e-2)
+    _close(di.hvp(_f, b, X, V), _hess(X) @ V, 1e-2)
+
+
+@pytest.mark.parametrize("op", ["gradient", "hvp", "jacobian", "jvp"])
+def test_prepared_calls_match_unprepared(op):
+    b, x = di.AutoMLX(), _mx(X)
+    f = _field if op in ("jacobian", "jvp") else _f
+    t = (_mx(V),) if op in ("hvp", "jvp") else ()
+    prep = getattr(di, "prepare_" + op)(f, b, x, *t)
+    want = {"gradient": _grad(X), "hvp": _hess(X) @ V, "jacobian": _jac(X), "jvp": _jac(X) @ V}
+    for _ in range(2):
+        _close(getattr(di, op)(f, b, x, *t, prep=prep), want[op])
+
+
+def test_mlx_inside_mx_grad():
+    # an outer mx.grad differentiates through diffiface's gradient (x an mx.array)
+    def outer(s):
+        return di.gradient(lambda x: (mx.sin(s * x)).sum(), di.AutoMLX(), _mx(X)).sum()
+
+    got = mx.grad(outer)(_mx(1.3))
+    _close(got, (np.cos(1.3 * X) - 1.3 * X * np.sin(1.3 * X)).sum())
+
+
+def test_float64_off_the_cpu_is_a_clear_error(monkeypatch):
+    from diffiface.backends.mlx import impl
+
+    monkeypatch.setattr(impl, "on_cpu", lambda: False)
+    with pytest.raises(di.DiffifaceValueError, match=r"float64 on the CPU only.*mx\.cpu"):
+        di.gradient(_f, di.AutoMLX(), X)
+    g = di.gradient(_f, di.AutoMLX(), X.astype(np.float32))  # float32 runs anywhere
+    _close(g, _grad(X), 2e-5)
+
+
+def test_complex128_is_refused_not_truncated():
+    with pytest.raises(di.DiffifaceValueError, match=r"complex128.*complex64"):
+        di.gradient(lambda z: mx.abs(z).sum(), di.AutoMLX(), np.ones(2, np.complex128))
+
+
+@pytest.mark.parametrize("other", ["AutoJax", "AutoTorch", "AutoAutograd", "AutoFiniteDifferences"])
+def test_mlx_arrays_given_to_another_backend(other):
+    module = {"AutoJax": "jax", "AutoTorch": "torch", "AutoAutograd": "autograd"}.get(other)
+    if module is not None and not HAVE[module]:
+        pytest.skip(f"{module} missing")
+    with pytest.raises(di.DiffifaceTypeError, match=r"AutoMLX\(\).*") as err:
+        di.gradient(lambda x: (x**2).sum(), getattr(di, other)(), _mx(X))
+    assert "differentiate_with" in str(err.value)
+
+
+def test_f_of_another_framework_names_its_backend():
+    if not HAVE["torch"]:
+        pytest.skip("torch missing")
+    import torch
+
+    with pytest.raises(di.DiffifaceTypeError, match=r"f calls torch functions.*AutoTorch\(\)"):
+        di.gradient(lambda x: torch.sum(x**2), di.AutoMLX(), X)
+    with pytest.raises(di.DiffifaceTypeError, match=r"f calls mlx functions.*AutoMLX\(\)"):
+        di.gradient(lambda x: mx.sum(x**2), di.AutoTorch(), X)
+
+
+def test_a_gradient_runs_f_once_per_call_and_compiles_nothing():
+    # prepared or not, one mx.value_and_grad of f per call (f's Python runs once: MLX
+    # traces it anew); nothing compiled, so an array f closes over is read at each call
+    f, calls = counted(_f)
+    b, x = di.AutoMLX(), _mx(X)
+    prep = di.prepare_gradient(f, b, x)
+    for call in (lambda: di.gradient(f, b, x, prep=prep), lambda: di.gradient(f, b, x)):
+        call()
+        before = calls[0]
+        _close(call(), _grad(X))
+        assert calls[0] == before + 1
+    scale = [_mx(1.0)]
+
+    def scaled(x):
+        return scale[0] * _f(x)
+
+    prep = di.prepare_gradient(scaled, b, x)
+    scale[0] = _mx(2.0)
+    _close(di.gradient(scaled, b, x, prep=prep), 2 * _grad(X))
+
+
+def test_a_prepared_gradient_under_mx_grad_through_a_closure():
+    # (a compiled runner took the closed-over s as a constant: the outer derivative was 0)
+    def outer(s):
+        def f(x):
+            return (mx.sin(s * x)).sum()
+
+        prep = di.prepare_gradient(f, di.AutoMLX(), _mx(X))
+        return di.gradient(f, di.AutoMLX(), _mx(X), prep=prep).sum()
+
+    got = mx.grad(outer)(_mx(1.3))
+    _close(got, (np.cos(1.3 * X) - 1.3 * X * np.sin(1.3 * X)).sum())
+
+
+@pytest.mark.parametrize("strategy", ["reverse_over_reverse", "forward_over_reverse", "auto"])
+def test_fixed_params_under_mx_grad(strategy):
+    # d/dp sum(g(p)^2), g = d/dx sum(sin(p x) x), by MLX's own nesting of diffiface's call
+    def f(x, p):
+        return (mx.sin(p * x) * x).sum()
+
+    def loss(p):
+        g = di.gradient(di.FixedParams(f, p, strategy=strategy), di.AutoMLX(), _mx(X))
+        return (g**2).sum()
+
+    def loss_np(p):
+        return ((np.cos(p * X) * p * X + np.sin(p * X)) ** 2).sum()
+
+    h = 1e-6  # float64 central differences of the closed-form loss
+    want = (loss_np(1.3 + h) - loss_np(1.3 - h)) / (2 * h)
+    _close(mx.grad(loss)(_mx(1.3)), want, 1e-5)

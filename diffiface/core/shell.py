@@ -168,17 +168,7 @@ def call(
         # the steps a common call skips (no aux, no chunk_size, a plan of the plain kind)
         if isinstance(prep, OwnPlan):
             return prep.run_call(op, f, backend, x, t, contexts, chunk_size, has_aux)
-        if chunk_size is not None:
-            _checks.check_chunk_size(op.name, backend, chunk_size)
-        if aux:
-            if (
-                has_aux is not True
-                or (prep is not None and not getattr(prep, "aux", False))
-                or isinstance(backend, AutoSparse)
-            ):  # (_check_aux's conditions: it raises)
-                _check_aux(op, backend, prep, has_aux)
-            sink = outputs.Sink()  # f's aux caught around the call (``with``, inline)
-            outputs.LOCAL.stack.append(sink)
+        sink = _uncommon(op, backend, prep, chunk_size, has_aux, aux)
     try:
         # (``_config.checking()``, its common case inline: no options block)
         planned = chunk_size is None and not (
@@ -216,6 +206,24 @@ def call(
     finally:
         if sink is not None:
             outputs.LOCAL.stack.pop()
+
+
+def _uncommon(op: Operator, backend, prep, chunk_size, has_aux, aux: bool):
+    """The checks of a call with chunk_size or aux, and its open sink (None without aux),
+    which catches f's aux around the call (pushed here, popped by ``call``)."""
+    if chunk_size is not None:
+        _checks.check_chunk_size(op.name, backend, chunk_size)
+    if not aux:
+        return None
+    if (
+        has_aux is not True
+        or (prep is not None and not getattr(prep, "aux", False))
+        or isinstance(backend, AutoSparse)
+    ):  # (_check_aux's conditions: it raises)
+        _check_aux(op, backend, prep, has_aux)
+    sink = outputs.Sink()
+    outputs.LOCAL.stack.append(sink)
+    return sink
 
 
 def _aux(op: Operator, backend, sink: outputs.Sink) -> Any:

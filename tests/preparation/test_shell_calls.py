@@ -63,11 +63,11 @@ def _np(a):
 CASES = {
     "jax gradient": ("jax", "gradient", s_jax, lambda: _ds(X), 3, 5),
     "torch gradient": ("torch", "gradient", s_torch, lambda: _ds(X), 8, 10),
-    "jax gradient has_aux": ("jax", "gradient", s_jax_aux, lambda: _ds(X), 5, 7),
-    "torch gradient has_aux": ("torch", "gradient", s_aux, lambda: _ds(X), 17, 19),
-    "torch vjp has_aux": ("torch", "vjp", e_aux, lambda: _ds(X) * V, 19, 21),
-    "torch jvp has_aux": ("torch", "jvp", e_aux, lambda: _ds(X) * V, 14, 16),
-    "torch hvp has_aux": ("torch", "hvp", s_aux, lambda: _d2s(X) * V, 24, 25),
+    "jax gradient has_aux": ("jax", "gradient", s_jax_aux, lambda: _ds(X), 6, 8),
+    "torch gradient has_aux": ("torch", "gradient", s_aux, lambda: _ds(X), 18, 20),
+    "torch vjp has_aux": ("torch", "vjp", e_aux, lambda: _ds(X) * V, 20, 22),
+    "torch jvp has_aux": ("torch", "jvp", e_aux, lambda: _ds(X) * V, 15, 17),
+    "torch hvp has_aux": ("torch", "hvp", s_aux, lambda: _d2s(X) * V, 25, 26),
 }
 
 

@@ -47,6 +47,11 @@ def call_form(op: str, backend: Any) -> str:
     return _CALL.get(op, "{op}(f, {b}, x)").format(op=op, b=b)
 
 
+def with_prep(form: str) -> str:
+    """The call form of a prepared call: ``gradient(f, b, x, prep=prep)``."""
+    return f"{form[:-1]}, prep=prep)"
+
+
 def restate(exc: BaseException, call: str, *internal: str) -> None:
     """Start ``exc``'s message with ``call``, the call the user wrote, where it starts
     with one of the ``internal`` call forms (an operator diffiface called on the way:

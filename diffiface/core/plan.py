@@ -226,7 +226,7 @@ class Prep:
         for r in signature.rows(self.sig, x, unfix(f, contexts)[1], t):
             row(*r)
         return MismatchError(
-            f"{op}(f, {backend!r}, x, prep=prep): the arguments do not match the "
+            f"{_checks.with_prep(_checks.call_form(op, backend))}: the arguments do not match the "
             "preparation:\n" + "\n".join(rows) + f"\nPrepare again with "
             f"prepare_{FAMILY.get(op, op)}(...) for these arguments, or call {op} without prep."
         )

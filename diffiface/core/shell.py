@@ -203,6 +203,11 @@ def call(
         return out if sink is None else (out, c.impl.settle(_aux(op, backend, sink), out))
     except TooDeep:
         raise _too_deep(op, backend, x, t, contexts) from None
+    except _checks.ERRORS as exc:  # a prepared call's errors name prep= as the user wrote
+        if prep is not None:
+            form = _checks.call_form(op.name, backend)
+            _checks.restate(exc, _checks.with_prep(form), form)
+        raise
     finally:
         if sink is not None:
             outputs.LOCAL.stack.pop()
@@ -367,7 +372,10 @@ def prepare(op: Operator, f, backend, x, contexts: tuple, t=None, has_aux=False)
     except TooDeep:
         raise _too_deep(op, backend, x, t, contexts, f"prepare_{op.family}") from None
     except _checks.ERRORS as exc:  # raised for op: the user called prepare_<family>
-        called = _checks.call_form(f"prepare_{op.family}", backend)
-        _checks.restate(exc, called, _checks.call_form(op.name, backend))
+        called, form = (
+            _checks.call_form(f"prepare_{op.family}", backend),
+            _checks.call_form(op.name, backend),
+        )
+        _checks.restate(exc, called, form, _checks.with_prep(form))
         raise
     return plan

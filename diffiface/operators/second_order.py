@@ -382,6 +382,9 @@ def second_derivative(
         )
     except _checks.ERRORS as exc:
         internal = _checks.call_form("value_derivative_and_second_derivative", backend)
-        _checks.restate(exc, _checks.call_form("second_derivative", backend), internal)
+        called = _checks.call_form("second_derivative", backend)
+        if prep is not None:
+            internal, called = _checks.with_prep(internal), _checks.with_prep(called)
+        _checks.restate(exc, called, internal)
         raise
     return (out[0][2], out[1]) if has_aux else out[2]

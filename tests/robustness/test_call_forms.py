@@ -97,5 +97,26 @@ def test_a_prep_that_is_no_preparation_names_the_call(backend, name):
     x, extra, tail = _args(backend, name)
     with pytest.raises(di.DiffifaceTypeError) as err:
         getattr(di, name)(lambda t: (t**2).sum(), backend, x, *extra, prep="prep")
-    want = f"{name}(f, {backend!r}, {tail}): prep must come from a di.prepare_{FAMILY[name]}("
+    want = f"{name}(f, {backend!r}, {tail}, prep=prep): prep must come from a "
+    want += f"di.prepare_{FAMILY[name]}("
     assert str(err.value).startswith(want), str(err.value)
+
+
+@pytest.mark.parametrize("backend", ALL_BACKENDS)
+@pytest.mark.parametrize("name", OPERATORS)
+def test_a_prepared_call_error_names_prep(backend, name):
+    """A prepared call's error starts with the call as written, ``prep=prep`` included:
+    here x of another shape than the preparation's."""
+    x, extra, tail = _args(backend, name)
+    if OPS[name].scalar or FAMILY[name] in ("hvp", "hessian", "gradient"):
+        good = lambda t: (t**2).sum()  # noqa: E731
+    else:
+        good = lambda t: t**2  # noqa: E731
+    prep = getattr(di, f"prepare_{FAMILY[name]}")(good, backend, x, *extra)
+    other = native(backend, np.ones(3)) if np.ndim(X) and name not in SCALAR_X else None
+    if other is None:
+        pytest.skip("a scalar x has no other shape")
+    more = tuple(other for _ in extra)
+    with pytest.raises((di.DiffifaceTypeError, di.DiffifaceValueError)) as err:
+        getattr(di, name)(good, backend, other, *more, prep=prep)
+    assert str(err.value).startswith(f"{name}(f, {backend!r}, {tail}, prep=prep): "), str(err.value)

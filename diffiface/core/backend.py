@@ -228,7 +228,7 @@ class BackendImpl(Contract, DerivedSecondOrder):
         (``core.direction``), else the cheaper one by sizes."""
         if self.mode is not None:
             return self.mode == "reverse"
-        if (known := direction.only(prob.f)) is not None:
+        if (known := direction.only(prob)) is not None:
             return known == direction.REVERSE
         if type(self).value_and_pullback is BackendImpl.value_and_pullback:
             return False

@@ -27,20 +27,23 @@ from .._cache import CodeFacts
 
 FORWARD, REVERSE = "forward", "reverse"
 _OTHER = {FORWARD: REVERSE, REVERSE: FORWARD}
-# f's code -> (the one direction it supports, why not the other): a fact about f's
-# code, kept when compiled functions are cleared (a closure made per call learns once)
+# (f's code, the framework) -> (the one direction f supports there, why not the other):
+# a fact about f's code on one framework (what autograd cannot differentiate, MLX may:
+# an array-API f runs on all of them), kept when compiled functions are cleared (a
+# closure made per call learns once)
 _ONLY = CodeFacts()
 
 
-def only(f: Any) -> str | None:
-    """The one direction ``f`` is known to support, or None."""
-    got = _ONLY.get(f)
+def only(prob: Any) -> str | None:
+    """The one direction ``prob``'s f is known to support on its framework, or None."""
+    got = _ONLY.get(prob.f, prob.impl.framework)
     return None if got is None else got[0]
 
 
-def learn(f: Any, direction: str, why: str) -> None:
-    """Remember that ``f`` runs in ``direction`` only (``why``: the reason, for errors)."""
-    _ONLY.put(f, (direction, why))
+def learn(prob: Any, direction: str, why: str) -> None:
+    """Remember that ``prob``'s f runs in ``direction`` only on its framework (``why``:
+    the reason, for errors)."""
+    _ONLY.put(prob.f, (direction, why), prob.impl.framework)
 
 
 def fixed_error(prob: Any, lacking: str, why: str) -> Exception:
@@ -65,7 +68,7 @@ def run(
     framework's error stands). ``fixed``: the directions the user fixed, where a
     missing one is a clear error. A function known to support one direction goes
     straight to that formulation."""
-    known = _ONLY.get(prob.f)
+    known = _ONLY.get(prob.f, prob.impl.framework)
     if known is not None:
         direction, why = known
         if _OTHER[direction] in fixed:
@@ -85,8 +88,12 @@ def run(
         other = reverse if lacking == FORWARD else forward
         if other is None:
             raise
-        learn(prob.f, _OTHER[lacking], why)
-    return other()
+    learn(prob, _OTHER[lacking], why)  # (the other formulation may read it)
+    try:
+        return other()
+    except Exception:  # f lacks both directions: nothing learnt
+        _ONLY.put(prob.f, None, prob.impl.framework)
+        raise
 
 
 def lacks(impl: Any, exc: BaseException) -> str | None:

@@ -40,9 +40,9 @@ class SparsePlan:
         self.x_like, self.y_like = x, y
         if prob.scalar:
             self.kind = "star"
-        elif sparse.mode == "forward" or direction.only(prob.f) == direction.FORWARD:
+        elif sparse.mode == "forward" or direction.only(prob) == direction.FORWARD:
             self.kind = "column"
-        elif sparse.mode == "reverse" or direction.only(prob.f) == direction.REVERSE:
+        elif sparse.mode == "reverse" or direction.only(prob) == direction.REVERSE:
             self.kind = "row"
         else:  # the direction with fewer colors; on a tie forward, unless it is dear
             cc, rc = _count(self.colored("column")), _count(self.colored("row"))

@@ -67,7 +67,7 @@ class AutogradImpl(BackendImpl):
         """A jvp traces f again for every column, a pullback only walks the recorded graph
         (about 3 times cheaper, measured on elementwise f): reverse up to 3 outputs per
         input, unless the mode or f fixes the direction."""
-        if self.mode is not None or direction.only(prob.f) is not None:
+        if self.mode is not None or direction.only(prob) is not None:
             return super().prefers_reverse(prob, xs, ctx)
         n = sum(int(np.size(x)) for x in xs)
         return self.memo_output_size(prob, xs, ctx) <= runners.FORWARD_COST * n
@@ -332,7 +332,7 @@ def _plain_jacobian(prob, form: str) -> bool:
         return False
     if form != "array" or not prob.single or prob.aux or outputs.returns_tree(prob.f):
         return False
-    return direction.only(prob.f) in (None, direction.REVERSE)
+    return direction.only(prob) in (None, direction.REVERSE)
 
 
 def off_trace(y: Any, x: Any) -> Any:

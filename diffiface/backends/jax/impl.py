@@ -385,7 +385,7 @@ class JaxImpl(BackendImpl):
         return y, lambda w: pb(w)[0]
 
     def value_and_jacobian(self, prob, xs, ctx, value=True):
-        mode = self.mode or direction.only(prob.f)  # None: by sizes, at trace time
+        mode = self.mode or direction.only(prob)  # None: by sizes, at trace time
 
         def make(with_ctx):
             def run(x, *dyn):
@@ -406,7 +406,7 @@ class JaxImpl(BackendImpl):
 
     def prefers_reverse(self, prob, xs, ctx):
         """A chunked Jacobian's direction: the compiled Jacobians' (``_reverse``)."""
-        mode, n_in = self.mode or direction.only(prob.f), sum(math.prod(np.shape(x)) for x in xs)
+        mode, n_in = self.mode or direction.only(prob), sum(math.prod(np.shape(x)) for x in xs)
         return _reverse(mode, 0 if mode else self.memo_output_size(prob, xs, ctx), n_in)
 
     def output_size(self, prob, xs, ctx):
@@ -431,7 +431,7 @@ class JaxImpl(BackendImpl):
         return jax.eval_shape(outputs.discard(lambda xs: fn(xs, *ctx)), xs)
 
     def value_and_batched_jacobian(self, prob, xs, ctx, value=True):
-        mode, op, backend = self.mode or direction.only(prob.f), prob.op, prob.backend
+        mode, op, backend = self.mode or direction.only(prob), prob.op, prob.backend
 
         def make(with_ctx):
             def run(x, *dyn):

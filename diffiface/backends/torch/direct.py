@@ -47,7 +47,7 @@ def maker(prob, combo, weak: bool):
     aux = _Aux(prob) if prob.aux else None  # f returns (out, aux)
     decl = OPS[op]  # (its declaration: family, parts returned)
     family, value = decl.family, len(decl.returns) > 1  # (a part before the derivative)
-    known = direction.only(prob.f)  # f runs in one direction only: the general path
+    known = direction.only(prob)  # f runs in one direction only: the general path
     if known is not None and (known == direction.FORWARD) != (family == "jvp"):
         return None
     named, code = _named(prob, weak), code_of(prob.f, strict=True)
@@ -458,7 +458,7 @@ def _jacobian(prob, value, f):
     """torch.func.jacrev or jacfwd in the direction the warm-up chose, on a copy of x
     (torch.func would let f write into the caller's tensor)."""
     size = prob.fns.get(OUT_SIZE)
-    mode = prob.backend.mode or direction.only(prob.f)
+    mode = prob.backend.mode or direction.only(prob)
     if mode is None and size is None:
         return None
 

@@ -321,7 +321,7 @@ class Watch(TorchFunctionMode):
                 )
                 if self.forward:
                     raise NoGradInForward(why)
-                direction.learn(self.prob.f, direction.REVERSE, why)
+                direction.learn(self.prob, direction.REVERSE, why)
                 return
 
 

@@ -422,7 +422,7 @@ class TorchImpl(BackendImpl):
         batched = lambda: self.value_gradient_and_hessian(prob, xs, ctx, combo)[2]  # noqa: E731
         if not (self._plain(xs, ctx, combo) and xs[0].numel()):
             return batched()
-        if direction.only(prob.f) is not None:  # (torch.func.hessian: forward over reverse)
+        if direction.only(prob) is not None:  # (torch.func.hessian: forward over reverse)
             return batched()
         f1 = _one(prob.flat(), ctx)
         by_func = lambda: call_forward(prob, lambda: torch.func.hessian(f1)(xs[0]))  # noqa: E731

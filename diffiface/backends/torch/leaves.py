@@ -33,7 +33,7 @@ def runner(prob, combo, f, weak: bool):
     family, value = decl.family, len(decl.returns) > 1  # (a part before the derivative)
     if prob.aux or CHECKED.get(prob.f) is None:  # f's first call: the general path's
         return None
-    known = direction.only(prob.f)  # f runs in one direction only: the general path
+    known = direction.only(prob)  # f runs in one direction only: the general path
     if known is not None and (known == direction.FORWARD) != (family == "jvp"):
         return None
     named = prob.named() if weak else prob

@@ -108,12 +108,15 @@ OPS = {
 
 
 @functools.cache
-def loss(name):
-    """f(x) = sum(w * op(x)), written once for every namespace (one f per name: JAX
-    compiles it once)."""
+def loss(name, column=""):
+    """f(x) = sum(w * op(x)), written once for every namespace. One f per column: f
+    closes over the column's name, so each cell stands alone (diffiface remembers the
+    one direction f supports per f's code, across frameworks: what autograd lacks sent
+    MLX's gradient to forward mode, where MLX lacks cumulative_prod's JVP)."""
     op = OPS[name][0]
 
     def f(x):
+        assert column is not None  # f's code reads the column: its facts are the column's
         xp = array_namespace(x)
         y = op(xp, x)
         w = xp.reshape(xp.arange(1, size(y) + 1, dtype=y.dtype), y.shape)
@@ -142,12 +145,13 @@ def _why(exc):
     return "no derivative", text
 
 
-def cell(name, backend, want):
+def cell(name, column, backend, want):
     """(mark, detail) of one function on one backend."""
+    f, x = loss(name, column), OPS[name][1]
     try:
         with warnings.catch_warnings():  # one call per f and backend: no compilation to reuse
             warnings.simplefilter("ignore", di.RecompileWarning)
-            got = np.asarray(di.gradient(loss(name), backend, OPS[name][1]), dtype=np.float64)
+            got = np.asarray(di.gradient(f, backend, x), dtype=np.float64)
     except Exception as exc:  # every failure is a table cell, with its reason
         reason, text = _why(exc)
         return f"✗ {reason}", text
@@ -172,7 +176,7 @@ def table(names=tuple(OPS), columns=None):
         want = reference(name)
         marks = []
         for col, b in columns.items():
-            mark, detail = cell(name, b, want)
+            mark, detail = cell(name, col, b, want)
             marks.append(mark)
             if detail:
                 details.append(f"- `{name}` on {col}: {detail}")
@@ -200,7 +204,10 @@ def main():
         sys.exit("the table lists every backend: install jax, torch, autograd and mlx")
     text = table()
     print(text)
-    sys.exit(write(text, args.check))
+    code = write(text, args.check)
+    if "wrong value" in text:
+        sys.exit("WRONG VALUES in the table (see above): a diffiface or framework bug")
+    sys.exit(code)
 
 
 if __name__ == "__main__":

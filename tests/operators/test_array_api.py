@@ -11,7 +11,7 @@ import re
 
 import numpy as np
 import pytest
-from helpers import HAVE, tolerance
+from helpers import HAVE, central_grad, tolerance
 
 import diffiface as di
 
@@ -146,6 +146,27 @@ def test_f_sees_its_frameworks_namespace(backend):
 
     np.testing.assert_allclose(di.gradient(f, backend, X), np.cos(X), rtol=1e-6, atol=1e-6)
     assert seen == {NAMESPACES[backend.framework]}
+
+
+@pytest.mark.skipif(not (HAVE["autograd"] and HAVE["mlx"]), reason="needs autograd and mlx")
+@pytest.mark.xfail(
+    strict=True,
+    raises=RuntimeError,
+    reason="diffiface/core/direction.py keeps the one direction f supports per f's code for "
+    "every framework: autograd's missing VJP sends MLX to forward mode (issue 30)",
+)
+def test_what_one_framework_lacks_does_not_steer_another():
+    """autograd has no derivative of cumulative_prod; MLX has it in reverse mode only.
+    MLX's gradient of the same f must not take the direction autograd's failure taught."""
+
+    def f(x):
+        xp = array_namespace(x)
+        return xp.sum(xp.cumulative_prod(x) * x)
+
+    with pytest.raises(NotImplementedError, match="cumulative_prod"):
+        di.gradient(f, di.AutoAutograd(), X)
+    g = di.gradient(f, di.AutoMLX(), X)
+    np.testing.assert_allclose(g, central_grad(f, X), rtol=1e-6, atol=1e-6)
 
 
 def _support_module():

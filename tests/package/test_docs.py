@@ -23,6 +23,8 @@ NEEDS = {
     "AutoJax": "jax",
     "equinox": "equinox",
     "flax": "flax",
+    "AutoMLX": "mlx",
+    "array_api_compat": "array_api_compat",
 }
 
 

@@ -149,12 +149,6 @@ def test_f_sees_its_frameworks_namespace(backend):
 
 
 @pytest.mark.skipif(not (HAVE["autograd"] and HAVE["mlx"]), reason="needs autograd and mlx")
-@pytest.mark.xfail(
-    strict=True,
-    raises=RuntimeError,
-    reason="diffiface/core/direction.py keeps the one direction f supports per f's code for "
-    "every framework: autograd's missing VJP sends MLX to forward mode (issue 30)",
-)
 def test_what_one_framework_lacks_does_not_steer_another():
     """autograd has no derivative of cumulative_prod; MLX has it in reverse mode only.
     MLX's gradient of the same f must not take the direction autograd's failure taught."""

@@ -12,7 +12,15 @@ from __future__ import annotations
 from typing import NamedTuple
 
 import numpy as np
-from matrix_natives import autograd_native, fd_native, functions, jax_native, torch_native
+from matrix_natives import (
+    autograd_native,
+    fd_native,
+    functions,
+    jax_native,
+    mlx_compiled,
+    mlx_native,
+    torch_native,
+)
 from timing import median_us
 
 import diffiface as di
@@ -30,12 +38,14 @@ KINDS = {
     "jax": ("array", "numpy", "pytree"),
     "torch": ("array", "numpy", "pytree"),
     "autograd": ("array", "pytree"),
+    "mlx": ("array", "numpy", "pytree"),  # float32: MLX's own dtype (float64: CPU only)
 }
 BACKENDS = {
     "jax": di.AutoJax,
     "torch": di.AutoTorch,
     "autograd": di.AutoAutograd,
     "fd": di.AutoFiniteDifferences,
+    "mlx": di.AutoMLX,
 }
 PREPARE = {
     "gradient": di.prepare_gradient,
@@ -106,6 +116,8 @@ def plan(quick: bool) -> list[Row]:
             for f in ("prepared", "unprepared")
         ]
         rows.append(Row("jax", "gradient", "array", "f per call (hoisted jit)", n))
+    for n in sizes:  # what mx.compile would change (diffiface never compiles f)
+        rows += [Row("mlx", op, "array", "prepared (vs mx.compile)", n) for op in CORE]
     for n in (2000,) if quick else (2000, 10**4, 10**5):
         for fw in ("jax", "torch") if n <= 10**4 else ("jax",):
             rows += [
@@ -140,6 +152,8 @@ def _xs(row: Row):
 
 def _convert(fw: str, kind: str, a):
     """A NumPy value (or dict, tuple) as the row's input kind."""
+    if fw == "mlx":
+        return _mlx_convert(kind, a)
     if a is None or kind in ("numpy", "float") or fw in ("autograd", "fd"):
         if kind == "array" and isinstance(a, float):
             return np.asarray(a)
@@ -155,6 +169,21 @@ def _convert(fw: str, kind: str, a):
     import torch
 
     return torch.tensor(a, dtype=torch.float64)
+
+
+def _mlx_convert(kind: str, a):
+    """MLX rows run float32, MLX's own dtype (its float64 is CPU only): NumPy float32
+    for the numpy kind, mx.array otherwise (a float stays a float)."""
+    import mlx.core as mx
+
+    if a is None or isinstance(a, float) and kind == "float":
+        return a
+    if isinstance(a, dict):
+        return {k: _mlx_convert(kind, v) for k, v in a.items()}
+    if isinstance(a, tuple):
+        return tuple(_mlx_convert(kind, v) for v in a)
+    a = np.asarray(a, dtype=np.float32)
+    return a if kind == "numpy" else mx.array(a)
 
 
 def _f(row: Row, F: dict):
@@ -186,6 +215,10 @@ def _xp(fw: str):
         import autograd.numpy as anp
 
         return anp
+    if fw == "mlx":
+        import mlx.core as mx
+
+        return mx
     return np
 
 
@@ -199,6 +232,10 @@ def _natives(row: Row, f, jit: bool = True) -> list:
     if row.fw == "autograd":
         tree = row.kind == "pytree"
         return autograd_native(row.op, f, variant, dict_x=tree, dict_out=row.form == "pytree out")
+    if row.fw == "mlx" and row.form == "prepared (vs mx.compile)":
+        return mlx_compiled(row.op, f)
+    if row.fw == "mlx":
+        return mlx_native(row.op, f, variant, tree_out=row.form == "pytree out")
     return fd_native(row.op, f)
 
 
@@ -218,6 +255,14 @@ def _boundary(row: Row, call):
         return lambda *a: _to_numpy(call(*a))
     if row.fw == "jax" and row.kind == "float":
         return lambda x: float(call(x))
+    if row.fw == "mlx" and row.kind == "numpy":
+        import mlx.core as mx
+
+        return lambda *a: _to_numpy(call(*(mx.array(v) for v in a)))
+    if row.fw == "mlx" and row.kind == "float":
+        import mlx.core as mx
+
+        return lambda x: call(mx.array(x, dtype=mx.float32)).item()
     return call
 
 
@@ -230,7 +275,10 @@ def _to_numpy(r):
 
 
 def _blocking(fw: str, call, stacked: bool = False):
-    """``call`` that waits for its JAX results (of a stacked Tangents: its one array)."""
+    """``call`` that waits for its JAX results, or evaluates its MLX ones (of a stacked
+    Tangents: its one array)."""
+    if fw == "mlx":
+        return _evaluated(call, stacked)
     if fw != "jax":
         return call
     import jax
@@ -244,6 +292,21 @@ def _blocking(fw: str, call, stacked: bool = False):
         return r
 
     return blocked
+
+
+def _evaluated(call, stacked: bool):
+    """``call`` that evaluates its lazy MLX results (MLX computes nothing until then)."""
+    import mlx.core as mx
+
+    def evaluated():
+        r = call()
+        if isinstance(r, di.Tangents):
+            mx.eval(r.stack if stacked else list(r))
+        elif not isinstance(r, (float, np.ndarray)):
+            mx.eval(r)
+        return r
+
+    return evaluated
 
 
 def _fastest(calls: list):
@@ -269,7 +332,8 @@ def build(row: Row):
     if row.form.startswith("Tangents(4)"):
         args = (x, ts)
     natives = [_boundary(row, c) for c in _natives(row, f)]
-    best = _fastest([(lambda c=c: c(*args)) for c in natives])
+    stacked = row.form == "Tangents(4) stacked"
+    best = _fastest([_blocking(row.fw, lambda c=c: c(*args), stacked) for c in natives])
     native = lambda: natives[best](*args)  # noqa: E731
     call = getattr(di, row.op)
     aux = {"has_aux": True} if row.form == "has_aux" else {}
@@ -285,7 +349,6 @@ def build(row: Row):
     else:
         prep = PREPARE[row.op](f, b, *ours_args, **aux)
         ours = lambda: call(f, b, *ours_args, prep=prep, **aux)  # noqa: E731
-    stacked = row.form == "Tangents(4) stacked"
     return _blocking(row.fw, native, stacked), _blocking(row.fw, ours, stacked)
 
 

@@ -176,7 +176,7 @@ def _mlx_convert(kind: str, a):
     for the numpy kind, mx.array otherwise (a float stays a float)."""
     import mlx.core as mx
 
-    if a is None or isinstance(a, float) and kind == "float":
+    if a is None or (isinstance(a, float) and kind == "float"):
         return a
     if isinstance(a, dict):
         return {k: _mlx_convert(kind, v) for k, v in a.items()}

@@ -62,10 +62,21 @@ def jacobian(fn: Callable, x: Any, y: Any, reverse: bool) -> Any:
     if not y.size or not x.size:
         return mx.zeros(shape, dtype=x.dtype)
     if reverse:
-        rows = vjps(fn, (x,), [[e] for e in basis(y)])
-        return mx.stack([r[0] for r in rows]).reshape(shape)
-    cols = jvps(fn, (x,), [[e] for e in basis(x)])
-    return mx.stack([c[0].reshape(-1) for c in cols], axis=-1).reshape(shape)
+        return _over_basis(vjps, fn, x, y).reshape(shape)
+    cols = _over_basis(jvps, fn, x, x)
+    return cols.reshape(x.size, y.size).T.reshape(shape)
+
+
+def _over_basis(each: Callable, fn: Callable, x: Any, like: Any) -> Any:
+    """``each`` (jvps or vjps) of fn at x along every unit vector shaped like ``like``,
+    stacked: one ``mx.vmap`` over the identity (no per-vector arrays), or one by one
+    where an aux sink is open."""
+    if outputs.active():
+        return mx.stack([r[0] for r in each(fn, (x,), [[e] for e in basis(like)])])
+    eye = mx.eye(like.size, dtype=like.dtype).reshape(like.size, *like.shape)
+    if each is vjps:
+        return mx.vmap(lambda w: mx.vjp(fn, [x], [w])[1][0])(eye)
+    return mx.vmap(lambda v: mx.jvp(fn, [x], [v])[1][0])(eye)
 
 
 def gradient_and_hvps(fn: Callable, xs: tuple, vss: list, combo: tuple) -> tuple:
@@ -87,6 +98,5 @@ def hessian(fn: Callable, x: Any, combo: tuple) -> tuple:
     shape = (*x.shape, *x.shape)
     if not x.size:
         return g, mx.zeros(shape, dtype=x.dtype)
-    es = [[e] for e in basis(x)]
-    rows = vjps(gf, (x,), es) if outer == "reverse" else jvps(gf, (x,), es)
-    return g, mx.stack([r[0] for r in rows]).reshape(shape)
+    each = vjps if outer == "reverse" else jvps
+    return g, _over_basis(each, gf, x, x).reshape(shape)

@@ -15,7 +15,6 @@ import numpy as np
 
 from ... import _checks
 from ..._backend_types import AutoMLX
-from ...core import outputs
 from ...core.backend import BackendImpl, Traits
 from ...core.registry import register
 from . import runners, second
@@ -126,7 +125,7 @@ class MLXImpl(BackendImpl):
             return y, lambda w: ()
 
         def pb(w: Any) -> tuple:
-            with outputs.Sink():  # (f's aux came with y)
+            with second.aux_dropped():  # (f's aux came with y)
                 _, gs = call_f(prob, lambda: mx.vjp(fn, list(xs), [w]))
             return tuple(gs)
 
@@ -138,7 +137,7 @@ class MLXImpl(BackendImpl):
             return super().value_and_vjp(prob, xs, w, ctx, check_w)
         fn = flat(prob, ctx)
         y = call_f(prob, lambda: fn(*xs)[0])
-        with outputs.Sink():
+        with second.aux_dropped():
             _, gs = call_f(prob, lambda: mx.vjp(fn, list(xs), [check_w(y, w)]))
         return y, tuple(gs)
 
@@ -156,7 +155,7 @@ class MLXImpl(BackendImpl):
             return super().value_and_jvps(prob, xs, vss, ctx)
         fn = flat(prob, ctx)
         y = call_f(prob, lambda: fn(*xs)[0])
-        with outputs.Sink():  # (f's aux came with y)
+        with second.aux_dropped():  # (f's aux came with y)
             ts = call_f(prob, lambda: second.jvps(fn, xs, vss))
         return y, [t[0] for t in ts]
 
@@ -166,7 +165,7 @@ class MLXImpl(BackendImpl):
         fn = flat(prob, ctx)
         y = call_f(prob, lambda: fn(*xs)[0])
         wss = [[check_w(y, w)] for w in ws]
-        with outputs.Sink():
+        with second.aux_dropped():
             gs = call_f(prob, lambda: second.vjps(fn, xs, wss))
         return y, [tuple(g) for g in gs]
 
@@ -175,7 +174,7 @@ class MLXImpl(BackendImpl):
         reverse = self.prefers_reverse(prob, xs, ctx)
         fn = flat(prob, ctx)
         y = call_f(prob, lambda: fn(*xs)[0])
-        with outputs.Sink():
+        with second.aux_dropped():
             return y, call_f(prob, lambda: second.jacobian(fn, xs[0], y, reverse))
 
     # ---- second order: mx.jvp (or mx.vjp) of mx.grad ----------------------------
@@ -196,7 +195,7 @@ class MLXImpl(BackendImpl):
     def value_gradient_and_hessian(self, prob, xs, ctx, combo):
         fn = flat(prob, ctx)
         y = call_f(prob, lambda: fn(*xs)[0])
-        with outputs.Sink():
+        with second.aux_dropped():
             g, h = call_f(prob, lambda: second.hessian(fn, xs[0], combo or PLAIN))
         return y, (g,), h
 

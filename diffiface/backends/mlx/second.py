@@ -1,8 +1,8 @@
 """MLX's own compositions: Jacobians and Hessians as one ``mx.vmap`` over a basis, and
 second order as ``mx.jvp`` (or ``mx.vjp``) of ``mx.grad``.
 
-``mx.vmap`` gives placeholders while it runs f: where an aux sink is open (f's aux
-would leave as one), the directions run one by one instead.
+``mx.vmap`` gives placeholders while it runs f: where an aux sink still waits for f's
+aux (it would leave as one), the directions run one by one instead.
 """
 
 from __future__ import annotations
@@ -13,6 +13,21 @@ from typing import Any
 import mlx.core as mx
 
 from ...core import outputs
+
+
+def aux_waits() -> bool:
+    """An open sink still waits for f's aux: mx.vmap must not run f (its aux would be
+    a placeholder)."""
+    stack = outputs.LOCAL.stack
+    return bool(stack) and not stack[-1].box
+
+
+def aux_dropped() -> outputs.Sink:
+    """A sink, already full, for the calls of f after the one that gave y and its aux:
+    their aux is dropped, and mx.vmap may run f."""
+    sink = outputs.Sink()
+    sink.box = (None,)
+    return sink
 
 
 def grad_of(fn: Callable, n: int, inner: str = "reverse") -> Callable:
@@ -31,7 +46,7 @@ def grad_of(fn: Callable, n: int, inner: str = "reverse") -> Callable:
 
 def jvps(fn: Callable, xs: tuple, vss: list) -> list[list]:
     """``[J v for v in vss]`` (each a list of fn's outputs), batched by ``mx.vmap``."""
-    if len(vss) < 2 or outputs.active():
+    if len(vss) < 2 or aux_waits():
         return [mx.jvp(fn, list(xs), list(vs))[1] for vs in vss]
     stacked = [mx.stack([vs[k] for vs in vss]) for k in range(len(xs))]
     ts = mx.vmap(lambda *v: tuple(mx.jvp(fn, list(xs), list(v))[1]))(*stacked)
@@ -41,7 +56,7 @@ def jvps(fn: Callable, xs: tuple, vss: list) -> list[list]:
 def vjps(fn: Callable, xs: tuple, wss: list) -> list[list]:
     """``[wᵀ J for ws in wss]`` (``ws``: one cotangent per output of fn), batched by
     ``mx.vmap``."""
-    if len(wss) < 2 or outputs.active():
+    if len(wss) < 2 or aux_waits():
         return [mx.vjp(fn, list(xs), list(ws))[1] for ws in wss]
     stacked = [mx.stack([ws[k] for ws in wss]) for k in range(len(wss[0]))]
     gs = mx.vmap(lambda *w: tuple(mx.vjp(fn, list(xs), list(w))[1]))(*stacked)
@@ -71,7 +86,7 @@ def _over_basis(each: Callable, fn: Callable, x: Any, like: Any) -> Any:
     """``each`` (jvps or vjps) of fn at x along every unit vector shaped like ``like``,
     stacked: one ``mx.vmap`` over the identity (no per-vector arrays), or one by one
     where an aux sink is open."""
-    if outputs.active():
+    if aux_waits():
         return mx.stack([r[0] for r in each(fn, (x,), [[e] for e in basis(like)])])
     eye = mx.eye(like.size, dtype=like.dtype).reshape(like.size, *like.shape)
     if each is vjps:

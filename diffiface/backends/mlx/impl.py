@@ -19,13 +19,7 @@ from ...core.backend import BackendImpl, Traits
 from ...core.registry import register
 from . import runners, second
 
-# NumPy dtype -> MLX dtype (mx.array(a) alone makes float64 float32)
-DTYPES = {
-    np.dtype(np.float16): mx.float16,
-    np.dtype(np.float32): mx.float32,
-    np.dtype(np.float64): mx.float64,
-    np.dtype(np.complex64): mx.complex64,
-}
+DTYPES = runners.DTYPES  # NumPy dtype -> MLX dtype (mx.array(a) alone makes float64 float32)
 
 
 @register(AutoMLX)

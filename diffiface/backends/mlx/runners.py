@@ -1,6 +1,9 @@
-"""The runner of a gradient or value_and_gradient at one MLX array, prepared or not:
-``mx.value_and_grad(f)`` per call, as MLX's users write it (MLX traces f anew on every
-call: nothing kept goes stale, so unprepared calls keep plans too).
+"""The runners of gradient, jvp, vjp and hvp (alone or with the parts before them) at
+one float MLX array (or a NumPy array, converted), prepared or not: MLX's own call per
+call, as MLX's users write it (``mx.value_and_grad``, ``mx.jvp``, ``mx.vjp``, and
+``mx.vjp`` of ``mx.grad`` for an hvp: a plain AutoMLX's reverse over reverse). MLX
+traces f anew on every call: nothing kept goes stale, so unprepared calls keep plans
+too.
 
 Not ``mx.compile``: it would make a warm gradient 4x faster at n = 10 and 2x at
 n = 1e3 (benchmarks/mlx_gradient.py), but a compiled function takes the arrays f
@@ -9,44 +12,71 @@ an array gets zero (the matrix's prepared cases under an outer pass caught it), 
 ``mlx.nn`` model's parameters updated in place would be read stale. Nothing tells
 diffiface which arrays f reads, so it never compiles f for the user.
 
-Anything unusual (aux, another operator or form, an output that is no float scalar, an
-error) is the general path's: the runner is None, or it returns SLOW."""
+Anything unusual (aux, a second-order backend, another operator or form, a tangent
+unlike x or a cotangent unlike f(x), an output that is no float array, an error) is the
+general path's: the runner is None, or it returns SLOW."""
 
 from __future__ import annotations
 
 from typing import Any
 
 import mlx.core as mx
+import numpy as np
 
 from ..._cache import weak_callable
 from ...core.backend import SLOW
+from ...core.operator import OPS
 
-_OPS = ("gradient", "value_and_gradient")
+_FLOATS = (mx.float32, mx.float16, mx.bfloat16, mx.float64)
+_FAMILIES = ("gradient", "jvp", "vjp", "hvp")
 
 
 def runner(prob, form: str, combo: Any, weak: bool):
-    """``run(x)`` for a gradient or value_and_gradient of one MLX array (``weak``: it
-    holds f weakly, for an unprepared call's plan)."""
-    if prob.op not in _OPS or form != "array" or combo is not None or prob.aux:
+    """``run(x[, t])`` for an operator of ``_FAMILIES`` at one MLX array (``form``
+    "array") or NumPy array ("numpy"); ``weak``: it holds f weakly, for an unprepared
+    call's plan."""
+    decl = OPS[prob.op]
+    if decl.family not in _FAMILIES or combo is not None or prob.aux or not prob.single:
+        return None
+    if form not in ("array", "numpy"):
         return None
     f = weak_callable(prob.f, weak)
-    return None if f is None else _plain(f, prob.op)
+    if f is None:
+        return None
+    run = _MAKERS[decl.family](f, decl.returns)
+    return run if form == "array" else _numpy_in_out(run)
 
 
-def _plain(f, op: str):
-    """``mx.value_and_grad(f)`` per call; an output that is no float scalar of MLX, or
-    any error, is the general path's (it runs f again and explains)."""
-    value = op == "value_and_gradient"
+class _Unusual(Exception):
+    """f's output is not a float MLX array (a scalar for gradient and hvp), or a
+    cotangent is unlike it: the general path explains."""
 
+
+def _checked(f, scalar: bool):
     def checked(x: Any) -> Any:
         y = f(x)
-        if type(y) is not mx.array or y.ndim or not mx.issubdtype(y.dtype, mx.floating):
+        if type(y) is not mx.array or y.dtype not in _FLOATS or (scalar and y.ndim):
             raise _Unusual
         return y
 
-    vg = mx.value_and_grad(checked)
+    return checked
+
+
+def _float(x: Any) -> bool:
+    return type(x) is mx.array and x.dtype in _FLOATS
+
+
+def _like(t: Any, x: Any) -> bool:
+    return type(t) is mx.array and t.shape == x.shape and t.dtype == x.dtype
+
+
+def _gradient(f, returns: tuple):
+    vg = mx.value_and_grad(_checked(f, True))
+    value = len(returns) == 2
 
     def run(x: Any) -> Any:
+        if not _float(x):
+            return SLOW
         try:
             y, g = vg(x)
         except Exception:
@@ -56,5 +86,89 @@ def _plain(f, op: str):
     return run
 
 
-class _Unusual(Exception):
-    """f's output is not a float scalar MLX array: the general path explains."""
+def _jvp(f, returns: tuple):
+    one = _checked(f, False)
+    value = len(returns) == 2
+
+    def run(x: Any, t: Any) -> Any:
+        if not _float(x) or not _like(t, x):
+            return SLOW
+        try:
+            (y,), (jt,) = mx.jvp(one, [x], [t])
+        except Exception:
+            return SLOW
+        return (y, jt) if value else jt
+
+    return run
+
+
+def _vjp(f, returns: tuple):
+    one = _checked(f, False)
+    value = len(returns) == 2
+
+    def run(x: Any, w: Any) -> Any:
+        if not _float(x) or type(w) is not mx.array:
+            return SLOW
+
+        def paired(x: Any) -> Any:
+            y = one(x)
+            if w.shape != y.shape or w.dtype != y.dtype:
+                raise _Unusual
+            return y
+
+        try:
+            (y,), (g,) = mx.vjp(paired, [x], [w])
+        except Exception:
+            return SLOW
+        return (y, g) if value else g
+
+    return run
+
+
+def _hvp(f, returns: tuple):
+    """Reverse over reverse: the pullback of the gradient along v (H is symmetric);
+    the value and gradient come from the same pass."""
+    vg = mx.value_and_grad(_checked(f, True))
+    both = lambda x: list(vg(x))  # noqa: E731
+
+    def run(x: Any, v: Any) -> Any:
+        if not _float(x) or not _like(v, x):
+            return SLOW
+        try:
+            (y, g), (hv,) = mx.vjp(both, [x], [mx.zeros((), dtype=x.dtype), v])
+        except Exception:
+            return SLOW
+        return {1: hv, 2: (g, hv), 3: (y, g, hv)}[len(returns)]
+
+    return run
+
+
+_MAKERS = {"gradient": _gradient, "jvp": _jvp, "vjp": _vjp, "hvp": _hvp}
+
+
+def _numpy_in_out(run):
+    """``run`` for a NumPy x (and a NumPy tangent): each made the MLX array the general
+    path makes of it (its dtype kept), each result given back as NumPy."""
+
+    def run_numpy(x: Any, *tangent: Any) -> Any:
+        if x.dtype.kind != "f" or any(type(t) is not np.ndarray for t in tangent):
+            return SLOW
+        out = run(_mx(x), *map(_mx, tangent))
+        if out is SLOW:
+            return SLOW
+        return tuple(map(np.asarray, out)) if type(out) is tuple else np.asarray(out)
+
+    return run_numpy
+
+
+# NumPy dtype -> MLX dtype (mx.array(a) alone makes float64 float32)
+DTYPES = {
+    np.dtype(np.float16): mx.float16,
+    np.dtype(np.float32): mx.float32,
+    np.dtype(np.float64): mx.float64,
+    np.dtype(np.complex64): mx.complex64,
+}
+
+
+def _mx(a: np.ndarray) -> Any:
+    return mx.array(a, dtype=DTYPES.get(a.dtype))

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from helpers import HAVE, MLX_FLOAT64, counted
+from helpers import HAVE, MLX_FLOAT64, counted, python_calls
 
 import diffiface as di
 
@@ -259,3 +259,89 @@ def test_fixed_params_under_mx_grad(strategy):
     h = 1e-6  # float64 central differences of the closed-form loss
     want = (loss_np(1.3 + h) - loss_np(1.3 - h)) / (2 * h)
     _close(mx.grad(loss)(_mx(1.3)), want, 1e-5)
+
+
+W = np.array([0.3, -1.0])
+FIRST_AND_SECOND = {  # operator: (f, its tangent, its results' closed forms)
+    "jvp": (_field, V, lambda: [_jac(X) @ V]),
+    "value_and_jvp": (_field, V, lambda: [[np.exp(X[0]) * X[1], X[2] ** 3], _jac(X) @ V]),
+    "vjp": (_field, W, lambda: [W @ _jac(X)]),
+    "value_and_vjp": (_field, W, lambda: [[np.exp(X[0]) * X[1], X[2] ** 3], W @ _jac(X)]),
+    "hvp": (_f, V, lambda: [_hess(X) @ V]),
+    "gradient_and_hvp": (_f, V, lambda: [_grad(X), _hess(X) @ V]),
+    "value_gradient_and_hvp": (
+        _f,
+        V,
+        lambda: [(np.sin(X) * X**2).sum() + X[0] * X[1], _grad(X), _hess(X) @ V],
+    ),
+}
+
+
+@pytest.mark.parametrize("kind", ["mlx", "numpy"])
+@pytest.mark.parametrize("op", list(FIRST_AND_SECOND))
+def test_jvp_vjp_and_hvp_run_as_one_mlx_call(op, kind):
+    # prepared or not, a warm call is MLX's own (mx.jvp, mx.vjp, mx.vjp of the
+    # gradient): f runs once, and a few Python calls in diffiface (the general path:
+    # 57-156, and vjp and hvp ran f twice)
+    fn, t, want = FIRST_AND_SECOND[op]
+    f, calls = counted(fn)
+    b = di.AutoMLX()
+    x, t = (_mx(X), _mx(t)) if kind == "mlx" else (X, t)
+    family = {"value_and_jvp": "jvp", "value_and_vjp": "vjp"}.get(op, op.split("_")[-1])
+    prep = getattr(di, f"prepare_{family}")(f, b, x, t)
+    call = getattr(di, op)
+    for run in (lambda: call(f, b, x, t, prep=prep), lambda: call(f, b, x, t)):
+        run()
+        before = calls[0]
+        got = run()
+        assert calls[0] == before + 1
+        got = got if isinstance(got, tuple) else (got,)
+        assert all(isinstance(g, mx.array if kind == "mlx" else np.ndarray) for g in got)
+        for g, w in zip(got, want(), strict=True):
+            _close(g, w)
+        assert python_calls(run) <= (9 if kind == "mlx" else 16)
+
+
+def test_a_tangent_unlike_x_takes_the_general_path():
+    # the runners hand over a tangent of another dtype or kind: the general path
+    # explains a dtype unlike x's, and converts a NumPy cotangent, as before
+    b, x = di.AutoMLX(), _mx(X)
+    prep = di.prepare_jvp(_field, b, x, _mx(V))
+    for call in (
+        lambda: di.jvp(_field, b, x, _mx(V, np.float32), prep=prep),
+        lambda: di.hvp(_f, b, x, _mx(V, np.float32)),
+    ):
+        with pytest.raises(di.DiffifaceValueError, match="must have the dtype of x"):
+            call()
+    _close(di.vjp(_field, b, x, W), W @ _jac(X))
+
+
+def _runs_of_f_in_a_warm_call(fn, call) -> int:
+    f, calls = counted(fn)
+    call(f)
+    before = calls[0]
+    call(f)
+    return calls[0] - before
+
+
+def test_jacobians_and_hessians_run_f_once_per_pass():
+    # one mx.vmap over the identity, also for an f with aux: a warm call runs f at x
+    # (and the gradient, for a Hessian), then one pass (before: one pass per row, and
+    # per Tangents direction)
+    b, x = di.AutoMLX(), _mx(X)
+    got, aux = di.jacobian(lambda x: (_field(x), 2 * x), b, x, has_aux=True)
+    _close(got, _jac(X))
+    _close(aux, 2 * X)
+    got, aux = di.hessian(lambda x: (_f(x), 2 * x), b, x, has_aux=True)
+    _close(got, _hess(X))
+    _close(aux, 2 * X)
+    vs = di.Tangents(_mx(V), _mx(2 * V), _mx(-V))
+    for k, got in zip((1, 2, -1), di.jvp(_field, b, x, vs), strict=True):
+        _close(got, k * _jac(X) @ V)
+    for fn, op, runs in ((_field, "jacobian", 2), (_f, "hessian", 3)):
+        f, calls = counted(lambda x, fn=fn: (fn(x), 2 * x))
+        prep = getattr(di, f"prepare_{op}")(f, b, x, has_aux=True)
+        before = calls[0]
+        getattr(di, op)(f, b, x, has_aux=True, prep=prep)
+        assert calls[0] == before + runs
+    assert _runs_of_f_in_a_warm_call(_field, lambda f: di.jvp(f, b, x, vs)) == 2

@@ -62,12 +62,15 @@ def _checked(f, scalar: bool):
     return checked
 
 
-def _float(x: Any) -> bool:
-    return type(x) is mx.array and x.dtype in _FLOATS
-
-
-def _like(t: Any, x: Any) -> bool:
-    return type(t) is mx.array and t.shape == x.shape and t.dtype == x.dtype
+def _unlike(x: Any, t: Any) -> bool:
+    """x is no float MLX array, or t is no array like it (checked inline: one call)."""
+    return (
+        type(x) is not mx.array
+        or x.dtype not in _FLOATS
+        or type(t) is not mx.array
+        or t.shape != x.shape
+        or t.dtype != x.dtype
+    )
 
 
 def _gradient(f, returns: tuple):
@@ -75,7 +78,7 @@ def _gradient(f, returns: tuple):
     value = len(returns) == 2
 
     def run(x: Any) -> Any:
-        if not _float(x):
+        if type(x) is not mx.array or x.dtype not in _FLOATS:
             return SLOW
         try:
             y, g = vg(x)
@@ -91,7 +94,7 @@ def _jvp(f, returns: tuple):
     value = len(returns) == 2
 
     def run(x: Any, t: Any) -> Any:
-        if not _float(x) or not _like(t, x):
+        if _unlike(x, t):
             return SLOW
         try:
             (y,), (jt,) = mx.jvp(one, [x], [t])
@@ -107,7 +110,7 @@ def _vjp(f, returns: tuple):
     value = len(returns) == 2
 
     def run(x: Any, w: Any) -> Any:
-        if not _float(x) or type(w) is not mx.array:
+        if type(x) is not mx.array or x.dtype not in _FLOATS or type(w) is not mx.array:
             return SLOW
 
         def paired(x: Any) -> Any:
@@ -126,19 +129,22 @@ def _vjp(f, returns: tuple):
 
 
 def _hvp(f, returns: tuple):
-    """Reverse over reverse: the pullback of the gradient along v (H is symmetric);
-    the value and gradient come from the same pass."""
+    """Reverse over reverse: the pullback of the gradient along v (H is symmetric), its
+    outputs the gradient (with the value, for value_gradient_and_hvp, from the same
+    pass)."""
     vg = mx.value_and_grad(_checked(f, True))
-    both = lambda x: list(vg(x))  # noqa: E731
+    value = len(returns) == 3
+    inner = (lambda x: list(vg(x))) if value else (lambda x: [vg(x)[1]])
 
     def run(x: Any, v: Any) -> Any:
-        if not _float(x) or not _like(v, x):
+        if _unlike(x, v):
             return SLOW
+        ws = [mx.zeros((), dtype=x.dtype), v] if value else [v]
         try:
-            (y, g), (hv,) = mx.vjp(both, [x], [mx.zeros((), dtype=x.dtype), v])
+            outs, (hv,) = mx.vjp(inner, [x], ws)
         except Exception:
             return SLOW
-        return {1: hv, 2: (g, hv), 3: (y, g, hv)}[len(returns)]
+        return (*outs, hv) if len(returns) > 1 else hv
 
     return run
 

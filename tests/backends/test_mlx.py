@@ -345,3 +345,25 @@ def test_jacobians_and_hessians_run_f_once_per_pass():
         getattr(di, op)(f, b, x, has_aux=True, prep=prep)
         assert calls[0] == before + runs
     assert _runs_of_f_in_a_warm_call(_field, lambda f: di.jvp(f, b, x, vs)) == 2
+
+
+@pytest.mark.parametrize("op", ["gradient", "jvp", "vjp", "hvp"])
+def test_a_closure_made_per_call_runs_as_one_mlx_call(op):
+    # a new closure of the same code each call takes its code's runner, built for that
+    # closure (its own constant read, nothing kept of another object): a few Python
+    # calls in diffiface (the general path: 83-122)
+    b, x = di.AutoMLX(), _mx(X)
+    fn, t, want = {
+        "gradient": (_f, None, _grad(X)),
+        "jvp": (_field, V, _jac(X) @ V),
+        "vjp": (_field, W, W @ _jac(X)),
+        "hvp": (_f, V, _hess(X) @ V),
+    }[op]
+    args = (x,) if t is None else (x, _mx(t))
+
+    def made(c):
+        return lambda x: c * fn(x)
+
+    for c in (1.0, 2.0, -3.0):
+        _close(getattr(di, op)(made(c), b, *args), c * want)
+    assert python_calls(lambda: getattr(di, op)(made(2.0), b, *args)) <= 15

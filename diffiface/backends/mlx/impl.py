@@ -102,6 +102,9 @@ class MLXImpl(BackendImpl):
     def runner(self, prob, form, combo=None, weak=False):
         return runners.runner(prob, form, combo, weak)
 
+    def code_runner(self, prob, form):
+        return runners.code_runner(prob, form)
+
     # ---- primitives ----------------------------------------------------------
     def value_and_jvp(self, prob, xs, vs, ctx):
         fn = flat(prob, ctx)

@@ -35,16 +35,30 @@ def runner(prob, form: str, combo: Any, weak: bool):
     """``run(x[, t])`` for an operator of ``_FAMILIES`` at one MLX array (``form``
     "array") or NumPy array ("numpy"); ``weak``: it holds f weakly, for an unprepared
     call's plan."""
+    make = _maker(prob, form, combo)
+    f = None if make is None else weak_callable(prob.f, weak)
+    return None if f is None else make(f)
+
+
+def code_runner(prob, form: str):
+    """``run(f, x[, t])`` for every function object of f's code (a closure made anew
+    per call): MLX traces f anew on every call, so the runner is f's own, built per
+    call (nothing is kept of another object)."""
+    make = _maker(prob, form, None)
+    return None if make is None else lambda f, x, *t: make(f)(x, *t)
+
+
+def _maker(prob, form: str, combo: Any):
+    """``make(f) -> run`` for the calls the runners take, else None."""
     decl = OPS[prob.op]
     if decl.family not in _FAMILIES or combo is not None or prob.aux or not prob.single:
         return None
     if form not in ("array", "numpy"):
         return None
-    f = weak_callable(prob.f, weak)
-    if f is None:
-        return None
-    run = _MAKERS[decl.family](f, decl.returns)
-    return run if form == "array" else _numpy_in_out(run)
+    make, returns = _MAKERS[decl.family], decl.returns
+    if form == "array":
+        return lambda f: make(f, returns)
+    return lambda f: _numpy_in_out(make(f, returns))
 
 
 class _Unusual(Exception):

@@ -367,3 +367,24 @@ def test_a_closure_made_per_call_runs_as_one_mlx_call(op):
     for c in (1.0, 2.0, -3.0):
         _close(getattr(di, op)(made(c), b, *args), c * want)
     assert python_calls(lambda: getattr(di, op)(made(2.0), b, *args)) <= 15
+
+
+@pytest.mark.parametrize("mode", ["forward", "reverse"])
+def test_batched_jacobian_is_one_vmapped_pass(mode):
+    # samples of shape (2, 2) to outputs of 3: against each sample's own jacobian;
+    # a warm call runs f at x, then one pass (before: one per input or output entry)
+    def f(x):
+        flat = x.reshape(x.shape[0], 4)
+        return mx.stack([mx.sin(flat[:, 0]) * flat[:, 1], flat[:, 2] ** 2, flat.sum(1)], 1)
+
+    xs = np.linspace(-1.0, 1.0, 12).reshape(3, 2, 2)
+    b = di.AutoMLX(mode=mode)
+    got = di.batched_jacobian(f, b, _mx(xs))
+    assert got.shape == (3, 3, 2, 2)
+    for i in range(3):
+        _close(got[i], di.jacobian(lambda s: f(s[None])[0], b, _mx(xs[i])))
+    g, calls = counted(f)
+    prep = di.prepare_batched_jacobian(g, b, _mx(xs))
+    before = calls[0]
+    di.batched_jacobian(g, b, _mx(xs), prep=prep)
+    assert calls[0] == before + 2

@@ -174,6 +174,21 @@ class MLXImpl(BackendImpl):
         with second.aux_dropped():
             return y, call_f(prob, lambda: second.jacobian(fn, xs[0], y, reverse))
 
+    def value_and_batched_jacobian(self, prob, xs, ctx):
+        """One vmapped pass over the per-sample basis repeated in every sample: rows of
+        vjps or columns of jvps."""
+        (x,) = xs
+        if not x.size or second.aux_waits():
+            return super().value_and_batched_jacobian(prob, xs, ctx)
+        reverse = self.prefers_reverse(prob, xs, ctx)
+        fn = flat(prob, ctx)
+        y = call_f(prob, lambda: fn(*xs)[0])
+        _checks.check_batch(prob, tuple(x.shape), tuple(y.shape))
+        if not y.size:
+            return super().value_and_batched_jacobian(prob, xs, ctx)
+        with second.aux_dropped():
+            return y, call_f(prob, lambda: second.batched_jacobian(fn, x, y, reverse))
+
     # ---- second order: mx.jvp (or mx.vjp) of mx.grad ----------------------------
     def gradient_and_hvp(self, prob, xs, vs, ctx, combo):
         g, (hv,) = self.gradient_and_hvps(prob, xs, [vs], ctx, combo)

@@ -94,6 +94,22 @@ def _over_basis(each: Callable, fn: Callable, x: Any, like: Any) -> Any:
     return mx.vmap(lambda v: mx.jvp(fn, [x], [v])[1][0])(eye)
 
 
+def batched_jacobian(fn: Callable, x: Any, y: Any, reverse: bool) -> Any:
+    """Per-sample Jacobians of ``fn`` (samples along axis 0 of x and y), of shape
+    ``y.shape + x.shape[1:]``: one ``mx.vmap`` over the basis of one sample repeated
+    in every sample (vjps along y's, or jvps along x's)."""
+    b = x.shape[0]
+    like = y if reverse else x
+    k = like.size // b
+    eye = mx.eye(k, dtype=like.dtype)[:, None, :]
+    basis = mx.broadcast_to(eye, (k, b, k)).reshape(k, *like.shape)
+    if reverse:  # (n_out, *x.shape): sample axis first
+        rows = mx.vmap(lambda w: mx.vjp(fn, [x], [w])[1][0])(basis)
+        return mx.swapaxes(rows, 0, 1).reshape(*y.shape, *x.shape[1:])
+    cols = mx.vmap(lambda v: mx.jvp(fn, [x], [v])[1][0])(basis).reshape(k, b, -1)
+    return mx.transpose(cols, (1, 2, 0)).reshape(*y.shape, *x.shape[1:])
+
+
 def gradient_and_hvps(fn: Callable, xs: tuple, vss: list, combo: tuple) -> tuple:
     """(gradient leaves, [H v leaves]) of the scalar fn: forward over reverse
     (``mx.jvp`` of ``mx.grad``) or reverse over reverse (the pullback of the gradient

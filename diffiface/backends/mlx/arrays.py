@@ -22,6 +22,9 @@ class MLX(Framework):
     def owns(self, leaf: Any) -> bool:
         return isinstance(leaf, sys.modules["mlx.core"].array)
 
+    def stack(self, arrays: list) -> Any:  # (MLX arrays, not NumPy: an outer pass sees them)
+        return sys.modules["mlx.core"].stack(arrays)
+
     def says_foreign_arrays(self, message: str) -> bool:
         """An mlx.core function's nanobind error (its signatures name MLX's streams)."""
         return "incompatible function arguments" in message and "StreamOrDevice" in message

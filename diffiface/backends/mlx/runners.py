@@ -24,8 +24,10 @@ import mlx.core as mx
 import numpy as np
 
 from ..._cache import weak_callable
+from ..._tangents import Tangents, of_stack
 from ...core.backend import SLOW
 from ...core.operator import OPS
+from .second import aux_waits
 
 _FLOATS = (mx.float32, mx.float16, mx.bfloat16, mx.float64)
 _FAMILIES = ("gradient", "jvp", "vjp", "hvp")
@@ -107,7 +109,14 @@ def _jvp(f, returns: tuple):
     one = _checked(f, False)
     value = len(returns) == 2
 
+    def each(x: Any, v: Any) -> Any:
+        return mx.jvp(one, [x], [v])[1][0]
+
     def run(x: Any, t: Any) -> Any:
+        if type(t) is Tangents:
+            jts = _batched(each, x, t, x)
+            y = _value(one, x) if value and jts is not SLOW else None
+            return jts if not value or jts is SLOW else SLOW if y is SLOW else (y, jts)
         if _unlike(x, t):
             return SLOW
         try:
@@ -124,22 +133,33 @@ def _vjp(f, returns: tuple):
     value = len(returns) == 2
 
     def run(x: Any, w: Any) -> Any:
-        if type(x) is not mx.array or x.dtype not in _FLOATS or type(w) is not mx.array:
+        if type(x) is not mx.array or x.dtype not in _FLOATS:
             return SLOW
-
-        def paired(x: Any) -> Any:
-            y = one(x)
-            if w.shape != y.shape or w.dtype != y.dtype:
-                raise _Unusual
-            return y
-
+        if type(w) is Tangents:
+            gs = _batched(lambda x, w: mx.vjp(_paired(one, w), [x], [w])[1][0], x, w, None)
+            y = _value(one, x) if value and gs is not SLOW else None
+            return gs if not value or gs is SLOW else SLOW if y is SLOW else (y, gs)
+        if type(w) is not mx.array:
+            return SLOW
         try:
-            (y,), (g,) = mx.vjp(paired, [x], [w])
+            (y,), (g,) = mx.vjp(_paired(one, w), [x], [w])
         except Exception:
             return SLOW
         return (y, g) if value else g
 
     return run
+
+
+def _paired(one, w: Any):
+    """f, its output checked to be like the cotangent ``w``."""
+
+    def paired(x: Any) -> Any:
+        y = one(x)
+        if w.shape != y.shape or w.dtype != y.dtype:
+            raise _Unusual
+        return y
+
+    return paired
 
 
 def _hvp(f, returns: tuple):
@@ -149,8 +169,18 @@ def _hvp(f, returns: tuple):
     vg = mx.value_and_grad(_checked(f, True))
     value = len(returns) == 3
     inner = (lambda x: list(vg(x))) if value else (lambda x: [vg(x)[1]])
+    gradient = lambda x: [vg(x)[1]]  # noqa: E731
 
     def run(x: Any, v: Any) -> Any:
+        if type(v) is Tangents:
+            hvs = _batched(lambda x, v: mx.vjp(gradient, [x], [v])[1][0], x, v, x)
+            if hvs is SLOW or len(returns) == 1:
+                return hvs
+            try:
+                y, g = vg(x)
+            except Exception:
+                return SLOW
+            return (y, g, hvs) if value else (g, hvs)
         if _unlike(x, v):
             return SLOW
         ws = [mx.zeros((), dtype=x.dtype), v] if value else [v]
@@ -161,6 +191,37 @@ def _hvp(f, returns: tuple):
         return (*outs, hv) if len(returns) > 1 else hv
 
     return run
+
+
+def _batched(each, x: Any, t: Tangents, like: Any) -> Any:
+    """``each(x, v)`` for the k tangents of ``t`` as one ``mx.vmap`` over their stack,
+    given back as ``t`` came (stacked, or k arrays); SLOW for tangents unlike ``like``
+    (x; None: f(x), which ``each`` checks), or where a sink waits for f's aux."""
+    if type(x) is not mx.array or x.dtype not in _FLOATS or aux_waits():
+        return SLOW
+    stack = t._stack
+    if stack is None:
+        vs = t._values
+        if any(type(v) is not mx.array for v in vs) or len({(v.shape, v.dtype) for v in vs}) > 1:
+            return SLOW
+        stack = mx.stack(vs)
+    if type(stack) is not mx.array or stack.ndim == 0:
+        return SLOW
+    if like is not None and (stack.shape[1:] != like.shape or stack.dtype != like.dtype):
+        return SLOW
+    try:
+        out = mx.vmap(lambda v: each(x, v))(stack)
+    except Exception:
+        return SLOW
+    return of_stack(out) if t._stack is not None else Tangents(*out)
+
+
+def _value(one, x: Any) -> Any:
+    """f's value at x, or SLOW (the general path explains)."""
+    try:
+        return one(x)
+    except Exception:
+        return SLOW
 
 
 _MAKERS = {"gradient": _gradient, "jvp": _jvp, "vjp": _vjp, "hvp": _hvp}

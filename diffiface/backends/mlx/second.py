@@ -116,6 +116,10 @@ def gradient_and_hvps(fn: Callable, xs: tuple, vss: list, combo: tuple) -> tuple
     along v: H is symmetric), each one vmapped pass."""
     outer, inner = combo
     gf = grad_of(fn, len(xs), inner)
+    if len(vss) == 1:  # the gradient comes out of the same pass
+        each = mx.vjp if outer == "reverse" else mx.jvp
+        g, hv = each(gf, list(xs), list(vss[0]))
+        return tuple(g), [tuple(hv)]
     g = gf(*xs)
     hvs = vjps(gf, xs, vss) if outer == "reverse" else jvps(gf, xs, vss)
     return tuple(g), [tuple(h) for h in hvs]

@@ -214,7 +214,10 @@ ABOUT = [  # the section's fixed text, before the measured summary
     "(f returns a dict). Sparse rows: unprepared "
     "AutoSparse against the prepared sparse call, and the prepared call against "
     "the dense native. Finite differences have no framework native: their rows "
-    "compare with a plain NumPy central difference.",
+    "compare with a plain NumPy central difference. MLX rows (benchmarks/matrix_mlx.py) "
+    "run float32 (MLX's float64 is CPU only) and evaluate every result (`mx.eval`, both "
+    "sides); `prepared (vs mx.compile)` compares with the native under `mx.compile`, "
+    "which diffiface never applies (it would freeze the arrays f closes over).",
     "",
     "- Functions: `sum(sin(x) * x)` (gradient, hvp, hessian), `sin(x) * x` "
     "(jvp, vjp, jacobian, scalar x), per sample `sin(x) * x[:, :1]` on a batch of "

@@ -12,15 +12,8 @@ from __future__ import annotations
 from typing import NamedTuple
 
 import numpy as np
-from matrix_natives import (
-    autograd_native,
-    fd_native,
-    functions,
-    jax_native,
-    mlx_compiled,
-    mlx_native,
-    torch_native,
-)
+from matrix_mlx import mlx_compiled, mlx_native
+from matrix_natives import autograd_native, fd_native, functions, jax_native, torch_native
 from timing import median_us
 
 import diffiface as di

@@ -10,7 +10,6 @@ and 1.5x slower than float32 there at n = 1e6).
 from __future__ import annotations
 
 
-
 def _mlx_leaves(x) -> tuple[list, object]:
     """x's arrays as the list MLX's jvp and vjp take (a dict by key), and the function
     that puts a list back in x's shape."""

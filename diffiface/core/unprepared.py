@@ -126,7 +126,11 @@ def remember(op: str, f, backend, impl, prob, combo, x, kinds, contexts, t) -> N
     code_run = impl.code_runner(prob, form) if run and type(f) is FunctionType else None
     if code_run is not None:  # its code's plan, for the next new closure of that code
         code_run = tree_runner(impl, prob.f, op, tree, code_run, None) if tree else code_run
-        TABLE.put(f.__code__, key, Kept(backend, form, sig, None, code_run))
+        code = Kept(backend, form, sig, None, code_run)
+        old = TABLE.peek(f.__code__, key)
+        if old is not None:
+            code.seen = old.seen  # (the objects it ran)
+        TABLE.put(f.__code__, key, code)
 
 
 def _each(t: Any) -> tuple:

@@ -15,6 +15,7 @@ rebound is not used after it.
 from __future__ import annotations
 
 import functools
+import weakref
 from types import FunctionType
 from typing import Any
 
@@ -33,20 +34,26 @@ TABLE = FunctionCache(per_function=16)
 class Kept:
     """One kept plan: its backend, the form in which its runner takes calls, the
     signature of the calls it takes, what f read when it was built, and the backend's
-    runner (None: the backend has none for calls like it, so none is built again)."""
+    runner (None: the backend has none for calls like it, so none is built again).
+    A plan of a code also keeps the objects it ran (``seen``, see ``run``)."""
 
-    __slots__ = ("backend", "form", "reads", "run", "sig")
+    __slots__ = ("backend", "form", "reads", "run", "seen", "sig")
 
     def __init__(self, backend, form, sig, reads, run):
         self.backend, self.form, self.sig, self.reads, self.run = backend, form, sig, reads, run
+        self.seen: dict = {}  # id(f) -> (weak reference to f, whether it went for its own)
 
 
 def run(op: str, f: Any, backend: Any, x: Any, contexts: tuple, t: tuple) -> Any:
     """The result of the kept plan of ``f`` for ``op`` when this call matches it, else
-    SLOW (``t``: ``(tangent,)`` for an operator that takes one, else ``()``)."""
+    SLOW (``t``: ``(tangent,)`` for an operator that takes one, else ``()``).
+
+    An f without a plan of its own runs the plan of its code (a closure made anew per
+    call: its runner takes f, ``code_runner``), once per object: an object that comes
+    again lives on, and the general path keeps a plan of its own for it (one try)."""
     kept = TABLE.peek(f, op)
-    by_code = kept is None and type(f) is FunctionType  # a closure made anew per call:
-    if by_code:  # the plan of its code, whose runner takes f (``code_runner``)
+    by_code = kept is None and type(f) is FunctionType
+    if by_code:
         kept = TABLE.peek(f.__code__, op)
     if kept is None or kept.run is None:
         return SLOW
@@ -55,8 +62,21 @@ def run(op: str, f: Any, backend: Any, x: Any, contexts: tuple, t: tuple) -> Any
     reads = kept.reads
     if reads is not None and snapshot(reads[0]) != reads[1]:
         return SLOW
-    go = functools.partial(kept.run, f) if by_code else kept.run
-    return kept.sig.run(kept.form, go, x, contexts, t)
+    if not by_code:
+        return kept.sig.run(kept.form, kept.run, x, contexts, t)
+    seen, key = kept.seen, id(f)
+    got = seen.get(key)
+    if got is None or got[0]() is not f:  # (an id is reused once its object died)
+        if len(seen) >= _SEEN:
+            seen.clear()
+        seen[key] = (weakref.ref(f), False)
+    elif not got[1]:  # f again: its own plan, from the general path
+        seen[key] = (got[0], True)
+        return SLOW
+    return kept.sig.run(kept.form, functools.partial(kept.run, f), x, contexts, t)
+
+
+_SEEN = 8  # objects a plan of a code tells apart (a few long-lived ones in turn)
 
 
 def remember(op: str, f, backend, impl, prob, combo, x, kinds, contexts, t) -> None:
@@ -106,7 +126,11 @@ def remember(op: str, f, backend, impl, prob, combo, x, kinds, contexts, t) -> N
     code_run = impl.code_runner(prob, form) if run and type(f) is FunctionType else None
     if code_run is not None:  # its code's plan, for the next new closure of that code
         code_run = tree_runner(impl, prob.f, op, tree, code_run, None) if tree else code_run
-        TABLE.put(f.__code__, key, Kept(backend, form, sig, None, code_run))
+        code = Kept(backend, form, sig, None, code_run)
+        old = TABLE.peek(f.__code__, key)
+        if old is not None:
+            code.seen = old.seen  # (the objects it ran)
+        TABLE.put(f.__code__, key, code)
 
 
 def _each(t: Any) -> tuple:

@@ -108,6 +108,7 @@ def test_a_pytree_output_runs_the_runner(monkeypatch, case, op, prepared):
     fn = getattr(di, op)
     prep = getattr(di, f"prepare_{OPS[op].family}")(f, B, X, arg) if prepared else None
     first = fn(f, B, X, arg, prep=prep)  # the general path (an unprepared call keeps its plan)
+    fn(f, B, X, arg, prep=prep)  # (an f after another object of its code: its second call)
     _general_path_fails(monkeypatch)
     runs[0] = 0
     out = [fn(f, B, X, arg, prep=prep) for _ in range(3)]

@@ -1,9 +1,9 @@
 """The per-call checks of the torch runners, kept while their cost was cut (issue 29):
 the walk of f's graph for a tensor an outer pass differentiates (one x, compared by
 identity, or a pytree x's leaves), a nested call's own leaves not counted as outside,
-the @once_differentiable walk that an unprepared hvp runs on every call, and the
-number of diffiface's Python calls in a warm call. Each derivative against a closed
-form."""
+the @once_differentiable walk of an unprepared hvp (once per runner where it finds
+none, on every call where it finds one), and the number of diffiface's Python calls
+in a warm call. Each derivative against a closed form."""
 
 from __future__ import annotations
 

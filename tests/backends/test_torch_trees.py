@@ -54,7 +54,8 @@ def _run(monkeypatch, f, runs, op, x, args, prepared, **kw):
     f's runs in them."""
     fn = getattr(di, op)
     prep = getattr(di, f"prepare_{OPS[op].family}")(f, B, x, *args, **kw) if prepared else None
-    fn(f, B, x, *args, prep=prep, **kw)  # (an unprepared call keeps its plan)
+    for _ in range(2):  # (an unprepared f keeps its own plan by its second call)
+        fn(f, B, x, *args, prep=prep, **kw)
     _general_path_fails(monkeypatch)
     runs[0] = 0
     out = [fn(f, B, x, *args, prep=prep, **kw) for _ in range(3)]

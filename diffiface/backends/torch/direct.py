@@ -26,7 +26,7 @@ from ...core.backend import OUT_SIZE, SLOW
 from ...core.operator import OPS
 from . import trees
 from .forward import FORWARD_LOCK
-from .graph import CHECKED, batched_grads, check_twice, finished, grads
+from .graph import CHECKED, Once, batched_grads, check_twice, finished, grads
 
 
 def runner(prob, combo, f, weak: bool):
@@ -363,6 +363,7 @@ def _hvp(prob, f, value, code, aux):
     each of a ``Tangents`` (``_along``), on the one graph."""
 
     handed: list = []  # f's result is one the general path handles (see _scalar_at)
+    once = Once(f)  # what this runner found on f's graph (``graph.check_twice``)
 
     def run(x, v):
         stack = v._stack if type(v) is Tangents else None  # (k directions stacked)
@@ -376,7 +377,7 @@ def _hvp(prob, f, value, code, aux):
             return SLOW
         xg, y, a = got
         attached = finished(y, (xg,), False)
-        (g,) = grads(prob, y, (xg,), None, True, True)
+        (g,) = grads(prob, y, (xg,), None, True, True, once)
         if not g.requires_grad:  # unused or linear x: the general path, from now on
             hand_over(code, handed)
             return SLOW
@@ -429,6 +430,7 @@ def _scalar(prob, f, value, second, code, aux):
     any other shape takes the general path (forward mode)."""
 
     handed: list = []  # f's result is one the general path handles (see _scalar_at)
+    once = Once(f)  # what this runner found on f's graph (``graph.check_twice``)
 
     def run(x):
         got = _scalar_at(f, x, code, handed, aux) if not x.ndim else None
@@ -436,7 +438,7 @@ def _scalar(prob, f, value, second, code, aux):
             return SLOW
         xg, y, a = got
         attached = finished(y, (xg,), False)
-        (d,) = grads(prob, y, (xg,), None, attached or second, second)
+        (d,) = grads(prob, y, (xg,), None, attached or second, second, once)
         if not second:
             out = (y if attached else y.detach(), d) if value else d
             return out if aux is None else aux.give(a, out)

@@ -147,14 +147,15 @@ def leaf(x):
     return x.detach().clone().requires_grad_()
 
 
-def grads(prob, y, xg: tuple, w, attached: bool, retain: bool) -> tuple:
+def grads(prob, y, xg: tuple, w, attached: bool, retain: bool, once=None) -> tuple:
     """The one reverse pass of the torch backend: the pullback of ``w`` (None: a scalar
     y) to the leaves ``xg``, zeros where y does not depend on a leaf. ``y`` and ``w`` may
     be lists (f's output leaves on the graph, and their cotangents).
 
     The result stays on the graph when the call's results do (``attached``) or an
     outer pass sees ``w``; such a derivative is first checked for a backward marked
-    ``@once_differentiable`` (``check_twice``). ``retain``: y's graph serves another
+    ``@once_differentiable`` (``check_twice``; ``once``: what the runner of one object
+    of f found on an earlier call, see ``Once``). ``retain``: y's graph serves another
     pullback (a graph built on y's graph keeps it too: its saved tensors are read
     again)."""
     if type(y) is list:
@@ -163,8 +164,8 @@ def grads(prob, y, xg: tuple, w, attached: bool, retain: bool) -> tuple:
         return tuple(torch.zeros_like(x) for x in xg)
     else:
         create = attached or (w is not None and seen_by_outer(w))
-    if create:
-        check_twice(prob, y, xg)
+    if create and (once is None or once.name != ""):
+        check_twice(prob, y, xg, once)
     gs = torch.autograd.grad(
         y, xg, w, allow_unused=True, create_graph=create, retain_graph=retain or create
     )
@@ -236,12 +237,26 @@ _ONCE_CODE = torch.autograd.function.once_differentiable(lambda ctx: None).__cod
 _TWICE = CodeFacts()
 
 
-def check_twice(prob, y, xg: tuple) -> None:
+class Once:
+    """What the runner of one object of f (``f``: as the runner holds it) found on f's
+    graph: the name of an autograd.Function whose backward is marked
+    ``@once_differentiable`` ("" for none, None before its first call). A fact of f's
+    code (``_TWICE``), so a runner looks once; a runner made per call (a closure made
+    anew per call, ``direct.code_runner``) looks it up under the call's own f. Runners
+    run outside strict (the shell hands strict calls to the general path)."""
+
+    __slots__ = ("f", "name")
+
+    def __init__(self, f) -> None:
+        self.f, self.name = f, None
+
+
+def check_twice(prob, y, xg: tuple, once: Once | None = None) -> None:
     """Raise where a derivative of f's derivative would pass through a backward marked
-    ``@once_differentiable`` (see ``once_differentiable``); looked for on f's first such
-    call (every call under strict, and every call of a runner that holds f weakly:
-    ``Problem.named``)."""
-    f = prob.f
+    ``@once_differentiable`` (see ``once_differentiable``); looked for on the first
+    such call of f's code (every call under strict, and every call of a runner that
+    holds f weakly without ``once``: ``Problem.named``), kept in ``once``."""
+    f = prob.f if once is None else once.f
     over = _config.OPTIONS.get()  # (``_config.strict()`` inline: no options block, no frame)
     strict = _config.config.strict if over is None else _config.strict()
     name = None if f is None or strict else _TWICE.get(f)
@@ -249,6 +264,8 @@ def check_twice(prob, y, xg: tuple) -> None:
         name = once_differentiable(y, xg) or ""
         if f is not None:
             _TWICE.put(f, name)
+    if once is not None and not strict:
+        once.name = name
     if name:
         raise _checks.DiffifaceTypeError(
             f"{_checks.call_form(prob.op, prob.backend)}: this derivative differentiates "

@@ -23,7 +23,7 @@ from ...core.operator import OPS
 from . import trees
 from .direct import all_plain, hand_over, handed_over, like
 from .forward import FORWARD_LOCK
-from .graph import CHECKED, finished, grads
+from .graph import CHECKED, Once, finished, grads
 
 
 def runner(prob, combo, f, weak: bool):
@@ -140,6 +140,7 @@ def _hvp(prob, f, rebuild, value, code):
     """The double backward (as ``direct._hvp``): the gradient's graph, then one reverse
     pass along v from the parts of the gradient that depend on x."""
     handed: list = []  # f's result is one the general path handles (see direct._scalar_at)
+    once = Once(f)  # what this runner found on f's graph (``graph.check_twice``)
 
     def run(xs, _, contexts, vs):
         if handed or not all_plain(xs) or not _tangents_like(vs, xs):
@@ -154,7 +155,7 @@ def _hvp(prob, f, rebuild, value, code):
             hand_over(code, handed)
             return SLOW
         attached = finished(y, xg, False)
-        gs = grads(prob, y, xg, None, True, True)
+        gs = grads(prob, y, xg, None, True, True, once)
         live = _live(gs, vs)
         if live is None:  # linear f: the general path, from now on
             hand_over(code, handed)

@@ -36,7 +36,12 @@ _ONLY = CodeFacts()
 
 def only(prob: Any) -> str | None:
     """The one direction ``prob``'s f is known to support on its framework, or None."""
-    got = _ONLY.get(prob.f, prob.impl.framework)
+    return only_of(prob.f, prob.impl.framework)
+
+
+def only_of(f: Any, framework: str) -> str | None:
+    """The one direction ``f`` is known to support on ``framework``, or None."""
+    got = _ONLY.get(f, framework)
     return None if got is None else got[0]
 
 

@@ -146,3 +146,30 @@ def test_jax_long_lived_closures_of_one_code_compile_once_and_never_warn():
         for k, f in enumerate(fs):
             np.testing.assert_allclose(call(f), _want("gradient", (k + 1) * A[0]), rtol=1e-12)
     assert _RUNS[0] <= 2
+
+
+@pytest.mark.parametrize("op", ["gradient", "vjp", "hvp", "jvp"])
+def test_a_closure_of_the_same_code_with_other_cells_is_watched(op):
+    """torch: closures made anew per call share their code's plan, but one whose cells
+    differ (here: ``.item()`` instead of ``.detach().item()``) is watched on its own
+    first call, so a derivative it drops is the usual clear error, never a silently
+    wrong result (the code's plan skipped the watch)."""
+    torch = pytest.importorskip("torch")
+    x = torch.tensor([1.0, 2.0, 3.0], dtype=torch.float64)
+    t = (x,) if op in ("vjp", "hvp", "jvp") else ()
+    scalar = op in ("gradient", "hvp")
+
+    def make(conv):
+        if scalar:
+            return lambda x: conv(x.sum()) * x.sum()
+        return lambda x: conv(x.sum()) * x
+
+    call = getattr(di, op)
+    for _ in range(3):  # the code's plan, made from closures that detach on purpose
+        got = call(make(lambda s: s.detach().item()), di.AutoTorch(), x, *t)
+    s = float(x.sum())
+    want = {"gradient": np.full(3, s), "vjp": s * x.numpy(), "jvp": s * x.numpy()}
+    if op != "hvp":
+        np.testing.assert_allclose(got.numpy(), want[op], rtol=1e-12)
+    with pytest.raises(TypeError, match="converted a tensor that carries the derivative"):
+        call(make(lambda s: s.item()), di.AutoTorch(), x, *t)

@@ -15,7 +15,7 @@ writes:
 It may override, for speed or for its framework's semantics: any derived operator of
 ``BackendImpl`` (``value_and_gradient``, ``value_and_jacobian``, ``gradient_and_hvp``, the
 batched ``value_and_jvps``/``value_and_vjps``), ``runner`` (compiled plans), ``compile``,
-``protect``, ``own_output``, ``flatten_fast``, ``array_key``, ``settle``, ``open``,
+``protect``, ``own_output``, ``array_key``, ``settle``, ``open``,
 ``standin``, ``block``, ``peak_bytes`` and the ``*_unsupported`` hooks.
 docs/writing-a-backend.md shows one.
 """
@@ -165,7 +165,6 @@ class Contract:
             if started:
                 tracemalloc.stop()
 
-    flatten_fast = None  # a faster pytree flatten of the framework, if it has one
     protect = None  # xs -> the leaves f receives, copied where f could change the caller's
     compile = None  # the framework's compiler (jax.jit): a pytree output's split, once
 

@@ -4,7 +4,8 @@ A :class:`Signature` holds x's tree and leaves, the contexts' and the tangent's,
 leaf by one rule (:func:`leaf`): an array by its kind, shape and dtype, anything else by
 its kind. Preparations and the plans kept for unprepared calls compare a call with it:
 :meth:`Signature.run` is a runner's cheap check (one array: type, shape and dtype;
-native leaves: one flatten and one list comparison), ``==`` the full comparison, and
+native leaves: one walk along the plan's treedef and a key per leaf, see
+:class:`Native`), ``==`` the full comparison, and
 :func:`rows` the mismatch report.
 
 Tables keyed on the *entered* arguments (converted to the backend's arrays, or its
@@ -16,6 +17,8 @@ from __future__ import annotations
 
 import operator
 from typing import Any
+
+import optree
 
 from .._arrays import framework_of, owner
 from .._checks import dtype_name
@@ -88,6 +91,7 @@ def one(x: Any, key: Any = None) -> tuple:
 
 
 _SHAPE_DTYPE = operator.attrgetter("shape", "dtype")
+_VALUE = operator.attrgetter("value")
 
 
 class Signature:
@@ -96,28 +100,29 @@ class Signature:
     ``x``, ``ctx`` and ``t`` compare calls (:func:`tree`, :func:`contexts`,
     :func:`tangent`); ``kind`` is the form of x where it is one leaf (``single``) and
     ``one`` what a call's one array is matched by (:func:`one`; a Python float: its type
-    only); ``x_native``,
-    ``c_native`` and ``t_native`` are the native-leaf forms of x, of Constant contexts
-    and of the tangent (of a Tangents: of its tuple of tangents) (see :func:`native`),
-    None where a leaf is not a native array (``xt_native``: of x and one tangent
-    together, matched by one flatten, and x's number of leaves); ``as_is``: a runner
-    of one array takes the tangent as it came (one of x's type, a Tangents of them, or
+    only); ``x_native``, ``c_native`` and ``t_native`` are the native-leaf forms of x,
+    of Constant contexts' values and of the tangent (of a Tangents: of its tuple of
+    tangents) (see :class:`Native`), None where a leaf is not a native array; ``call``:
+    of the three together ``(x, values, tangent)``, which a LEAVES call is matched by
+    (``parts``: the numbers of x's and the contexts' leaves); ``as_is``: a runner of
+    one array takes the tangent as it came (one of x's type, a Tangents of them, or
     native leaves).
     """
 
     __slots__ = (
         "as_is",
         "c_native",
+        "call",
         "count",
         "ctx",
         "kind",
         "many",
         "one",
+        "parts",
         "t",
         "t_native",
         "x",
         "x_native",
-        "xt_native",
     )
 
     def __init__(self, impl: Any, x: Any, kinds: tuple, cs: tuple, t: Any, single: bool):
@@ -132,17 +137,22 @@ class Signature:
         natives = (self.kind is None or cs) and all(k == convert.NATIVE for k in kinds)
         self.x_native = native(impl, x) if natives else None
         constants = cs and all(type(c) is Constant for c in cs)
-        self.c_native = native(impl, tuple(c.value for c in cs)) if constants else None
+        values = tuple(c.value for c in cs) if constants else ()
+        self.c_native = native(impl, values) if constants else None
         self.t_native, self.as_is = None, True
+        ts = None
         if t is not None:
-            ts = t._values if self.many else (t,)
-            if self.kind is None or cs or any(type(v) is not type(x) for v in ts):
-                self.t_native = native(impl, ts if self.many else t)
-            self.as_is = all(type(v) is type(x) for v in ts) or self.t_native is not None
-        # (x and one tangent of native leaves, no contexts: matched by one flatten)
-        self.xt_native = None
-        if self.x_native is not None and self.t_native is not None and not cs and not self.many:
-            self.xt_native = (native(impl, (x, t)), len(self.x_native[2]))
+            ts = t._values if self.many else t
+            each = ts if self.many else (t,)
+            if self.kind is None or cs or any(type(v) is not type(x) for v in each):
+                self.t_native = native(impl, ts)
+            self.as_is = all(type(v) is type(x) for v in each) or self.t_native is not None
+        # (the LEAVES form: x, the contexts' values and the tangent matched by one walk)
+        self.call, self.parts = None, (0, 0)
+        if self.form() == LEAVES:
+            self.call = native(impl, (x, values, ts))
+            nc = len(self.c_native.types) if self.c_native is not None else 0
+            self.parts = (len(self.x_native.types), nc)
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Signature):
@@ -169,37 +179,35 @@ class Signature:
         context leaves, context values)``, and the tangent's leaves after them (a
         Tangents of k: a tuple of k such tuples)."""
         if form == LEAVES:
-            if t and not cs and self.xt_native is not None:
-                both = matches_native((x, t[0]), self.xt_native[0])
-                k = self.xt_native[1]
-                return SLOW if both is None else run(both[:k], (), (), both[k:])
-            got = leaves_of(x, cs, self.x_native, self.c_native)
-            if got is None:
+            for c in cs:  # (a loop: no frame)
+                if type(c) is not Constant:
+                    return SLOW
+            values = tuple(map(_VALUE, cs)) if cs else ()
+            ts = None
+            if t:
+                ts = t[0]
+                if self.many:
+                    if type(ts) is not Tangents:
+                        return SLOW
+                    ts = ts._values
+            leaves = self.call.leaves((x, values, ts))  # (one walk of all three)
+            if leaves is None:
                 return SLOW
+            nx, nc = self.parts
+            xs, c_leaves = leaves[:nx], leaves[nx : nx + nc]
             if not t:
-                return run(*got)
-            ts = self.tangent_leaves(t[0])
-            return SLOW if ts is None else run(*got, ts)
+                return run(xs, c_leaves, values)
+            ts = leaves[nx + nc :]
+            if self.many:
+                n = len(ts) // self.count
+                ts = tuple(ts[i * n : (i + 1) * n] for i in range(self.count))
+            return run(xs, c_leaves, values, ts)
         if form == PYTHON:  # a Python float: never its value (the runner checks the dtype)
             return SLOW if cs or type(x) is not float else run(x, *t)
         s = self.one
         if cs or type(x) is not s[0] or (s[3](x) != s[4] and (x.shape != s[1] or x.dtype != s[2])):
             return SLOW
         return run(x, *t) if t else run(x)
-
-    def tangent_leaves(self, t: Any) -> tuple | None:
-        """The leaves of a tangent that matches ``t_native`` (of a Tangents of k: k tuples
-        of leaves), else None."""
-        if not self.many:
-            return matches_native(t, self.t_native)
-        k = self.count
-        if type(t) is not Tangents or len(t) != k:
-            return None
-        leaves = matches_native(t._values, self.t_native)
-        if leaves is None:
-            return None
-        n = len(leaves) // k
-        return tuple(leaves[i * n : (i + 1) * n] for i in range(k))
 
     def takes(self, t: Any) -> bool:
         """Whether a tangent has this signature's count (one, or Tangents of as many)."""
@@ -208,32 +216,99 @@ class Signature:
         return not self.many or len(t) == len(self.t[1])
 
 
-def native(impl: Any, t: Any) -> tuple | None:
-    """(flatten, treedef, [(type, shape, dtype)]) when every leaf is a native array,
-    else None. ``flatten`` is the backend's faster one (``jax.tree_util``) where it gives
-    the same leaves in the same order as diffiface's."""
-    leaves, treedef = flatten(t)
+class Native:
+    """A pytree of native arrays (from a plan's arguments), and the match of a call's
+    pytree against it (:meth:`leaves`): optree's ``flatten_up_to`` walks the call's
+    containers along the plan's treedef (no new treedef is built, none compared), then
+    each leaf is compared by its type and one key (the backend's ``array_key``, else
+    its shape and dtype), where the key differs by shape and dtype.
+
+    ``flatten_up_to`` takes an OrderedDict or a defaultdict where the treedef has a
+    dict (and any deque for a deque): the plain dicts are checked by their paths
+    (``dicts``); a treedef with the other kinds, or a dict below a node of another
+    type, is matched by a full flatten and the treedefs compared (``dicts`` None).
+    """
+
+    __slots__ = ("dicts", "key", "keys", "metas", "spec", "types")
+
+    def __init__(self, impl: Any, leaves: list, spec: Any):
+        self.spec, self.dicts = spec, _dict_paths(spec)
+        self.types = list(map(type, leaves))
+        self.key = impl.array_key or _SHAPE_DTYPE
+        self.keys = list(map(self.key, leaves))
+        self.metas = [(v.shape, v.dtype) for v in leaves]
+
+    def leaves(self, t: Any) -> tuple | None:
+        """The leaves of ``t`` when its structure and leaves match, else None."""
+        if self.dicts is None:
+            leaves, spec = flatten(t)
+            if spec != self.spec:
+                return None
+        else:
+            try:
+                leaves = self.spec.flatten_up_to(t)
+            except (ValueError, TypeError):  # another structure
+                return None
+            for path in self.dicts:  # (loops: no frame)
+                node = t
+                for entry in path:
+                    node = node[entry]
+                if type(node) is not dict:
+                    return None
+        if list(map(type, leaves)) != self.types:  # (type first: a float has no shape)
+            return None
+        if list(map(self.key, leaves)) != self.keys and not self._same(leaves):
+            return None
+        return tuple(leaves)
+
+    def _same(self, leaves: list) -> bool:
+        """Each leaf has the shape and dtype of the plan's (where its key differs: a JAX
+        array of another weak type)."""
+        for v, (shape, dtype) in zip(leaves, self.metas, strict=True):
+            if v.shape != shape or v.dtype != dtype:
+                return False
+        return True
+
+
+_DICTS = (optree.PyTreeKind.DICT,)
+_STRICT = {  # kinds ``flatten_up_to`` takes only as they are (a dict: see Native)
+    optree.PyTreeKind.LEAF,
+    optree.PyTreeKind.NONE,
+    optree.PyTreeKind.TUPLE,
+    optree.PyTreeKind.LIST,
+    optree.PyTreeKind.NAMEDTUPLE,
+    optree.PyTreeKind.STRUCTSEQUENCE,
+    optree.PyTreeKind.CUSTOM,
+    optree.PyTreeKind.DICT,
+}
+
+
+def _dict_paths(spec: Any, path: tuple = ()) -> list | None:
+    """The paths (keys and indices) of the dicts in a treedef, or None where it has a
+    container ``flatten_up_to`` takes loosely or a dict below a custom node."""
+    kind = spec.kind
+    if kind not in _STRICT:
+        return None
+    found = [path] if kind in _DICTS else []
+    for entry, child in zip(spec.entries(), spec.children(), strict=True):
+        below = _dict_paths(child, (*path, entry))
+        if below is None or (below and kind == optree.PyTreeKind.CUSTOM):
+            return None
+        found += below
+    return found
+
+
+def native(impl: Any, t: Any) -> Native | None:
+    """The :class:`Native` of ``t`` when every leaf is a native array, else None."""
+    leaves, spec = flatten(t)
     if not all(impl.is_native(v) and not impl.is_traced(v) for v in leaves):
         return None
-    fast = impl.flatten_fast
-    if fast is not None:
-        other, other_def = fast(t)
-        if len(other) == len(leaves) and all(a is b for a, b in zip(other, leaves, strict=True)):
-            return fast, other_def, [(type(v), v.shape, v.dtype) for v in leaves]
-    return flatten, treedef, [(type(v), v.shape, v.dtype) for v in leaves]
+    return Native(impl, leaves, spec)
 
 
-def matches_native(t: Any, sig: Any) -> tuple | None:
+def matches_native(t: Any, sig: Native | None) -> tuple | None:
     """The leaves of ``t`` when they match ``sig`` (from :func:`native`), else None."""
-    if sig is None:
-        return None
-    leaves, treedef = sig[0](t)
-    if treedef != sig[1]:
-        return None
-    for v, (kind, shape, dtype) in zip(leaves, sig[2], strict=True):
-        if type(v) is not kind or v.shape != shape or v.dtype != dtype:  # (type first)
-            return None
-    return tuple(leaves)
+    return None if sig is None else sig.leaves(t)
 
 
 def constant_leaves(cs: tuple, sig: Any) -> tuple | None:
@@ -243,18 +318,6 @@ def constant_leaves(cs: tuple, sig: Any) -> tuple | None:
     values = tuple(c.value for c in cs)
     leaves = matches_native(values, sig)
     return None if leaves is None else (leaves, values)
-
-
-def leaves_of(x: Any, cs: tuple, x_sig: Any, c_sig: Any) -> tuple | None:
-    """(x leaves, context leaves, context values) when x and the contexts match the
-    native signatures (``c_sig`` None: no contexts), else None."""
-    xs = matches_native(x, x_sig)
-    if xs is None:
-        return None
-    if c_sig is None:
-        return None if cs else (xs, (), ())
-    got = constant_leaves(cs, c_sig)
-    return None if got is None else (xs, *got)
 
 
 def entered(leaf_rule: Any, xs: tuple, ctx: tuple) -> tuple:

@@ -75,7 +75,6 @@ class JaxImpl(BackendImpl):
         runs_aux=True,  # the compiled function restores f's aux into the sink (WithAux)
     )
 
-    flatten_fast = staticmethod(jax.tree_util.tree_flatten)
     array_key = staticmethod(operator.attrgetter("aval"))  # (read in 50 ns, shape in 200)
 
     def is_native(self, leaf: Any) -> bool:

@@ -15,7 +15,6 @@ import jax.numpy as jnp
 import numpy as np
 
 from ..._tangents import Tangents, of_stack
-from ..._tree import unflatten
 from ...core import outputs
 from ...core.backend import SLOW
 from ...core.operator import OPS, SHAPED_LIKE_F, names
@@ -269,11 +268,12 @@ def leaves(prob):
     if prob.single:
         return lambda xs, cs, _: run(xs[0], *cs)
     if prob.op == "gradient":
-        return lambda xs, cs, _: unflatten(treedef, run(xs, *cs))
+        back = treedef.unflatten  # (optree's, in C: no frame)
+        return lambda xs, cs, _: back(run(xs, *cs))
 
     def value_and_gradient(xs, cs, _):
         y, g = run(xs, *cs)
-        return y, unflatten(treedef, g)
+        return y, treedef.unflatten(g)
 
     return value_and_gradient
 
@@ -292,7 +292,7 @@ def _leaf_tangents(prob, tag: tuple, run):
         OPS[op].returns[0] not in SHAPED_LIKE_F,
         OPS[op].returns[-1] not in SHAPED_LIKE_F,
     )
-    back = (lambda a: a) if single else (lambda a: unflatten(treedef, a))
+    back = (lambda a: a) if single else treedef.unflatten  # (optree's: no frame)
     if like_x:
         arg = (lambda ts: ts[0]) if single else (lambda ts: ts)
     else:

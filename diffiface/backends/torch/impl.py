@@ -28,7 +28,7 @@ from ..._tree import tree_map
 from ...core import direction
 from ...core.backend import BackendImpl, Traits
 from ...core.registry import register
-from . import direct, hessian_way, leaves, memory, trees
+from . import direct, hessian_way, leaves, memory
 from .forward import dual_jvp
 from .graph import (
     DONE,
@@ -63,7 +63,6 @@ class TorchImpl(BackendImpl):
         runs_aux=True,  # the runners of ``direct`` hand f's aux to the sink, settled
         runs_trees=True,  # they take f's pytree output per call (``trees``)
     )
-    flatten_fast = staticmethod(trees.flatten)  # (optree, as diffiface's flatten for tensors)
 
     def is_native(self, leaf: Any) -> bool:
         return isinstance(leaf, torch.Tensor)

@@ -21,7 +21,7 @@ from ..._tree import NAMESPACE, unflatten
 
 # diffiface's flatten without its check for a framework's own node types (JAX's): a
 # tensor is a leaf, and a node optree does not know stays one, which no runner takes
-# (it is not a tensor). ``TorchImpl.flatten_fast`` (see ``signature.native``).
+# (it is not a tensor).
 flatten = functools.partial(optree.tree_flatten, none_is_leaf=False, namespace=NAMESPACE)
 
 

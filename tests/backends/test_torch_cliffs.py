@@ -321,7 +321,8 @@ def test_closures_of_one_code_on_an_outer_graph_stay_on_it(monkeypatch):
     runner keeps the result on that tensor's graph, with torch's own derivative."""
     x = torch.tensor(X)
     make = _maker_v([0])
-    di.vjp(make(2.0), B, x, torch.tensor(V))
+    warm = torch.tensor(2.0, dtype=torch.float64, requires_grad=True)  # (cells of its kinds:
+    di.vjp(make(warm), B, x, torch.tensor(V))  # a closure over a float is watched anew)
     _general_path_fails(monkeypatch)
     p = torch.tensor(1.5, dtype=torch.float64, requires_grad=True)
     g = di.vjp(make(p), B, x, torch.tensor(V))

@@ -55,12 +55,52 @@ def test_the_trial_keeps_the_faster_way(monkeypatch, faster):
 
         return run
 
+    import torch
+
     fns: dict = {}
+    x = torch.ones(2)
     for _ in range(6):
-        hessian_way.run(fns, True, way("func"), way("batched"))
+        hessian_way.run(fns, True, way("func"), way("batched"), x)
     assert ran == ["batched", "func"] * 3  # each way in turn, one run per call
     assert fns[hessian_way.KEY] == faster
-    assert hessian_way.run(fns, True, way("func"), way("batched")) == faster
+    assert hessian_way.run(fns, True, way("func"), way("batched"), x) == faster
+
+
+def test_the_trial_waits_for_times_not_yet_known(monkeypatch):
+    """On a GPU a call's time is known once its kernels are done: until then the calls
+    after the trial run the batched way, and nothing waits."""
+    from diffiface.backends.torch import hessian_way
+
+    done = [False]
+
+    class Pending:
+        def __init__(self):
+            self.t = None
+
+        def stop(self):
+            self.t = 1.0 if ran[-1] == "func" else 2.0  # func is faster
+            return self
+
+        def seconds(self):
+            return self.t if done[0] else None
+
+    monkeypatch.setattr(hessian_way, "_Wall", Pending)
+    ran = []
+
+    def way(name):
+        return lambda: ran.append(name) or name
+
+    import torch
+
+    fns: dict = {}
+    x = torch.ones(2)
+    for _ in range(8):
+        hessian_way.run(fns, True, way("func"), way("batched"), x)
+    assert ran == ["batched", "func"] * 3 + ["batched", "batched"]
+    assert isinstance(fns[hessian_way.KEY], hessian_way.Trial)
+    done[0] = True
+    hessian_way.run(fns, True, way("func"), way("batched"), x)
+    assert fns[hessian_way.KEY] == "func"
 
 
 def test_an_unprepared_call_and_an_f_torch_func_cannot_run_take_the_batched_way():
@@ -69,9 +109,12 @@ def test_an_unprepared_call_and_an_f_torch_func_cannot_run_take_the_batched_way(
     def fails():
         raise RuntimeError("does not have vmap support")
 
+    import torch
+
     fns: dict = {}
-    assert hessian_way.run(fns, False, fails, lambda: "batched") == "batched"
+    x = torch.ones(2)
+    assert hessian_way.run(fns, False, fails, lambda: "batched", x) == "batched"
     assert hessian_way.KEY not in fns
     for _ in range(3):
-        assert hessian_way.run(fns, True, fails, lambda: "batched") == "batched"
+        assert hessian_way.run(fns, True, fails, lambda: "batched", x) == "batched"
     assert fns[hessian_way.KEY] == hessian_way.BATCHED

@@ -27,7 +27,6 @@ import diffiface as di
 from diffiface.core.operator import OPS
 
 
-
 def _cpu_jax():
     import jax
 

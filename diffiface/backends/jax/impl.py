@@ -20,7 +20,7 @@ from ...core import direction, outputs
 from ...core.backend import BackendImpl, Traits
 from ...core.registry import register
 from ...core.signature import leaf_signature
-from . import closures, directions, runners
+from . import closures, directions, runners, running
 from .aux import WithAux
 from .contexts import join_contexts, split_contexts
 from .running import TANGENTS, call, dense
@@ -125,7 +125,7 @@ class JaxImpl(BackendImpl):
         return None
 
     def ones_like(self, a: Any) -> Any:
-        return jnp.ones_like(a)
+        return running.ones_like(a)
 
     def leaf_signature(self, a: Any) -> Any:
         if isinstance(a, jax.Array):  # an array or a tracer

@@ -19,7 +19,7 @@ from ...core import outputs
 from ...core.backend import SLOW
 from ...core.operator import OPS, SHAPED_LIKE_F, names
 from . import closures
-from .running import TANGENTS, call, dense, only_compiled
+from .running import TANGENTS, call, dense, ones_like, only_compiled
 
 # operators whose compiled function returns the result as is
 _AS_IS = frozenset(
@@ -110,15 +110,15 @@ def _single(prob, op: str, numpy: bool):
     who = prob.named()
     if op in ("derivative", "value_and_derivative"):
         i = slice(None) if op == "value_and_derivative" else 1
-        ones: dict = {}  # the tangent 1, made once per aval (no dispatch per call)
+        ones: dict = {}  # the tangent 1, made once per aval and device (no dispatch per call)
 
         def derivative(x):
             if isinstance(x, jax.core.Tracer):  # (traced into a caller's compiled call)
                 return call(who, run, x, jnp.ones_like(x))[i]
-            key = (x.dtype, getattr(x, "weak_type", False))
+            key = (x.dtype, getattr(x, "weak_type", False), getattr(x, "sharding", None))
             one = ones.get(key)
             if one is None:
-                one = ones[key] = jnp.ones_like(x)
+                one = ones[key] = ones_like(x)
             return call(who, run, x, one)[i]
 
         return derivative

@@ -15,6 +15,10 @@ _CONCRETE = (
 )
 
 
+# the ones like a (a derivative's tangent), made by a compiled program: on a's device,
+# with no host-to-device transfer of the 1 (an eager ``jnp.ones_like`` makes one)
+ones_like = jax.jit(jax.numpy.ones_like)
+
 TANGENTS = "tangents"  # a memo entry: the number of tangents a Tangents call passed
 
 

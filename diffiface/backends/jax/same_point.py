@@ -18,7 +18,6 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from ..._cache import FunctionCache
 from .contexts import join_contexts, split_contexts
@@ -32,12 +31,16 @@ def keep(a: Any) -> Any:
 
 
 def same(kept: Any, a: Any) -> bool:
-    """The same array, or one with equal values (a tracer is never the prepared point)."""
+    """The same array, or one with equal values on the same devices, compared there (one
+    bool comes back, not the arrays); a tracer is never the prepared point."""
     if a is kept:
         return True
     if not isinstance(a, jax.Array) or isinstance(a, jax.core.Tracer) or a.shape != kept.shape:
         return False
-    return bool(np.array_equal(np.asarray(a), np.asarray(kept), equal_nan=True))
+    return a.sharding == kept.sharding and bool(_equal(a, kept))
+
+
+_equal = jax.jit(lambda a, b: jnp.array_equal(a, b, equal_nan=True))
 
 
 def _gradient_pullback(fn):

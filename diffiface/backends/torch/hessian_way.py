@@ -21,30 +21,74 @@ _ORDER = (BATCHED, FUNC, BATCHED, FUNC, BATCHED, FUNC)
 class Trial:
     """The first calls of one prepared Hessian, timed under each way in turn."""
 
-    __slots__ = ("best", "calls")
+    __slots__ = ("calls", "times")
 
     def __init__(self) -> None:
         self.calls = 0
-        self.best = {FUNC: math.inf, BATCHED: math.inf}
+        self.times: list = []  # (way, its timer) of the counted calls
 
     def next_way(self) -> str:
-        return _ORDER[self.calls]
+        return _ORDER[self.calls] if self.calls < len(_ORDER) else BATCHED
 
-    def timed(self, way: str, seconds: float) -> str | None:
-        """Count one call; the faster way once every call of the trial has run."""
-        if self.calls >= 2:
-            self.best[way] = min(self.best[way], seconds)
+    def timed(self, way: str, timer: Any) -> str | None:
+        """Count one call; the faster way once every call of the trial has run and
+        been timed."""
+        if 2 <= self.calls < len(_ORDER):
+            self.times.append((way, timer))
         self.calls += 1
+        return self.choice()
+
+    def choice(self) -> str | None:
+        """The faster way, or None while a call is still to run or, on a GPU, still
+        running (its time is read when its events are done, never waited for)."""
         if self.calls < len(_ORDER):
             return None
-        return FUNC if self.best[FUNC] < self.best[BATCHED] else BATCHED
+        best = {FUNC: math.inf, BATCHED: math.inf}
+        for way, timer in self.times:
+            seconds = timer.seconds()
+            if seconds is None:
+                return None
+            best[way] = min(best[way], seconds)
+        return FUNC if best[FUNC] < best[BATCHED] else BATCHED
 
 
-def run(fns: dict, prepared: bool, by_func: Callable[[], Any], batched: Callable[[], Any]):
+class _Wall:
+    """The wall-clock time of a call on the CPU."""
+
+    def __init__(self) -> None:
+        self.start = time.perf_counter()
+
+    def stop(self) -> _Wall:
+        self.start = time.perf_counter() - self.start
+        return self
+
+    def seconds(self) -> float:
+        return self.start
+
+
+class _Events:
+    """The time of a call's kernels on a GPU, by events recorded on its stream: reading
+    it neither waits for them nor synchronises."""
+
+    def __init__(self) -> None:
+        import torch
+
+        self.start, self.end = (torch.cuda.Event(enable_timing=True) for _ in range(2))
+        self.start.record()
+
+    def stop(self) -> _Events:
+        self.end.record()
+        return self
+
+    def seconds(self) -> float | None:
+        return self.start.elapsed_time(self.end) / 1e3 if self.end.query() else None
+
+
+def run(fns: dict, prepared: bool, by_func: Callable[[], Any], batched: Callable[[], Any], x):
     """The Hessian by the way ``fns`` (the problem's memo) has chosen, or, for a prepared
-    problem still choosing, by the trial's next way, timed. An unprepared problem runs
-    the batched double backward; so does f that torch.func cannot run (its error
-    decides it, once)."""
+    problem still choosing, by the trial's next way, timed (on a GPU, by events on x's
+    stream). An unprepared problem runs the batched double backward; so does f that
+    torch.func cannot run (its error decides it, once)."""
     way = fns.get(KEY)
     if way is None:
         if not prepared:
@@ -55,7 +99,7 @@ def run(fns: dict, prepared: bool, by_func: Callable[[], Any], batched: Callable
     if way == FUNC:
         return by_func()
     trial, way = way, way.next_way()
-    start = time.perf_counter()
+    timer = _Events() if x.is_cuda else _Wall()
     if way == FUNC:
         try:
             h = by_func()
@@ -64,7 +108,7 @@ def run(fns: dict, prepared: bool, by_func: Callable[[], Any], batched: Callable
             return batched()
     else:
         h = batched()
-    chosen = trial.timed(way, time.perf_counter() - start)
+    chosen = trial.timed(way, timer.stop())
     if chosen is not None:
         fns[KEY] = chosen
     return h

@@ -425,7 +425,7 @@ class TorchImpl(BackendImpl):
             return batched()
         f1 = _one(prob.flat(), ctx)
         by_func = lambda: call_forward(prob, lambda: torch.func.hessian(f1)(xs[0]))  # noqa: E731
-        return hessian_way.run(prob.fns, prob.prepared, by_func, batched)
+        return hessian_way.run(prob.fns, prob.prepared, by_func, batched, xs[0])
 
     def value_gradient_and_hessian(self, prob, xs, ctx, combo):
         fn = prob.flat()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -21,7 +22,7 @@ class Format:
         from jax.experimental import sparse as jsparse  # (imported by the first BCOO)
 
         self.unflatten = jsparse.BCOO.tree_unflatten
-        self.indices = jnp.asarray(np.stack([rows, indices], 1).astype(np.int32))
+        self.indices = index(np.stack([rows, indices], 1).astype(np.int32), like)
         self.info = {"shape": tuple(mn), "indices_sorted": True, "unique_indices": True}
 
     def __call__(self, data: Any) -> Any:
@@ -30,7 +31,15 @@ class Format:
 
 
 def index(idx: np.ndarray, like: Any) -> Any:
-    return jnp.asarray(idx.astype(np.int32 if idx.size < 2**31 else np.int64))
+    """``idx`` as a jax array on like's device (the default device for a tracer or a
+    NumPy like, and for like spread over several devices)."""
+    idx = idx.astype(np.int32 if idx.size < 2**31 else np.int64)
+    devices = like.devices() if isinstance(like, jax.Array) and not _traced(like) else ()
+    return jax.device_put(idx, next(iter(devices))) if len(devices) == 1 else jnp.asarray(idx)
+
+
+def _traced(a: Any) -> bool:
+    return isinstance(a, jax.core.Tracer)
 
 
 def scatter(data: Any, flat: Any, total: int) -> Any:

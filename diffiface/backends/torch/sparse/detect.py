@@ -58,7 +58,8 @@ def jacobian_pattern(fn, x: torch.Tensor) -> sp.csr_array:
     n = x.numel()
     interpreter = _Interpreter(n)
     meta = next(iter(gm.graph.find_nodes(op="placeholder"))).meta.get("val", x)
-    out = interpreter.run(gm, [Sym(meta, sp.identity(n, dtype=bool, format="csr"))])
+    with torch.device("cpu"):  # the rules' index tensors, whatever the default device
+        out = interpreter.run(gm, [Sym(meta, sp.identity(n, dtype=bool, format="csr"))])
     if interpreter.unknown:
         ops = ", ".join(f"{op} ({why})" for op, why in sorted(interpreter.unknown.items()))
         warnings.warn(

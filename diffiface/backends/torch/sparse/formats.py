@@ -28,8 +28,8 @@ class Format:
             self(torch.zeros(len(indices), dtype=like.dtype, device=dev))
 
     def __call__(self, data: Any) -> Any:
-        return torch.sparse_csr_tensor(
-            self.crow, self.col, data, size=self.mn, check_invariants=False
+        return torch.sparse_csr_tensor(  # (device: else torch's default device)
+            self.crow, self.col, data, size=self.mn, device=data.device, check_invariants=False
         )
 
 

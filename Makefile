@@ -2,7 +2,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test lint docs format bench bench-matrix bench-sparse clean
+.PHONY: demo test lint docs format bench bench-matrix bench-sparse gpu-check clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -43,6 +43,19 @@ bench-matrix: $(VENV)/.bench
 
 bench-sparse: $(VENV)/.bench
 	cd benchmarks && $(shell command -v taskset >/dev/null && echo taskset -c 0) ../$(BIN)/python sparse.py --md ../docs/sparse_results.md --png ../docs/sparse_growth.png
+
+# On a machine with a GPU (docs/benchmarks.md, "On a GPU"): the tests marked gpu and the
+# transfer tests, then the GPU benchmark (8 minutes at most); results in build/. It uses the Python that holds
+# CUDA torch and JAX (GPU_PYTHON, the venv's where there is one) and diffiface from here.
+GPU_PYTHON ?= $(if $(wildcard $(BIN)/python),$(BIN)/python,$(PYTHON))
+GPU_ENV := PYTHONPATH=$(CURDIR)$${PYTHONPATH:+:$$PYTHONPATH} XLA_PYTHON_CLIENT_PREALLOCATE=false
+gpu-check:
+	mkdir -p build
+	$(GPU_ENV) timeout 270 $(GPU_PYTHON) -m pytest -q -p no:cacheprovider -n 8 -rfE \
+		-W "ignore::DeprecationWarning" tests/devices >build/gpu_tests.txt 2>&1; \
+		echo $$? >build/gpu_tests.rc; tail -n 60 build/gpu_tests.txt
+	cd benchmarks && $(GPU_ENV) timeout 200 $(GPU_PYTHON) gpu.py --out ../build/gpu_check.md
+	test "$$(cat build/gpu_tests.rc)" = 0
 
 clean:
 	rm -rf $(VENV) build dist site .pytest_cache

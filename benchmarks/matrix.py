@@ -63,7 +63,7 @@ def leaves(r) -> list:
         return [a for v in r for a in leaves(v)]
     if hasattr(r, "detach"):
         r = r.detach()
-        return [(r.to_dense() if r.layout != _strided() else r).numpy()]
+        return [(r.to_dense() if r.layout != _strided() else r).cpu().numpy()]
     if hasattr(r, "todense"):  # a JAX BCOO or a scipy sparse matrix
         return [np.asarray(r.todense())]
     return [np.asarray(r)]
@@ -74,7 +74,7 @@ def matvec(J, r):
     if hasattr(J, "detach"):
         import torch
 
-        return (J.detach() @ torch.from_numpy(r).to(J.dtype)).numpy()
+        return (J.detach() @ torch.from_numpy(r).to(J.dtype).to(J.device)).cpu().numpy()
     if type(J).__module__.startswith("jax"):
         import jax.numpy as jnp
 

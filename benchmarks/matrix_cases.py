@@ -53,6 +53,8 @@ PREPARE = {
     "batched_jacobian": di.prepare_batched_jacobian,
 }
 K = 4  # tangents per Tangents row
+# where the rows' framework arrays live: the CPU unless benchmarks/gpu.py moves them
+DEVICE: dict = {"torch": "cpu", "jax": None}
 C = 2.0  # the constant a closure made per call captures
 
 
@@ -156,12 +158,13 @@ def _convert(fw: str, kind: str, a):
     if isinstance(a, tuple):
         return tuple(_convert(fw, kind, v) for v in a)
     if fw == "jax":
+        import jax
         import jax.numpy as jnp
 
-        return jnp.asarray(a)
+        return jnp.asarray(a) if DEVICE["jax"] is None else jax.device_put(a, DEVICE["jax"])
     import torch
 
-    return torch.tensor(a, dtype=torch.float64)
+    return torch.tensor(a, dtype=torch.float64, device=DEVICE["torch"])
 
 
 def _mlx_convert(kind: str, a):
@@ -272,6 +275,8 @@ def _blocking(fw: str, call, stacked: bool = False):
     Tangents: its one array)."""
     if fw == "mlx":
         return _evaluated(call, stacked)
+    if fw == "torch" and DEVICE["torch"] != "cpu":
+        return _synchronised(call)
     if fw != "jax":
         return call
     import jax
@@ -285,6 +290,18 @@ def _blocking(fw: str, call, stacked: bool = False):
         return r
 
     return blocked
+
+
+def _synchronised(call):
+    """``call`` that waits for its CUDA kernels."""
+    import torch
+
+    def synchronised():
+        r = call()
+        torch.cuda.synchronize()
+        return r
+
+    return synchronised
 
 
 def _evaluated(call, stacked: bool):

@@ -51,7 +51,7 @@ GPU_PYTHON ?= $(if $(wildcard $(BIN)/python),$(BIN)/python,$(PYTHON))
 GPU_ENV := PYTHONPATH=$(CURDIR)$${PYTHONPATH:+:$$PYTHONPATH} XLA_PYTHON_CLIENT_PREALLOCATE=false
 gpu-check:
 	mkdir -p build
-	$(GPU_ENV) timeout 270 $(GPU_PYTHON) -m pytest -q -p no:cacheprovider -n 8 -rfE \
+	$(GPU_ENV) timeout 270 $(GPU_PYTHON) -m pytest -q -p no:cacheprovider -p no:benchmark -n 8 -rfE \
 		-W "ignore::DeprecationWarning" tests/devices >build/gpu_tests.txt 2>&1; \
 		echo $$? >build/gpu_tests.rc; tail -n 60 build/gpu_tests.txt
 	cd benchmarks && $(GPU_ENV) timeout 200 $(GPU_PYTHON) gpu.py --out ../build/gpu_check.md

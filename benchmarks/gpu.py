@@ -189,6 +189,35 @@ def _jax_nested(make_g, t_np, p_np) -> dict:
     return calls
 
 
+def kernel_rows() -> list:
+    """CUDA kernels and copies launched by one warm call of the torch rows at 1e5,
+    native and diffiface (what a ratio at a launch-bound size is made of)."""
+    import warnings
+
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    out = []
+    forms = [(op, "prepared") for op in mc.CORE] + [("jvp", "Tangents(4)"), ("vjp", "Tangents(4)")]
+    for op, form in forms:
+        row = mc.Row("torch", op, "array", form, 10**5)
+        native, ours = mc.build(row)
+        counts = []
+        for fn in (native, ours):
+            fn()
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", UserWarning)
+                with profile(activities=[ProfilerActivity.CUDA]) as prof:
+                    fn()
+            kinds = [
+                e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA
+            ]
+            counts.append(len(kinds))
+        out.append((f"{row.name}: CUDA kernels and copies", counts[0], counts[1], "", ""))
+        print(*out[-1], sep=" | ", flush=True)
+    return out
+
+
 def crossing_rows(quick: bool) -> list:
     import jax.numpy as jnp
     import torch
@@ -271,6 +300,8 @@ def main(argv=None) -> int:
         ),
         "A crossing (float32)": crossing_rows(args.quick),
     }
+    if DEV["torch"] == "cuda":
+        sections["torch: CUDA kernels per call (counts, not µs)"] = kernel_rows()
     markdown(sections, args.out, time.perf_counter() - start)
     failed = [r[0] for rs in sections.values() for r in rs if r[3] == "failed"]
     print(f"wrote {args.out}; {len(failed)} rows failed", failed)

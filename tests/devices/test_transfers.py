@@ -20,6 +20,7 @@ from __future__ import annotations
 import pathlib
 import subprocess
 import sys
+import warnings
 
 import numpy as np
 import pytest
@@ -190,12 +191,14 @@ def test_a_prepared_cuda_call_neither_synchronises_nor_copies_to_the_host(s, op)
     for _ in range(8):
         out = call()
     torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-        torch.cuda.set_sync_debug_mode("error")  # a synchronising call raises
-        try:
-            out = call()
-        finally:
-            torch.cuda.set_sync_debug_mode(0)
+    with warnings.catch_warnings():  # torch's notes on its prototype sync mode and profiler
+        warnings.simplefilter("ignore", UserWarning)
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+            try:
+                torch.cuda.set_sync_debug_mode("error")  # a synchronising call raises
+                out = call()
+            finally:
+                torch.cuda.set_sync_debug_mode(0)
     to_host = [e.name for e in prof.events() if "DtoH" in e.name]
     assert to_host == [], to_host
     assert not check(di.AutoTorch(), s, op, out, "cuda:0")

@@ -37,7 +37,7 @@ def _cpu_jax():
 # check of the tests themselves on a machine without one)
 ON_CPU = os.environ.get("DIFFIFACE_GPU_TESTS_ON_CPU") == "1"
 TORCH_CUDA = HAVE["torch"] and (ON_CPU or cuda_torch())
-JAX_GPU = (gpu_jax() or (ON_CPU and _cpu_jax())) if HAVE["jax"] else None
+JAX_GPU = (gpu_jax() or (_cpu_jax() if ON_CPU else None)) if HAVE["jax"] else None
 TORCH_DEV = "cpu" if ON_CPU else "cuda"
 GPU_NAME = {"torch": "cpu" if ON_CPU else "cuda:0", "jax": JAX_GPU and jax_name(JAX_GPU)}
 NO_TORCH = pytest.mark.skipif(not TORCH_CUDA, reason="needs torch with CUDA")

@@ -47,18 +47,18 @@ def _torch_cases(dtypes=("float64",)):
 
 
 @NO_JAX
-@pytest.mark.parametrize("prepared", [True, False], ids=["prep", "unprep"])
 @pytest.mark.parametrize(("s", "op"), _ids(_jax_cases()))
-def test_a_warm_jax_call_transfers_nothing(s, op, prepared):
+def test_a_warm_jax_call_transfers_nothing(s, op):
     import jax
 
     device = jax.devices()[0]
-    call = ready(di.AutoJax(), s, op, jax_on(device), prepared)
-    call()
-    call()
-    with jax.transfer_guard("disallow"):
-        out = call()
-    assert not check(di.AutoJax(), s, op, out, jax_name(device))
+    for prepared in (True, False):
+        call = ready(di.AutoJax(), s, op, jax_on(device), prepared)
+        call()
+        call()
+        with jax.transfer_guard("disallow"):
+            out = call()
+        assert not check(di.AutoJax(), s, op, out, jax_name(device)), prepared
 
 
 @NO_JAX
@@ -97,17 +97,6 @@ def _watching():
     return Watch()
 
 
-@NO_TORCH
-@pytest.mark.parametrize(("s", "op"), _ids(_torch_cases()))
-def test_a_prepared_torch_call_reads_no_value_back(s, op):
-    call = ready(di.AutoTorch(), s, op, torch_on("cpu"), prepared=True)
-    for _ in range(8):  # the first calls of a prepared Hessian choose its formulation
-        with _watching() as watch:
-            out = call()
-        assert watch.seen == [], watch.seen
-    assert not check(di.AutoTorch(), s, op, out, "cpu")
-
-
 def test_the_read_watch_sees_reads():
     if not HAVE["torch"]:
         pytest.skip("needs torch")
@@ -135,13 +124,18 @@ def _cpu(a):
 
 
 @NO_TORCH
-@pytest.mark.parametrize("prepared", [True, False], ids=["prep", "unprep"])
 @pytest.mark.parametrize(("s", "op"), _ids(_torch_cases()))
-def test_every_torch_tensor_diffiface_makes_follows_x(s, op, prepared, meta_default):
-    call = ready(di.AutoTorch(), s, op, _cpu, prepared)
-    for _ in range(8):
-        out = call()
-    assert not check(di.AutoTorch(), s, op, out, "cpu")
+def test_torch_calls_make_tensors_on_x_device_and_read_nothing_back(s, op, meta_default):
+    """Under the "meta" default device, prepared and unprepared; the prepared call's
+    later calls read no value (the first calls of a prepared Hessian choose its
+    formulation)."""
+    for prepared in (True, False):
+        call = ready(di.AutoTorch(), s, op, _cpu, prepared)
+        for _ in range(8):
+            with _watching() as watch:
+                out = call()
+            assert not prepared or watch.seen == [], watch.seen
+        assert not check(di.AutoTorch(), s, op, out, "cpu"), prepared
 
 
 @NO_TORCH

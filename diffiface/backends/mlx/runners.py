@@ -18,6 +18,7 @@ general path's: the runner is None, or it returns SLOW."""
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import mlx.core as mx
@@ -27,10 +28,10 @@ from ..._cache import weak_callable
 from ..._tangents import Tangents, of_stack
 from ...core.backend import SLOW
 from ...core.operator import OPS
-from .second import aux_waits
+from .second import aux_waits, jacobian
 
 _FLOATS = (mx.float32, mx.float16, mx.bfloat16, mx.float64)
-_FAMILIES = ("gradient", "jvp", "vjp", "hvp")
+_FAMILIES = ("gradient", "jvp", "vjp", "hvp", "jacobian")
 
 
 def runner(prob, form: str, combo: Any, weak: bool):
@@ -57,7 +58,9 @@ def _maker(prob, form: str, combo: Any):
         return None
     if form not in ("array", "numpy"):
         return None
-    make, returns = _MAKERS[decl.family], decl.returns
+    make, returns = _MAKERS.get(decl.family), decl.returns
+    if decl.family == "jacobian":
+        make = functools.partial(_jacobian, mode=prob.backend.mode)
     if form == "array":
         return lambda f: make(f, returns)
     return lambda f: _numpy_in_out(make(f, returns))
@@ -168,8 +171,9 @@ def _hvp(f, returns: tuple):
     pass)."""
     vg = mx.value_and_grad(_checked(f, True))
     value = len(returns) == 3
-    inner = (lambda x: list(vg(x))) if value else (lambda x: [vg(x)[1]])
-    gradient = lambda x: [vg(x)[1]]  # noqa: E731
+
+    def gradient(x: Any) -> list:
+        return [vg(x)[1]]
 
     def run(x: Any, v: Any) -> Any:
         if type(v) is Tangents:
@@ -183,12 +187,44 @@ def _hvp(f, returns: tuple):
             return (y, g, hvs) if value else (g, hvs)
         if _unlike(x, v):
             return SLOW
-        ws = [mx.zeros((), dtype=x.dtype), v] if value else [v]
+        seen: list = []  # f's value, out of the same pass (the general path's aux)
+
+        def valued(x: Any) -> list:
+            y, g = vg(x)
+            seen.append(y)
+            return [g]
+
         try:
-            outs, (hv,) = mx.vjp(inner, [x], ws)
+            (g,), (hv,) = mx.vjp(valued if value else gradient, [x], [v])
         except Exception:
             return SLOW
-        return (*outs, hv) if len(returns) > 1 else hv
+        return (seen[-1], g, hv) if value else (g, hv) if len(returns) > 1 else hv
+
+    return run
+
+
+def _jacobian(f, returns: tuple, mode: str | None):
+    """f(x), then its Jacobian as one ``mx.vmap`` over the unit vectors: rows of vjps
+    (where f(x) is no larger than x, or mode "reverse") or columns of jvps. After a
+    direction failed once (f indexes x: MLX has no JVP of scatter), every call is the
+    general path's, which knows the direction f supports."""
+    one = _checked(f, False)
+    value = len(returns) == 2
+    failed: list = []
+
+    def run(x: Any) -> Any:
+        if failed or type(x) is not mx.array or x.dtype not in _FLOATS or not x.size:
+            return SLOW
+        if aux_waits():
+            return SLOW
+        try:
+            y = one(x)
+            reverse = mode == "reverse" or (mode is None and y.size <= x.size)
+            jac = jacobian(lambda x: [one(x)], x, y, reverse)
+        except Exception:
+            failed.append(True)
+            return SLOW
+        return (y, jac) if value else jac
 
     return run
 

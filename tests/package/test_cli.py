@@ -27,12 +27,14 @@ def test_python_dash_m_diffiface_info_lists_backends_and_x64():
 def test_info_and_check_take_every_registered_framework(name, capsys):
     """The command's backends come from the registry (MLX included), by their
     command-line name; each installed one is listed by info and checked by check."""
-    backend, module = _cli.BACKENDS[name]
+    _, module = _cli.BACKENDS[name]
     if module is not None:
         pytest.importorskip(module)
     assert _cli.main(["info"]) == 0
     assert any(line.startswith(f"{name} ") for line in capsys.readouterr().out.splitlines())
-    code = _cli.main(["check", "--backends", name, "--operators", "gradient", "--dtypes", "float32"])
+    code = _cli.main(
+        ["check", "--backends", name, "--operators", "gradient", "--dtypes", "float32"]
+    )
     out = capsys.readouterr().out
     assert code == 0 and "0 failing" in out
     assert out.count("ok ") >= 4  # the default scenarios' gradients, each against its closed form

@@ -98,5 +98,7 @@ def test_complex_x_elsewhere_is_an_error_naming_gradient(backend, op):
         "hessian": lambda f: di.hessian(f, backend, z),
         "jvp": lambda f: di.jvp(f, backend, z, z),
     }[op]
-    with pytest.raises(TypeError, match=r"x must be.*complex(128|64).*gradient and value_and_gradient"):
+    with pytest.raises(
+        TypeError, match=r"x must be.*complex(128|64).*gradient and value_and_gradient"
+    ):
         call(lambda z: z * 2)

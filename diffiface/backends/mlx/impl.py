@@ -209,7 +209,6 @@ class MLXImpl(BackendImpl):
         y, g, h = call_f(prob, lambda: second.hessian(fn, xs[0], combo or PLAIN))
         return y, (g,), h
 
-
     def value_derivative_and_second_derivative(self, prob, xs, ctx):
         fn = flat(prob, ctx)
         return call_f(prob, lambda: second.second_derivatives(fn, xs[0]))

@@ -28,6 +28,7 @@ from ..._cache import weak_callable
 from ..._tangents import Tangents, of_stack
 from ...core.backend import SLOW
 from ...core.operator import OPS
+from . import leaves
 from .second import aux_waits, jacobian
 
 _FLOATS = (mx.float32, mx.float16, mx.bfloat16, mx.float64)
@@ -38,6 +39,8 @@ def runner(prob, form: str, combo: Any, weak: bool):
     """``run(x[, t])`` for an operator of ``_FAMILIES`` at one MLX array (``form``
     "array") or NumPy array ("numpy"); ``weak``: it holds f weakly, for an unprepared
     call's plan."""
+    if form == "leaves":
+        return leaves.runner(prob, combo, weak)
     make = _maker(prob, form, combo)
     f = None if make is None else weak_callable(prob.f, weak)
     return None if f is None else make(f)

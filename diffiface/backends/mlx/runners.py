@@ -29,10 +29,11 @@ from ..._tangents import Tangents, of_stack
 from ...core.backend import SLOW
 from ...core.operator import OPS
 from . import leaves
-from .second import aux_waits, jacobian
+from .second import aux_waits, hessian, jacobian, second_derivatives
 
 _FLOATS = (mx.float32, mx.float16, mx.bfloat16, mx.float64)
-_FAMILIES = ("gradient", "jvp", "vjp", "hvp", "jacobian")
+_FAMILIES = ("gradient", "jvp", "vjp", "hvp", "jacobian", "derivative", "second_derivative")
+_FAMILIES += ("hessian",)
 
 
 def runner(prob, form: str, combo: Any, weak: bool):
@@ -59,13 +60,17 @@ def _maker(prob, form: str, combo: Any):
     decl = OPS[prob.op]
     if decl.family not in _FAMILIES or combo is not None or prob.aux or not prob.single:
         return None
-    if form not in ("array", "numpy"):
+    if form not in ("array", "numpy", "python"):
         return None
     make, returns = _MAKERS.get(decl.family), decl.returns
     if decl.family == "jacobian":
         make = functools.partial(_jacobian, mode=prob.backend.mode)
+    elif decl.family == "hessian" and prob.backend.mode == "forward":
+        return None  # (forward over reverse: the general path's)
     if form == "array":
         return lambda f: make(f, returns)
+    if form == "python":
+        return lambda f: _python_in_out(make(f, returns))
     return lambda f: _numpy_in_out(make(f, returns))
 
 
@@ -263,7 +268,71 @@ def _value(one, x: Any) -> Any:
         return SLOW
 
 
-_MAKERS = {"gradient": _gradient, "jvp": _jvp, "vjp": _vjp, "hvp": _hvp}
+def _derivative(f, returns: tuple):
+    """f(x) and f'(x) at a scalar x: one ``mx.jvp`` along 1."""
+    one = _checked(f, False)
+    value = len(returns) == 2
+
+    def run(x: Any) -> Any:
+        if type(x) is not mx.array or x.dtype not in _FLOATS or x.ndim:
+            return SLOW
+        try:
+            (y,), (d,) = mx.jvp(one, [x], [mx.ones_like(x)])
+        except Exception:
+            return SLOW
+        return (y, d) if value else d
+
+    return run
+
+
+def _second_derivative(f, returns: tuple):
+    """f(x), f'(x) and f''(x) at a scalar x: one ``mx.jvp`` of (f, its jvp), as the
+    general path's (``second.second_derivatives``). After forward mode failed once (MLX
+    has no JVP of scatter), every call is the general path's."""
+    one = _checked(f, False)
+    value = len(returns) == 3
+    failed: list = []
+
+    def run(x: Any) -> Any:
+        if failed or type(x) is not mx.array or x.dtype not in _FLOATS or x.ndim:
+            return SLOW
+        try:
+            out = second_derivatives(lambda x: [one(x)], x)
+        except Exception:
+            failed.append(True)
+            return SLOW
+        return out if value else out[2]
+
+    return run
+
+
+def _hessian(f, returns: tuple):
+    """f(x), the gradient and the Hessian at one array x in one vmapped pass (reverse
+    over reverse, a plain AutoMLX's), as the general path's (``second.hessian``)."""
+    one = _checked(f, True)
+    value = len(returns) == 3
+
+    def run(x: Any) -> Any:
+        if type(x) is not mx.array or x.dtype not in _FLOATS or not x.size:
+            return SLOW
+        try:
+            out = hessian(lambda x: [one(x)], x, ("reverse", "reverse"))
+        except Exception:
+            return SLOW
+        return out if value else out[2]
+
+    return run
+
+
+_MAKERS = {
+    "gradient": _gradient,
+    "jvp": _jvp,
+    "vjp": _vjp,
+    "hvp": _hvp,
+    "derivative": _derivative,
+    "second_derivative": _second_derivative,
+    "hessian": _hessian,
+}
 
 
 def _numpy_in_out(run):
@@ -279,6 +348,27 @@ def _numpy_in_out(run):
         return tuple(map(np.asarray, out)) if type(out) is tuple else np.asarray(out)
 
     return run_numpy
+
+
+def _python_in_out(run):
+    """``run`` for a Python float x (and a float tangent): each made the float32 MLX
+    array the general path makes of it, each result given back as it gives them (a
+    float where 0-d, else NumPy)."""
+
+    def run_python(x: Any, *tangent: Any) -> Any:
+        if any(type(t) is not float for t in tangent):
+            return SLOW
+        out = run(*(mx.array(a, dtype=mx.float32) for a in (x, *tangent)))
+        if out is SLOW:
+            return SLOW
+        return tuple(map(_python, out)) if type(out) is tuple else _python(out)
+
+    return run_python
+
+
+def _python(a: Any) -> Any:
+    a = np.asarray(a)
+    return a.item() if a.ndim == 0 else a
 
 
 # NumPy dtype -> MLX dtype (mx.array(a) alone makes float64 float32)

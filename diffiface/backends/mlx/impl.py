@@ -29,6 +29,7 @@ class MLXImpl(BackendImpl):
         native_kind="mlx arrays",
         output_kind="an mlx array",
         keeps_plans=True,  # unprepared runners trace f anew per call: nothing goes stale
+        runs_aux=True,  # the runners of one array hand f's aux to the sink (_with_aux)
     )
 
     def is_native(self, leaf: Any) -> bool:

@@ -26,6 +26,7 @@ import numpy as np
 
 from ..._cache import weak_callable
 from ..._tangents import Tangents, of_stack
+from ...core import outputs
 from ...core.backend import SLOW
 from ...core.operator import OPS
 from . import leaves
@@ -58,11 +59,15 @@ def code_runner(prob, form: str):
 def _maker(prob, form: str, combo: Any):
     """``make(f) -> run`` for the calls the runners take, else None."""
     decl = OPS[prob.op]
-    if decl.family not in _FAMILIES or combo is not None or prob.aux or not prob.single:
+    if decl.family not in _FAMILIES or combo is not None or not prob.single:
         return None
     if form not in ("array", "numpy", "python"):
         return None
     make, returns = _MAKERS.get(decl.family), decl.returns
+    if prob.aux:  # (one MLX array x, one MLX pass: aux never leaves an mx.vmap)
+        if form != "array" or decl.family not in _FAMILIES[:4]:
+            return None
+        return lambda f: _with_aux(make, f, returns, prob.op, prob.backend)
     if decl.family == "jacobian":
         make = functools.partial(_jacobian, mode=prob.backend.mode)
     elif decl.family == "hessian" and prob.backend.mode == "forward":
@@ -266,6 +271,31 @@ def _value(one, x: Any) -> Any:
         return one(x)
     except Exception:
         return SLOW
+
+
+def _with_aux(make, f, returns: tuple, op: str, backend: Any):
+    """``run`` for an f that returns ``(out, aux)``: the runner is built per call around
+    f's output (each call keeps its own aux), and the aux goes to the open sink with
+    the result. MLX has no tracers: the aux computed inside its transforms is plain
+    values. A ``Tangents`` (one ``mx.vmap``, whose aux would be a placeholder) or
+    anything unusual is the general path's, which runs f again and hands its aux."""
+
+    def run(x: Any, *t: Any) -> Any:
+        if t and type(t[0]) is Tangents:
+            return SLOW
+        box: list = []
+
+        def out(x: Any) -> Any:
+            y, a = outputs.pair(op, backend, f(x))
+            box.append(a)
+            return y
+
+        got = make(out, returns)(x, *t)
+        if got is not SLOW and box:
+            outputs.put(box[-1])
+        return got
+
+    return run
 
 
 def _derivative(f, returns: tuple):

@@ -235,3 +235,49 @@ def test_hessian_and_jacobian_by_the_runner(monkeypatch, op, prepared):
         want = (j,) if op == "jacobian" else (np.sin(x) * x, j)
         got = _run(monkeypatch, op, field, X, prepared=prepared)
     _close(got, want)
+
+
+# ---- a pytree output: the trees runners ---------------------------------------------
+def tree_out(x):
+    return {"s": mx.sin(x) * x, "p": (x[:2] ** 2, mx.cos(x).sum())}
+
+
+def _tree_out_own():
+    """(f(x), J v, wᵀ J, J) in closed form, each in f's output structure."""
+    x, v = np.asarray(X), np.asarray(V)
+    ds = np.diag(np.cos(x) * x + np.sin(x))
+    dp0 = np.zeros((2, 3))
+    dp0[[0, 1], [0, 1]] = 2 * x[:2]
+    dp1 = -np.sin(x)
+    y = {"s": np.sin(x) * x, "p": (x[:2] ** 2, np.cos(x).sum())}
+    w = {"s": np.asarray(W), "p": (np.array([0.2, 0.5]), 1.5)}
+    jv = {"s": ds @ v, "p": (dp0 @ v, dp1 @ v)}
+    wj = w["s"] @ ds + w["p"][0] @ dp0 + w["p"][1] * dp1
+    return y, jv, wj, {"s": ds, "p": (dp0, dp1)}
+
+
+def _tree_close(got, want):
+    if isinstance(want, dict):
+        assert isinstance(got, dict) and sorted(got) == sorted(want)
+        for k in want:
+            _tree_close(got[k], want[k])
+    elif isinstance(want, tuple):
+        assert type(got) is tuple and len(got) == len(want)
+        for a, b in zip(got, want, strict=True):
+            _tree_close(a, b)
+    else:
+        assert type(got) is mx.array
+        np.testing.assert_allclose(np.asarray(got), want, rtol=TOL, atol=TOL)
+
+
+@pytest.mark.parametrize("prepared", [True, False])
+@pytest.mark.parametrize(
+    "op", ["jvp", "value_and_jvp", "vjp", "value_and_vjp", "jacobian", "value_and_jacobian"]
+)
+def test_a_pytree_output_by_the_runner(monkeypatch, op, prepared):
+    y, jv, wj, jac = _tree_out_own()
+    w = {"s": W, "p": (mx.array([0.2, 0.5]), mx.array(1.5))}
+    args = {"jvp": (V,), "vjp": (w,)}.get(op.removeprefix("value_and_"), ())
+    want = {"jvp": jv, "vjp": wj, "jacobian": jac}[op.removeprefix("value_and_")]
+    got = _run(monkeypatch, op, tree_out, X, *args, prepared=prepared)
+    _tree_close(got, (y, want) if op.startswith("value") else want)

@@ -30,6 +30,7 @@ class MLXImpl(BackendImpl):
         output_kind="an mlx array",
         keeps_plans=True,  # unprepared runners trace f anew per call: nothing goes stale
         runs_aux=True,  # the runners of one array hand f's aux to the sink (_with_aux)
+        runs_trees=True,  # they take f's pytree output per call (``trees``)
     )
 
     def is_native(self, leaf: Any) -> bool:

@@ -29,7 +29,7 @@ from ..._tangents import Tangents, of_stack
 from ...core import outputs
 from ...core.backend import SLOW
 from ...core.operator import OPS
-from . import leaves
+from . import leaves, trees
 from .second import aux_waits, hessian, jacobian, second_derivatives
 
 _FLOATS = (mx.float32, mx.float16, mx.bfloat16, mx.float64)
@@ -64,6 +64,13 @@ def _maker(prob, form: str, combo: Any):
     if form not in ("array", "numpy", "python"):
         return None
     make, returns = _MAKERS.get(decl.family), decl.returns
+    if outputs.returns_tree(prob.f):  # (its last call returned a pytree: one MLX array x)
+        make = _TREE_MAKERS.get(decl.family)
+        if make is None or prob.aux or form != "array":
+            return None
+        if decl.family == "jacobian":
+            make = functools.partial(trees.jacobian_of, mode=prob.backend.mode)
+        return lambda f: make(f, returns)
     if prob.aux:  # (one MLX array x, one MLX pass: aux never leaves an mx.vmap)
         if form != "array" or decl.family not in _FAMILIES[:4]:
             return None
@@ -378,6 +385,9 @@ def _numpy_in_out(run):
         return tuple(map(np.asarray, out)) if type(out) is tuple else np.asarray(out)
 
     return run_numpy
+
+
+_TREE_MAKERS = {"jvp": trees.jvp, "vjp": trees.vjp, "jacobian": trees.jacobian_of}
 
 
 def _python_in_out(run):

@@ -281,3 +281,19 @@ def test_a_pytree_output_by_the_runner(monkeypatch, op, prepared):
     want = {"jvp": jv, "vjp": wj, "jacobian": jac}[op.removeprefix("value_and_")]
     got = _run(monkeypatch, op, tree_out, X, *args, prepared=prepared)
     _tree_close(got, (y, want) if op.startswith("value") else want)
+
+
+def per_sample(x):
+    return mx.sin(x) * x[:, :1]
+
+
+@pytest.mark.parametrize("prepared", [True, False])
+@pytest.mark.parametrize("op", ["batched_jacobian", "value_and_batched_jacobian"])
+def test_batched_jacobian_by_the_runner(monkeypatch, op, prepared):
+    xb = np.random.default_rng(0).normal(size=(4, 3)).astype(np.float32)
+    jac = np.zeros((4, 3, 3))
+    for i, row in enumerate(xb):
+        jac[i] = np.diag(np.cos(row) * row[0])
+        jac[i][:, 0] += np.sin(row)
+    want = (np.sin(xb) * xb[:, :1], jac) if op.startswith("value") else (jac,)
+    _close(_run(monkeypatch, op, per_sample, mx.array(xb), prepared=prepared), want)

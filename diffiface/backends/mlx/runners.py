@@ -30,11 +30,11 @@ from ...core import outputs
 from ...core.backend import SLOW
 from ...core.operator import OPS
 from . import leaves, trees
-from .second import aux_waits, hessian, jacobian, second_derivatives
+from .second import aux_waits, batched_jacobian, hessian, jacobian, second_derivatives
 
 _FLOATS = (mx.float32, mx.float16, mx.bfloat16, mx.float64)
 _FAMILIES = ("gradient", "jvp", "vjp", "hvp", "jacobian", "derivative", "second_derivative")
-_FAMILIES += ("hessian",)
+_FAMILIES += ("hessian", "batched_jacobian")
 
 
 def runner(prob, form: str, combo: Any, weak: bool):
@@ -75,8 +75,10 @@ def _maker(prob, form: str, combo: Any):
         if form != "array" or decl.family not in _FAMILIES[:4]:
             return None
         return lambda f: _with_aux(make, f, returns, prob.op, prob.backend)
-    if decl.family == "jacobian":
-        make = functools.partial(_jacobian, mode=prob.backend.mode)
+    if decl.family in ("jacobian", "batched_jacobian"):
+        make = functools.partial(
+            _jacobian, mode=prob.backend.mode, batched=decl.family != "jacobian"
+        )
     elif decl.family == "hessian" and prob.backend.mode == "forward":
         return None  # (forward over reverse: the general path's)
     if form == "array":
@@ -223,24 +225,28 @@ def _hvp(f, returns: tuple):
     return run
 
 
-def _jacobian(f, returns: tuple, mode: str | None):
-    """f(x), then its Jacobian as one ``mx.vmap`` over the unit vectors: rows of vjps
-    (where f(x) is no larger than x, or mode "reverse") or columns of jvps. After a
-    direction failed once (f indexes x: MLX has no JVP of scatter), every call is the
-    general path's, which knows the direction f supports."""
+def _jacobian(f, returns: tuple, mode: str | None, batched: bool = False):
+    """f(x), then its Jacobian (``batched``: per-sample Jacobians along axis 0) as one
+    ``mx.vmap`` over the unit vectors: rows of vjps (where f(x) is no larger than x, or
+    mode "reverse") or columns of jvps. After a direction failed once (f indexes x: MLX
+    has no JVP of scatter), every call is the general path's, which knows the direction
+    f supports; so is a batched f(x) without x's batch axis (it explains)."""
     one = _checked(f, False)
     value = len(returns) == 2
     failed: list = []
+    each = batched_jacobian if batched else jacobian
 
     def run(x: Any) -> Any:
         if failed or type(x) is not mx.array or x.dtype not in _FLOATS or not x.size:
             return SLOW
-        if aux_waits():
+        if aux_waits() or (batched and not x.ndim):
             return SLOW
         try:
             y = one(x)
+            if batched and (not y.ndim or y.shape[0] != x.shape[0] or not y.size):
+                return SLOW
             reverse = mode == "reverse" or (mode is None and y.size <= x.size)
-            jac = jacobian(lambda x: [one(x)], x, y, reverse)
+            jac = each(lambda x: [one(x)], x, y, reverse)
         except Exception:
             failed.append(True)
             return SLOW

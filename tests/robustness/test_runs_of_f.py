@@ -2,8 +2,7 @@
 operator, prepared and unprepared, counted against the native call on the same
 counting f (autograd's, torch.func's and MLX's transforms run f once per call, MLX's
 reverse Jacobian twice; a warm JAX call runs the compiled program, which runs no
-Python). An extra run repeats
-f's side effects (BatchNorm statistics, counters)."""
+Python). An extra run repeats f's side effects (BatchNorm statistics, counters)."""
 
 from __future__ import annotations
 

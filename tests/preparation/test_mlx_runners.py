@@ -297,3 +297,18 @@ def test_batched_jacobian_by_the_runner(monkeypatch, op, prepared):
         jac[i][:, 0] += np.sin(row)
     want = (np.sin(xb) * xb[:, :1], jac) if op.startswith("value") else (jac,)
     _close(_run(monkeypatch, op, per_sample, mx.array(xb), prepared=prepared), want)
+
+
+def test_an_outer_mlx_pass_through_a_constant_of_the_leaves_runner():
+    """The leaves runner passes the Constant to MLX's call as it is: an outer mx.grad
+    through it gets its derivative on every warm call (d/dc of c² sum cos x)."""
+
+    def f(d, c):
+        return (mx.sin(d["a"]) * c * c).sum()
+
+    def outer(c):
+        return di.gradient(f, B, {"a": X}, di.Constant(c))["a"].sum()
+
+    for _ in range(3):
+        got = float(mx.grad(outer)(mx.array(1.5)))
+        np.testing.assert_allclose(got, 2 * 1.5 * np.cos(np.asarray(X)).sum(), rtol=TOL)

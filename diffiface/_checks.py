@@ -123,10 +123,10 @@ def mismatch(op: str, backend: Any, name: str, what: str, expected: Any, got: An
 
 
 def dtype_name(dtype: Any) -> str:
-    """``float32`` for numpy, jax and torch dtypes alike."""
+    """``float32`` for numpy, jax, torch and MLX dtypes alike."""
     text = str(dtype)
-    module, _, name = text.rpartition(".")  # a torch dtype prints as torch.float32
-    return name if module.isidentifier() else text
+    module, _, name = text.rpartition(".")  # torch.float32, mlx.core.float32
+    return name if all(part.isidentifier() for part in module.split(".")) else text
 
 
 def _ref(name: str) -> str:

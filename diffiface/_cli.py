@@ -23,7 +23,7 @@ def main(argv: list | None = None) -> int:
     )
     sub = parser.add_subparsers(dest="command", required=True)
     check = sub.add_parser("check", help="run the consistency matrix on every backend")
-    check.add_argument("--backends", help="comma-separated: jax,torch,autograd,fd")
+    check.add_argument("--backends", help=f"comma-separated: {','.join(BACKENDS)}")
     check.add_argument("--operators", help="comma-separated operator names")
     check.add_argument("--dtypes", default="float64,float32", help="default: float64,float32")
     check.add_argument("--prepared", action="store_true", help="call prepare_<op> first")
@@ -32,7 +32,7 @@ def main(argv: list | None = None) -> int:
         "--no-x64", action="store_true", help="leave JAX's x64 off (float64 skipped on JAX)"
     )
     bench = sub.add_parser("bench", help="time the operators on every backend")
-    bench.add_argument("--backends", help="comma-separated: jax,torch,autograd,fd")
+    bench.add_argument("--backends", help=f"comma-separated: {','.join(BACKENDS)}")
     bench.add_argument("--operators", default="gradient,jacobian,jvp,vjp,hvp,hessian")
     bench.add_argument("--repeat", type=int, default=20)
     bench.add_argument(

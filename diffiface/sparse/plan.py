@@ -177,7 +177,9 @@ class SparsePlan:
         m, n = p.shape
         rng = np.random.default_rng(1)
         x = xs[0]
-        vals = np.asarray(d.to_numpy(data), dtype=np.float64)
+        vals = d.to_numpy(data)
+        eps = np.finfo(vals.dtype).eps if vals.dtype.kind == "f" else 0.0  # (rounding: float32)
+        vals = np.asarray(vals, dtype=np.float64)
         mat = sp.csr_array((vals, p.indices, p.indptr), shape=p.shape)
         if self.kind == "row":
             w = rng.standard_normal(m)
@@ -195,7 +197,7 @@ class SparsePlan:
             want = mat @ v
         got = np.asarray(d.to_numpy(got), dtype=np.float64).reshape(-1)
         scale = np.abs(mat) @ np.abs(v) if self.kind != "row" else np.abs(mat).T @ np.abs(w)
-        tol = (1e-6 if d.framework == "finite_differences" else 1e-9) * (1 + scale)
+        tol = (1e-6 if d.framework == "finite_differences" else max(1e-9, 64 * eps)) * (1 + scale)
         bad = np.flatnonzero(~(np.abs(got - want) <= tol))
         if bad.size:
             what = "Hessian" if prob.scalar else "Jacobian"

@@ -23,6 +23,23 @@ def test_python_dash_m_diffiface_info_lists_backends_and_x64():
     assert "x64" in out or "jax       not installed" in out
 
 
+@pytest.mark.parametrize("name", list(_cli.BACKENDS))
+def test_info_and_check_take_every_registered_framework(name, capsys):
+    """The command's backends come from the registry (MLX included), by their
+    command-line name; each installed one is listed by info and checked by check."""
+    _, module = _cli.BACKENDS[name]
+    if module is not None:
+        pytest.importorskip(module)
+    assert _cli.main(["info"]) == 0
+    assert any(line.startswith(f"{name} ") for line in capsys.readouterr().out.splitlines())
+    code = _cli.main(
+        ["check", "--backends", name, "--operators", "gradient", "--dtypes", "float32"]
+    )
+    out = capsys.readouterr().out
+    assert code == 0 and "0 failing" in out
+    assert out.count("ok ") >= 4  # the default scenarios' gradients, each against its closed form
+
+
 def test_check_prints_the_table_and_writes_json(tmp_path, capsys):
     path = tmp_path / "rows.json"
     code = _cli.main(

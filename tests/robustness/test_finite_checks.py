@@ -108,6 +108,10 @@ def _native_grad(backend, f, x):
 
         xg = x.detach().requires_grad_()
         return torch.autograd.grad(f(xg), xg)[0].numpy()
+    if name == "mlx":
+        import mlx.core as mx
+
+        return np.asarray(mx.grad(f)(x))
     import autograd
 
     return autograd.grad(f)(x)

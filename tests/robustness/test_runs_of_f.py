@@ -1,8 +1,8 @@
 """f runs as often as the framework's own transform runs it: a warm call of each
 operator, prepared and unprepared, counted against the native call on the same
-counting f (autograd's and torch.func's transforms run f once per call; a warm
-JAX call runs the compiled program, which runs no Python). An extra run repeats
-f's side effects (BatchNorm statistics, counters)."""
+counting f (autograd's, torch.func's and MLX's transforms run f once per call, MLX's
+reverse Jacobian twice; a warm JAX call runs the compiled program, which runs no
+Python). An extra run repeats f's side effects (BatchNorm statistics, counters)."""
 
 from __future__ import annotations
 
@@ -41,6 +41,8 @@ def _natives(name: str) -> dict:
             "jacobian": lambda f, x, t: autograd.jacobian(f)(x),
             "value_and_jacobian": lambda f, x, t: autograd.jacobian(f)(x),
         }
+    if name == "mlx":
+        return _mlx_natives()
     import torch.func as fn
 
     return {
@@ -56,6 +58,39 @@ def _natives(name: str) -> dict:
         "vjp": lambda f, x, t: fn.vjp(f, x)[1](t),
         "jacobian": lambda f, x, t: fn.jacrev(f)(x),
         "value_and_jacobian": lambda f, x, t: fn.jacrev(lambda x: (f(x),) * 2, has_aux=True)(x),
+    }
+
+
+def _mlx_natives() -> dict:
+    """MLX's own calls: it has no hessian or jacobian, and ``mx.vjp`` takes the cotangent
+    with the primals, so a user writes them as ``mx.vmap`` over the unit vectors (a
+    reverse Jacobian first runs f for its output's size); the value and derivatives of
+    a scalar x come out of one ``mx.jvp`` of (f, its jvp)."""
+    import mlx.core as mx
+
+    def rows(f, x, like):
+        eye = mx.eye(like.size, dtype=like.dtype)
+        return mx.vmap(lambda w: mx.vjp(f, [x], [w])[1][0])(eye)
+
+    def d2(f, x):
+        one = mx.ones_like(x)
+        return mx.jvp(lambda x: list(mx.jvp(f, [x], [one])[1]), [x], [one])
+
+    hessian = lambda f, x, t: rows(mx.grad(f), x, x)  # noqa: E731
+    jacobian = lambda f, x, t: rows(f, x, f(x))  # noqa: E731
+    return {
+        "hessian": hessian,
+        "value_gradient_and_hessian": hessian,
+        "gradient": lambda f, x, t: mx.grad(f)(x),
+        "value_and_gradient": lambda f, x, t: mx.value_and_grad(f)(x),
+        "hvp": lambda f, x, t: mx.vjp(mx.grad(f), [x], [t]),
+        "derivative": lambda f, x, t: mx.grad(f)(x),
+        "second_derivative": lambda f, x, t: d2(f, x),
+        "value_derivative_and_second_derivative": lambda f, x, t: d2(f, x),
+        "jvp": lambda f, x, t: mx.jvp(f, [x], [t]),
+        "vjp": lambda f, x, t: mx.vjp(f, [x], [t]),
+        "jacobian": jacobian,
+        "value_and_jacobian": jacobian,
     }
 
 
@@ -75,7 +110,7 @@ def _case(backend, op: str):
 @pytest.mark.parametrize("op", OPS)
 def test_a_warm_call_runs_f_as_the_framework_does(ad_backend, op):
     name = ad_backend.framework
-    if name not in ("jax", "torch", "autograd") or not HAVE[name]:
+    if name not in ("jax", "torch", "autograd", "mlx") or not HAVE[name]:
         pytest.skip(f"{name}: not one of the counted frameworks")
     f, runs, x, t = _case(ad_backend, op)
     if name == "jax":

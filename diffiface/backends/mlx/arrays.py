@@ -14,6 +14,7 @@ from ..._arrays import Framework, register
 class MLX(Framework):
     name = "mlx"
     modules = ("mlx",)
+    sparse = "diffiface.backends.mlx.sparse"
     testing = "diffiface.backends.mlx.testing"
     numpy_module = "mlx.core"
     backend_name = "AutoMLX"

@@ -29,6 +29,8 @@ class MLXImpl(BackendImpl):
         native_kind="mlx arrays",
         output_kind="an mlx array",
         keeps_plans=True,  # unprepared runners trace f anew per call: nothing goes stale
+        runs_aux=True,  # the runners of one array hand f's aux to the sink (_with_aux)
+        runs_trees=True,  # they take f's pytree output per call (``trees``)
     )
 
     def is_native(self, leaf: Any) -> bool:
@@ -206,10 +208,12 @@ class MLXImpl(BackendImpl):
 
     def value_gradient_and_hessian(self, prob, xs, ctx, combo):
         fn = flat(prob, ctx)
-        y = call_f(prob, lambda: fn(*xs)[0])
-        with second.aux_dropped():
-            g, h = call_f(prob, lambda: second.hessian(fn, xs[0], combo or PLAIN))
+        y, g, h = call_f(prob, lambda: second.hessian(fn, xs[0], combo or PLAIN))
         return y, (g,), h
+
+    def value_derivative_and_second_derivative(self, prob, xs, ctx):
+        fn = flat(prob, ctx)
+        return call_f(prob, lambda: second.second_derivatives(fn, xs[0]))
 
 
 # A plain AutoMLX's second order: reverse over reverse. MLX has no JVP of scatter (the

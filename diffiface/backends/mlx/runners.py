@@ -18,6 +18,7 @@ general path's: the runner is None, or it returns SLOW."""
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import mlx.core as mx
@@ -25,18 +26,23 @@ import numpy as np
 
 from ..._cache import weak_callable
 from ..._tangents import Tangents, of_stack
+from ...core import outputs
 from ...core.backend import SLOW
 from ...core.operator import OPS
-from .second import aux_waits
+from . import leaves, trees
+from .second import aux_waits, batched_jacobian, hessian, jacobian, second_derivatives
 
 _FLOATS = (mx.float32, mx.float16, mx.bfloat16, mx.float64)
-_FAMILIES = ("gradient", "jvp", "vjp", "hvp")
+_FAMILIES = ("gradient", "jvp", "vjp", "hvp", "jacobian", "derivative", "second_derivative")
+_FAMILIES += ("hessian", "batched_jacobian")
 
 
 def runner(prob, form: str, combo: Any, weak: bool):
     """``run(x[, t])`` for an operator of ``_FAMILIES`` at one MLX array (``form``
     "array") or NumPy array ("numpy"); ``weak``: it holds f weakly, for an unprepared
     call's plan."""
+    if form == "leaves":
+        return leaves.runner(prob, combo, weak)
     make = _maker(prob, form, combo)
     f = None if make is None else weak_callable(prob.f, weak)
     return None if f is None else make(f)
@@ -53,13 +59,32 @@ def code_runner(prob, form: str):
 def _maker(prob, form: str, combo: Any):
     """``make(f) -> run`` for the calls the runners take, else None."""
     decl = OPS[prob.op]
-    if decl.family not in _FAMILIES or combo is not None or prob.aux or not prob.single:
+    if decl.family not in _FAMILIES or combo is not None or not prob.single:
         return None
-    if form not in ("array", "numpy"):
+    if form not in ("array", "numpy", "python"):
         return None
-    make, returns = _MAKERS[decl.family], decl.returns
+    make, returns = _MAKERS.get(decl.family), decl.returns
+    if outputs.returns_tree(prob.f):  # (its last call returned a pytree: one MLX array x)
+        make = _TREE_MAKERS.get(decl.family)
+        if make is None or prob.aux or form != "array":
+            return None
+        if decl.family == "jacobian":
+            make = functools.partial(trees.jacobian_of, mode=prob.backend.mode)
+        return lambda f: make(f, returns)
+    if prob.aux:  # (one MLX array x, one MLX pass: aux never leaves an mx.vmap)
+        if form != "array" or decl.family not in _FAMILIES[:4]:
+            return None
+        return lambda f: _with_aux(make, f, returns, prob.op, prob.backend)
+    if decl.family in ("jacobian", "batched_jacobian"):
+        make = functools.partial(
+            _jacobian, mode=prob.backend.mode, batched=decl.family != "jacobian"
+        )
+    elif decl.family == "hessian" and prob.backend.mode == "forward":
+        return None  # (forward over reverse: the general path's)
     if form == "array":
         return lambda f: make(f, returns)
+    if form == "python":
+        return lambda f: _python_in_out(make(f, returns))
     return lambda f: _numpy_in_out(make(f, returns))
 
 
@@ -168,8 +193,9 @@ def _hvp(f, returns: tuple):
     pass)."""
     vg = mx.value_and_grad(_checked(f, True))
     value = len(returns) == 3
-    inner = (lambda x: list(vg(x))) if value else (lambda x: [vg(x)[1]])
-    gradient = lambda x: [vg(x)[1]]  # noqa: E731
+
+    def gradient(x: Any) -> list:
+        return [vg(x)[1]]
 
     def run(x: Any, v: Any) -> Any:
         if type(v) is Tangents:
@@ -183,12 +209,48 @@ def _hvp(f, returns: tuple):
             return (y, g, hvs) if value else (g, hvs)
         if _unlike(x, v):
             return SLOW
-        ws = [mx.zeros((), dtype=x.dtype), v] if value else [v]
+        seen: list = []  # f's value, out of the same pass (the general path's aux)
+
+        def valued(x: Any) -> list:
+            y, g = vg(x)
+            seen.append(y)
+            return [g]
+
         try:
-            outs, (hv,) = mx.vjp(inner, [x], ws)
+            (g,), (hv,) = mx.vjp(valued if value else gradient, [x], [v])
         except Exception:
             return SLOW
-        return (*outs, hv) if len(returns) > 1 else hv
+        return (seen[-1], g, hv) if value else (g, hv) if len(returns) > 1 else hv
+
+    return run
+
+
+def _jacobian(f, returns: tuple, mode: str | None, batched: bool = False):
+    """f(x), then its Jacobian (``batched``: per-sample Jacobians along axis 0) as one
+    ``mx.vmap`` over the unit vectors: rows of vjps (where f(x) is no larger than x, or
+    mode "reverse") or columns of jvps. After a direction failed once (f indexes x: MLX
+    has no JVP of scatter), every call is the general path's, which knows the direction
+    f supports; so is a batched f(x) without x's batch axis (it explains)."""
+    one = _checked(f, False)
+    value = len(returns) == 2
+    failed: list = []
+    each = batched_jacobian if batched else jacobian
+
+    def run(x: Any) -> Any:
+        if failed or type(x) is not mx.array or x.dtype not in _FLOATS or not x.size:
+            return SLOW
+        if aux_waits() or (batched and not x.ndim):
+            return SLOW
+        try:
+            y = one(x)
+            if batched and (not y.ndim or y.shape[0] != x.shape[0] or not y.size):
+                return SLOW
+            reverse = mode == "reverse" or (mode is None and y.size <= x.size)
+            jac = each(lambda x: [one(x)], x, y, reverse)
+        except Exception:
+            failed.append(True)
+            return SLOW
+        return (y, jac) if value else jac
 
     return run
 
@@ -224,7 +286,96 @@ def _value(one, x: Any) -> Any:
         return SLOW
 
 
-_MAKERS = {"gradient": _gradient, "jvp": _jvp, "vjp": _vjp, "hvp": _hvp}
+def _with_aux(make, f, returns: tuple, op: str, backend: Any):
+    """``run`` for an f that returns ``(out, aux)``: the runner is built per call around
+    f's output (each call keeps its own aux), and the aux goes to the open sink with
+    the result. MLX has no tracers: the aux computed inside its transforms is plain
+    values. A ``Tangents`` (one ``mx.vmap``, whose aux would be a placeholder) or
+    anything unusual is the general path's, which runs f again and hands its aux."""
+
+    def run(x: Any, *t: Any) -> Any:
+        if t and type(t[0]) is Tangents:
+            return SLOW
+        box: list = []
+
+        def out(x: Any) -> Any:
+            y, a = outputs.pair(op, backend, f(x))
+            box.append(a)
+            return y
+
+        got = make(out, returns)(x, *t)
+        if got is not SLOW and box:
+            outputs.put(box[-1])
+        return got
+
+    return run
+
+
+def _derivative(f, returns: tuple):
+    """f(x) and f'(x) at a scalar x: one ``mx.jvp`` along 1."""
+    one = _checked(f, False)
+    value = len(returns) == 2
+
+    def run(x: Any) -> Any:
+        if type(x) is not mx.array or x.dtype not in _FLOATS or x.ndim:
+            return SLOW
+        try:
+            (y,), (d,) = mx.jvp(one, [x], [mx.ones_like(x)])
+        except Exception:
+            return SLOW
+        return (y, d) if value else d
+
+    return run
+
+
+def _second_derivative(f, returns: tuple):
+    """f(x), f'(x) and f''(x) at a scalar x: one ``mx.jvp`` of (f, its jvp), as the
+    general path's (``second.second_derivatives``). After forward mode failed once (MLX
+    has no JVP of scatter), every call is the general path's."""
+    one = _checked(f, False)
+    value = len(returns) == 3
+    failed: list = []
+
+    def run(x: Any) -> Any:
+        if failed or type(x) is not mx.array or x.dtype not in _FLOATS or x.ndim:
+            return SLOW
+        try:
+            out = second_derivatives(lambda x: [one(x)], x)
+        except Exception:
+            failed.append(True)
+            return SLOW
+        return out if value else out[2]
+
+    return run
+
+
+def _hessian(f, returns: tuple):
+    """f(x), the gradient and the Hessian at one array x in one vmapped pass (reverse
+    over reverse, a plain AutoMLX's), as the general path's (``second.hessian``)."""
+    one = _checked(f, True)
+    value = len(returns) == 3
+
+    def run(x: Any) -> Any:
+        if type(x) is not mx.array or x.dtype not in _FLOATS or not x.size:
+            return SLOW
+        try:
+            out = hessian(lambda x: [one(x)], x, ("reverse", "reverse"))
+        except Exception:
+            return SLOW
+        return out if value else out[2]
+
+    return run
+
+
+_MAKERS = {
+    "gradient": _gradient,
+    "jvp": _jvp,
+    "vjp": _vjp,
+    "hvp": _hvp,
+    "derivative": _derivative,
+    "second_derivative": _second_derivative,
+    "hessian": _hessian,
+}
 
 
 def _numpy_in_out(run):
@@ -240,6 +391,30 @@ def _numpy_in_out(run):
         return tuple(map(np.asarray, out)) if type(out) is tuple else np.asarray(out)
 
     return run_numpy
+
+
+_TREE_MAKERS = {"jvp": trees.jvp, "vjp": trees.vjp, "jacobian": trees.jacobian_of}
+
+
+def _python_in_out(run):
+    """``run`` for a Python float x (and a float tangent): each made the float32 MLX
+    array the general path makes of it, each result given back as it gives them (a
+    float where 0-d, else NumPy)."""
+
+    def run_python(x: Any, *tangent: Any) -> Any:
+        if any(type(t) is not float for t in tangent):
+            return SLOW
+        out = run(*(mx.array(a, dtype=mx.float32) for a in (x, *tangent)))
+        if out is SLOW:
+            return SLOW
+        return tuple(map(_python, out)) if type(out) is tuple else _python(out)
+
+    return run_python
+
+
+def _python(a: Any) -> Any:
+    a = np.asarray(a)
+    return a.item() if a.ndim == 0 else a
 
 
 # NumPy dtype -> MLX dtype (mx.array(a) alone makes float64 float32)

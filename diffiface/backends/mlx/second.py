@@ -126,12 +126,44 @@ def gradient_and_hvps(fn: Callable, xs: tuple, vss: list, combo: tuple) -> tuple
 
 
 def hessian(fn: Callable, x: Any, combo: tuple) -> tuple:
-    """(gradient, H) at one array x: the Jacobian of the gradient, by rows."""
+    """(value, gradient, H) at one array x: the Jacobian of (value, gradient) along
+    every unit vector, by rows (reverse outer) or columns (forward outer), in one
+    vmapped pass that also gives the value and gradient (f runs once, as
+    ``mx.vmap(mx.vjp(mx.grad(f)))`` does); one by one where an aux sink waits."""
     outer, inner = combo
     gf = grad_of(fn, 1, inner)
-    (g,) = gf(x)
     shape = (*x.shape, *x.shape)
-    if not x.size:
-        return g, mx.zeros(shape, dtype=x.dtype)
-    each = vjps if outer == "reverse" else jvps
-    return g, _over_basis(each, gf, x, x).reshape(shape)
+    if not x.size or aux_waits():
+        y = fn(x)[0]
+        (g,) = gf(x)
+        if not x.size:
+            return y, g, mx.zeros(shape, dtype=x.dtype)
+        each = vjps if outer == "reverse" else jvps
+        return y, g, _over_basis(each, gf, x, x).reshape(shape)
+    both = lambda x: [fn(x)[0], gf(x)[0]] if inner == "forward" else _value_and_grad(fn)(x)  # noqa: E731
+    eye = mx.eye(x.size, dtype=x.dtype).reshape(x.size, *x.shape)
+    if outer == "reverse":
+        zero = mx.zeros((), dtype=x.dtype)
+        (ys, gs), (h,) = mx.vmap(lambda w: mx.vjp(both, [x], [zero, w]))(eye)
+    else:
+        (ys, gs), (_, h) = mx.vmap(lambda v: mx.jvp(both, [x], [v]))(eye)
+    return ys[0], gs[0], h.reshape(shape)
+
+
+def _value_and_grad(fn: Callable) -> Callable:
+    """``x -> [f(x), gradient]`` of the scalar fn, from one ``mx.value_and_grad``."""
+    vg = mx.value_and_grad(lambda x: fn(x)[0])
+    return lambda x: list(vg(x))
+
+
+def second_derivatives(fn: Callable, x: Any) -> tuple:
+    """(f(x), f'(x), f''(x)) at a scalar x: one ``mx.jvp`` of (f, its jvp along 1), so
+    f runs once."""
+    one = mx.ones_like(x)
+
+    def both(x: Any) -> list:
+        (y,), (d,) = mx.jvp(fn, [x], [one])
+        return [y, d]
+
+    (y, d1), (_, d2) = mx.jvp(both, [x], [one])
+    return y, d1, d2

@@ -72,7 +72,13 @@ def _auto_nests_natively(request, monkeypatch):
 # backends' own tests and the consistency matrix. Elsewhere its cases are skipped, with
 # this reason, until they pass there (the robustness, oracle, preparation and nested
 # suites: same-point preparations, bridges, aux against other frameworks, error advice).
-MLX_COVERED = ("tests/operators/", "tests/backends/", "tests/oracle/test_matrix.py")
+MLX_COVERED = (
+    "tests/operators/",
+    "tests/backends/",
+    "tests/oracle/test_matrix.py",
+    "tests/bridge/",
+    "tests/nested/",
+)
 MLX_NOT_YET = pytest.mark.skip(reason="AutoMLX: not yet run in this suite (issue 30)")
 
 

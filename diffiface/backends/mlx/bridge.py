@@ -84,7 +84,16 @@ class Kit:
     @staticmethod
     def jvp(fn: _Fn, n: int) -> _Fn:
         raw = fn.raw
-        return _Fn(lambda *a: mx.jvp(raw, list(a[:n]), list(a[n:]))[1])
+
+        def run(*a):
+            try:
+                return mx.jvp(raw, list(a[:n]), list(a[n:]))[1]
+            except RuntimeError as exc:  # e.g. scatter, the pullback of indexing
+                if "JVP not yet implemented" not in str(exc):
+                    raise
+                return _jvp_by_two_vjps(raw, list(a[:n]), list(a[n:]))
+
+        return _Fn(run)
 
     @staticmethod
     def vjp(fn: _Fn, n: int) -> _Fn:
@@ -110,6 +119,13 @@ class Kit:
         """MLX is lazy: the outputs' shapes and dtypes come without computing them."""
         outs = fn.raw(*(mx.zeros(s, dtype=DTYPES.get(np.dtype(d))) for s, d in avals))
         return [(tuple(o.shape), _numpy_dtype(o.dtype)) for o in outs]
+
+
+def _jvp_by_two_vjps(raw: Callable, xs: list, ts: list) -> list:
+    """J t where MLX has no JVP of an operation: u -> Jᵀ u is linear, and its pullback
+    of t is J t (two reverse passes)."""
+    zeros = [mx.zeros_like(y) for y in raw(*xs)]  # (MLX is lazy: shapes only)
+    return mx.vjp(lambda *u: mx.vjp(raw, xs, list(u))[1], zeros, ts)[1]
 
 
 def _numpy_dtype(dtype: mx.Dtype) -> np.dtype:

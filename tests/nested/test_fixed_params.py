@@ -522,8 +522,8 @@ def test_prepared_calls_take_new_parameters_and_reject_others():
 # ---- an inner call of another framework crosses a bridge -----------------------------------
 def _inner_calls():
     out = []
-    for outer in ("jax", "torch", "autograd"):
-        for inner in ("jax", "torch", "autograd", "fd"):
+    for outer in ("jax", "torch", "autograd", "mlx"):
+        for inner in ("jax", "torch", "autograd", "fd", "mlx"):
             if inner != outer:
                 marks = [] if HAVE[outer] and (inner == "fd" or HAVE[inner]) else [pytest.mark.skip]
                 out.append(pytest.param(outer, inner, id=f"{inner}-inside-{outer}", marks=marks))

@@ -80,6 +80,10 @@ def test_mlx_arrays_leave_without_a_copy_and_enter_with_one():
     assert got.dtype == mx.float64
     node_out = MLXKit.compile(lambda x: (mx.sin(x),))(mx.zeros(1000, dtype=mx.float32))
     assert isinstance(node_out[0], np.ndarray)  # outputs leave as views too
+    from diffiface.backends.mlx.bridge import view
+
+    ones = view(mx.broadcast_to(mx.array(1.0), (5,)))  # (stride 0 in MLX) made dense
+    assert ones.strides == (4,) and np.array_equal(ones, np.ones(5))
 
 
 # ---- MLX inside other frameworks' transforms -----------------------------------------------------
@@ -313,3 +317,17 @@ def test_a_bridged_mlx_function_and_its_nodes_die_with_it():
     refs = [one(1.0 + 0.1 * k) for k in range(4)]
     gc.collect()
     assert all(r() is None for r in refs)
+
+
+@pytest.mark.parametrize("inner", ["jax", "torch"])
+def test_a_constant_cotangent_differentiated_forward_inside_mlx(inner):
+    """mx.jvp of mx.grad of a sum: the cotangent of the bridged call is the sum's
+    constant ones, which MLX's forward pass gives no tangent (None)."""
+    b = di.differentiate_with(lambda x: NS[inner].tanh(x) ** 2, BACKENDS[inner])
+    x, v = _mx(X0), _mx(V0)
+    t = np.tanh(X0)
+    d2 = 2 * (1 - t**2) ** 2 - 4 * t**2 * (1 - t**2)  # (tanh²)''
+    hv = mx.jvp(mx.grad(lambda x: mx.sum(b(x))), [x], [v])[1][0]
+    _close(hv, d2 * V0, 1e-12)
+    hv = mx.vjp(mx.grad(lambda x: mx.sum(b(x))), [x], [v])[1][0]
+    _close(hv, d2 * V0, 1e-12)

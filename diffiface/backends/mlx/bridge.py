@@ -31,10 +31,18 @@ from ...bridge import node as _bridge
 from .impl import DTYPES, float64_refused
 
 
+def view(a: mx.array) -> np.ndarray:
+    """An MLX array as a NumPy view of its buffer; a broadcast or strided one (the ones
+    of a sum's cotangent) made dense, as other frameworks write into what they take
+    (torch.func refuses a tensor whose elements share memory)."""
+    n = np.asarray(a)
+    return n if n.flags.c_contiguous or n.flags.f_contiguous else np.ascontiguousarray(n)
+
+
 def _numpy(a: Any) -> np.ndarray:
     """Any framework's CPU array as a NumPy array (a view where possible)."""
     if type(a) is mx.array:
-        return np.asarray(a)
+        return view(a)
     return _bridge.module("numpy").to_numpy(a)
 
 
@@ -63,7 +71,7 @@ class _Fn:
         self.raw = raw
 
     def __call__(self, *arrays: Any) -> tuple:
-        return tuple(np.asarray(o) for o in self.raw(*arrays))
+        return tuple(view(o) for o in self.raw(*arrays))
 
 
 def _listed(fn: Callable) -> Callable:
@@ -153,7 +161,7 @@ def _function(node: _bridge.Node) -> mx.custom_function:
     @mx.custom_function
     def run(arrays):
         try:
-            values = [np.asarray(a) for a in arrays]
+            values = [view(a) for a in arrays]
         except ValueError:  # placeholders: mx.vmap runs f before its rule (below)
             return _placeholders(node, arrays)
         kit = node.kit
@@ -161,11 +169,11 @@ def _function(node: _bridge.Node) -> mx.custom_function:
 
     @run.vjp
     def vjp(arrays, cotangents, outputs):
-        return call(node.vjp(len(arrays)), [*arrays, *cotangents])
+        return call(node.vjp(len(arrays)), [*arrays, *_filled(cotangents, outputs)])
 
     @run.jvp
     def jvp(arrays, tangents):
-        return call(node.jvp(len(arrays)), [*arrays, *tangents])
+        return call(node.jvp(len(arrays)), [*arrays, *_filled(tangents, arrays)])
 
     @run.vmap
     def vmap(arrays, dims):
@@ -175,6 +183,12 @@ def _function(node: _bridge.Node) -> mx.custom_function:
         return outs, [0] * len(outs)
 
     return run
+
+
+def _filled(ts: list, like: list) -> list:
+    """MLX's tangents or cotangents with None (an argument no tangent reaches, such as
+    the constant cotangent of a sum) as zeros."""
+    return [mx.zeros_like(a) if t is None else t for t, a in zip(ts, like, strict=True)]
 
 
 def _placeholders(node: _bridge.Node, arrays: list) -> list:

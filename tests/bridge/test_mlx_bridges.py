@@ -331,3 +331,21 @@ def test_a_constant_cotangent_differentiated_forward_inside_mlx(inner):
     _close(hv, d2 * V0, 1e-12)
     hv = mx.vjp(mx.grad(lambda x: mx.sum(b(x))), [x], [v])[1][0]
     _close(hv, d2 * V0, 1e-12)
+
+
+def test_finite_differences_over_mlx_inside_an_outer_mlx_pass_is_an_error_not_a_zero():
+    """torch, JAX and autograd show the outer pass beforehand (an error before running);
+    MLX does not, so the results raise when the outer pass reaches them. Before, the
+    outer derivative came out 0."""
+    b = di.second_order(di.AutoFiniteDifferences(), di.AutoMLX())
+    f, x, v = _poly(mx), _mx(X0), _mx(V0)
+    _close(di.hvp(f, b, x, v), _poly_hess(X0) @ V0, 1e-6)  # no outer pass: fine
+    match = r"hvp\(f, SecondOrder.*finite differences cannot run.*second_order\(AutoMLX"
+    with pytest.raises(di.DiffifaceTypeError, match=match):
+        mx.grad(lambda x: di.hvp(f, b, x, v).sum())(x)
+    with pytest.raises(di.DiffifaceTypeError, match="finite differences cannot run"):
+        mx.jvp(lambda x: di.hessian(f, b, x), [x], [v])
+    p = {"w": _mx([2.0])}
+    fixed = di.FixedParams(lambda t, p: p["w"][0] * mx.sum(t**3), p)
+    with pytest.raises(di.DiffifaceTypeError, match="finite differences cannot run"):
+        mx.grad(lambda p: di.hvp(di.FixedParams(fixed.f, p), b, x, v).sum())(p)

@@ -27,6 +27,7 @@ import mlx.core as mx
 import numpy as np
 
 from ... import _checks
+from ..._tree import flatten, unflatten
 from ...bridge import node as _bridge
 from .impl import DTYPES, float64_refused
 
@@ -183,6 +184,33 @@ def _function(node: _bridge.Node) -> mx.custom_function:
         return outs, [0] * len(outs)
 
     return run
+
+
+def untraced(leaves: list, out: Any, error: Exception) -> Any:
+    """``out`` (computed from ``leaves`` on NumPy copies: finite differences), made to
+    raise ``error`` when an outer MLX pass differentiates it: MLX shows no outer pass
+    beforehand, and its derivative would otherwise come out 0."""
+    ins = [a for a in leaves if type(a) is mx.array]
+    outs, tree = flatten(out)
+    at = [i for i, o in enumerate(outs) if type(o) is mx.array]
+    if not ins or not at:
+        return out
+
+    @mx.custom_function
+    def guard(arrays):
+        return [mx.array(outs[i]) for i in at]
+
+    @guard.vjp
+    def vjp(arrays, cotangents, outputs):
+        raise error
+
+    @guard.jvp
+    def jvp(arrays, tangents):
+        raise error
+
+    for i, o in zip(at, guard(ins), strict=True):
+        outs[i] = o
+    return unflatten(tree, outs)
 
 
 def _filled(ts: list, like: list) -> list:

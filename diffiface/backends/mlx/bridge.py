@@ -114,7 +114,7 @@ class Kit:
         raw = fn.raw
 
         def run(*a):  # the vjp in the linear arguments, the others closed over
-            zeros = [mx.zeros(s, dtype=DTYPES.get(np.dtype(d))) for s, d in lin_avals]
+            zeros = [mx.zeros(s, dtype=_mlx_dtype(d)) for s, d in lin_avals]
             return mx.vjp(lambda *lin: raw(*a[:n], *lin), zeros, list(a[n:]))[1]
 
         return _Fn(run)
@@ -126,7 +126,7 @@ class Kit:
     @staticmethod
     def out_avals(fn: _Fn, avals: tuple) -> list:
         """MLX is lazy: the outputs' shapes and dtypes come without computing them."""
-        outs = fn.raw(*(mx.zeros(s, dtype=DTYPES.get(np.dtype(d))) for s, d in avals))
+        outs = fn.raw(*(mx.zeros(s, dtype=_mlx_dtype(d)) for s, d in avals))
         return [(tuple(o.shape), _numpy_dtype(o.dtype)) for o in outs]
 
 
@@ -135,6 +135,12 @@ def _jvp_by_two_vjps(raw: Callable, xs: list, ts: list) -> list:
     of t is J t (two reverse passes)."""
     zeros = [mx.zeros_like(y) for y in raw(*xs)]  # (MLX is lazy: shapes only)
     return mx.vjp(lambda *u: mx.vjp(raw, xs, list(u))[1], zeros, ts)[1]
+
+
+def _mlx_dtype(dtype) -> mx.Dtype:
+    """MLX's dtype of the NumPy one (by name: int32, bool, ... are MLX's names too)."""
+    d = np.dtype(dtype)
+    return DTYPES.get(d) or getattr(mx, "bool_" if d == np.bool_ else d.name)
 
 
 def _numpy_dtype(dtype: mx.Dtype) -> np.dtype:
@@ -225,4 +231,4 @@ def _placeholders(node: _bridge.Node, arrays: list) -> list:
     ``mx.compile`` would keep them, so they are NaN there, never a silent zero."""
     avals = tuple((tuple(a.shape), _numpy_dtype(a.dtype)) for a in arrays)
     outs = _bridge.out_avals(node, avals)
-    return [mx.full(s, np.nan, dtype=DTYPES.get(d)) for s, d in outs]
+    return [mx.full(s, np.nan, dtype=_mlx_dtype(d)) for s, d in outs]

@@ -69,9 +69,9 @@ def _auto_nests_natively(request, monkeypatch):
 
 
 # Where the shared backend lists run AutoMLX so far (issue 30): the operator tests, the
-# backends' own tests and the consistency matrix. Elsewhere its cases are skipped, with
-# this reason, until they pass there (the robustness, oracle, preparation and nested
-# suites: same-point preparations, bridges, aux against other frameworks, error advice).
+# backends' own tests, the consistency matrix, the bridges and nested AD. Elsewhere its
+# cases are skipped, with this reason, until they pass there (the robustness, oracle and
+# preparation suites: same-point preparations, aux against other frameworks, error advice).
 MLX_COVERED = (
     "tests/operators/",
     "tests/backends/",

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from helpers import HAVE
 
 import diffiface as di
 
@@ -301,7 +300,6 @@ def test_other_inner_gradients_of_fixed_params_inside_an_mlx_loss(inner):
     _close(gp["b"], rp["b"], 1e-10)
 
 
-@pytest.mark.skipif(not HAVE["mlx"], reason="mlx missing")
 def test_a_bridged_mlx_function_and_its_nodes_die_with_it():
     import gc
     import weakref

@@ -23,6 +23,8 @@ def within_gradient(x: Any) -> bool:
       ``torch.func.grad`` / ``jvp`` / ``vjp`` wrapper (also under ``vmap``); a
       forward-mode dual tensor.
     * autograd: an autograd box.
+    * MLX: always False (mlx shows Python no tracer: an array inside ``mx.grad``
+      looks like any other; a known gap).
 
     Examples:
         >>> import numpy as np

@@ -68,9 +68,9 @@ def _auto_nests_natively(request, monkeypatch):
     monkeypatch.setattr(choose, "measure", lambda *args: choose.Choice(choose.ROR, {}))
 
 
-# Where the shared backend lists run AutoMLX so far (issue 30). Elsewhere its cases are
-# skipped, with this reason, until they pass there (the oracle suites but the matrix,
-# the bridge and nested suites: bridges, nested rules).
+# Where the shared backend lists run AutoMLX so far (issue 30): every suite but the
+# oracle suites other than the matrix. Elsewhere its cases are skipped, with this
+# reason, until they pass there.
 MLX_COVERED = (
     "tests/operators/",
     "tests/backends/",
@@ -80,6 +80,8 @@ MLX_COVERED = (
     "tests/sparse/",
     "tests/package/",
     "tests/scale_out/",
+    "tests/bridge/",
+    "tests/nested/",
 )
 MLX_NOT_YET = pytest.mark.skip(reason="AutoMLX: not yet run in this suite (issue 30)")
 

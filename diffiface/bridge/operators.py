@@ -53,26 +53,43 @@ def cross(how: str, op: Callable, f: Callable, backend: Any, args: tuple, kw: di
     if how == crossing.ARRAYS:
         return call(op, f, backend, args, kw)
     if how == crossing.DIFFERENCES:  # finite differences over AD, on NumPy copies
-        _check_untraced(op, f, backend, args)
+        leaves = _check_untraced(op, f, backend, args)
+        out = cross_second_order(op.__name__, f, backend, args, kw)
+        return _guarded(op, backend, leaves, out)
     return cross_second_order(op.__name__, f, backend, args, kw)
 
 
-def _check_untraced(op: Callable, f: Callable, backend: Any, args) -> None:
+def _check_untraced(op: Callable, f: Callable, backend: Any, args) -> list:
     """Finite differences over ``inner`` on arrays of a framework run on NumPy copies
     (the inner backend takes NumPy) and the results come back like x. An outer pass or
-    a trace cannot see through finite differences: a clear error there."""
+    a trace cannot see through finite differences: a clear error there. Returns the
+    array leaves of the call."""
     from .._within import within_gradient
 
     params = f.params if isinstance(f, FixedParams) else None
     values = [a.value if isinstance(a, Constant) else a for a in args]
     leaves = flatten((params, values))[0]
     if any(within_gradient(a) or is_tracer(a) for a in leaves):
-        name = op.__name__
-        raise _checks.DiffifaceTypeError(
-            f"{name}(f, {backend!r}, ...): finite differences cannot run on arrays that an "
-            "outer differentiation or a trace (jit, vmap) sees. Use an AD outer backend "
-            f"instead: second_order({backend.inner!r}, {backend.inner!r})."
-        )
+        raise _untraced_error(op, backend)
+    return leaves
+
+
+def _untraced_error(op: Callable, backend: Any) -> Exception:
+    return _checks.DiffifaceTypeError(
+        f"{op.__name__}(f, {backend!r}, ...): finite differences cannot run on arrays that "
+        "an outer differentiation or a trace (jit, vmap) sees. Use an AD outer backend "
+        f"instead: second_order({backend.inner!r}, {backend.inner!r})."
+    )
+
+
+def _guarded(op: Callable, backend: Any, leaves: list, out: Any) -> Any:
+    """``out``, made to raise the error above when an outer pass differentiates it, where
+    the arrays' framework shows no outer pass beforehand (its bridge's ``untraced``)."""
+    from . import node as _bridge
+
+    kind = _bridge.outer_of(leaves, f"{op.__name__}(f, {backend!r}, ...)")
+    guard = getattr(_bridge.module(kind), "untraced", None) if kind != "numpy" else None
+    return out if guard is None else guard(leaves, out, _untraced_error(op, backend))
 
 
 # the calls made below, named in errors: the inner gradient or derivative, and the

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from helpers import HAVE
 
 import diffiface as di
 from diffiface.core import convert
@@ -39,6 +40,17 @@ PAIRS = {
     ),
 }
 XP = {"AutoJax": jnp, "AutoTorch": torch, "AutoFiniteDifferences": np}
+if HAVE["mlx"]:
+    import mlx.core as mx
+
+    def _mx(a):
+        return mx.array(np.asarray(a), dtype=mx.float64)
+
+    PAIRS["mlx arrays into AutoJax"] = (di.AutoJax(), jnp.asarray, _mx)
+    PAIRS["torch arrays into AutoMLX"] = (di.AutoMLX(), _mx, torch.from_numpy)
+    PAIRS["jax arrays into AutoMLX"] = (di.AutoMLX(), _mx, jnp.asarray)
+    PAIRS["mlx arrays into finite differences"] = (di.AutoFiniteDifferences(), np.asarray, _mx)
+    XP["AutoMLX"] = mx
 
 
 def _xp(backend):
@@ -46,7 +58,8 @@ def _xp(backend):
 
 
 def _close(got, want, backend):
-    tol = 1e-6 if isinstance(backend, di.AutoFiniteDifferences) else 1e-10
+    # (MLX's float64 sin is float32-accurate: relative errors up to 1.1e-7, mlx 0.32.4)
+    tol = 1e-6 if isinstance(backend, di.AutoFiniteDifferences | di.AutoMLX) else 1e-10
     np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=tol, atol=tol)
 
 

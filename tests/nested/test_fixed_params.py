@@ -20,7 +20,7 @@ FRAMEWORKS = [
     for name in ("jax", "torch", "autograd")
 ]
 STRATEGIES = ("auto", "forward_over_reverse", "off")
-BACKEND = {"jax": di.AutoJax, "torch": di.AutoTorch, "autograd": di.AutoAutograd}
+BACKEND = {"jax": di.AutoJax, "torch": di.AutoTorch, "autograd": di.AutoAutograd, "mlx": di.AutoMLX}
 
 RNG = np.random.default_rng(0)
 X0 = RNG.uniform(-1, 1, size=(4, 2))
@@ -49,6 +49,10 @@ def arr(fw, a):
         import torch
 
         return torch.tensor(a, dtype=torch.float64)
+    if fw == "mlx":
+        import mlx.core as mx
+
+        return mx.array(np.asarray(a, dtype=np.float64), dtype=mx.float64)
     return np.array(a, dtype=np.float64)
 
 
@@ -63,6 +67,8 @@ def _ns_of(a):
         return ns("torch")
     if mod.startswith("jax"):
         return ns("jax")
+    if mod.startswith("mlx"):
+        return ns("mlx")
     return ns("autograd")
 
 
@@ -184,6 +190,11 @@ def outer_grad(fw, loss, x, p):
         gx, *gl = (torch.zeros_like(a) if g is None else g for g, a in pairs)
         gp = gl[0] if isinstance(pt, torch.Tensor) else dict(zip(pt, gl, strict=True))
         return float(val.detach()), to_numpy(gx), _np_tree(gp)
+    if fw == "mlx":
+        import mlx.core as mx
+
+        val, (gx, gp) = mx.value_and_grad(loss, argnums=(0, 1))(arr(fw, x), _tree(fw, p))
+        return float(val), to_numpy(gx), _np_tree(gp)
     import autograd
 
     val = loss(x, p)
@@ -511,8 +522,8 @@ def test_prepared_calls_take_new_parameters_and_reject_others():
 # ---- an inner call of another framework crosses a bridge -----------------------------------
 def _inner_calls():
     out = []
-    for outer in ("jax", "torch", "autograd"):
-        for inner in ("jax", "torch", "autograd", "fd"):
+    for outer in ("jax", "torch", "autograd", "mlx"):
+        for inner in ("jax", "torch", "autograd", "fd", "mlx"):
             if inner != outer:
                 marks = [] if HAVE[outer] and (inner == "fd" or HAVE[inner]) else [pytest.mark.skip]
                 out.append(pytest.param(outer, inner, id=f"{inner}-inside-{outer}", marks=marks))
@@ -652,3 +663,65 @@ def test_no_rule_runs_under_torch_no_grad():
         g = di.gradient(di.FixedParams(lambda y, p: (p * y**2).sum(), p), di.AutoTorch(), p * 1)
     assert di.nested_rule_counts() == {}
     np.testing.assert_allclose(g, [2.0, 8.0])
+
+
+# ---- MLX: mx.value_and_grad around every seed loss ---------------------------------------------
+MLX_ONLY = pytest.mark.skipif(not HAVE["mlx"], reason="mlx missing")
+FD_FRAMEWORK = "autograd" if HAVE["autograd"] else "jax"  # the float64 FD reference's
+
+
+@MLX_ONLY
+@pytest.mark.skipif(not (HAVE["autograd"] or HAVE["jax"]), reason="no float64 FD reference")
+@pytest.mark.parametrize("strategy", STRATEGIES)
+@pytest.mark.parametrize("name", LOSSES)
+def test_mlx_seed_losses_under_mx_value_and_grad(name, strategy):
+    """Every FixedParams strategy gives the derivatives of the same loss by float64
+    central differences (of the autograd version: MLX's float64 cos, in gradient_in_loss,
+    is float32-accurate), and the same as the rules switched off. MLX cannot tell
+    diffiface that mx.grad sees the call (see the known gaps), so every strategy is
+    MLX's own nesting."""
+    val, gx, gp = run("mlx", strategy, name)
+    fd_x, fd_p = fd_reference(FD_FRAMEWORK, name)
+    np.testing.assert_allclose(gx, fd_x, rtol=1e-5, atol=1e-6)
+    assert_tree_close(gp, fd_p, rtol=1e-5, atol=1e-6)
+    off_val, off_x, off_p = run("mlx", "off", name)
+    assert val == pytest.approx(off_val, rel=1e-12)
+    np.testing.assert_allclose(gx, off_x, rtol=1e-10, atol=1e-12)
+    assert_tree_close(gp, off_p, rtol=1e-10, atol=1e-12)
+
+
+@MLX_ONLY
+@pytest.mark.parametrize("strategy", ["auto", "forward_over_reverse", "reverse_over_reverse"])
+def test_mlx_gradient_in_loss_matches_native_nesting_and_perturbation_confusion(strategy):
+    import mlx.core as mx
+
+    val, gx, gp = run("mlx", strategy, "gradient_in_loss")
+
+    def native(t, p):
+        y = mx.grad(_sq)(t, p)
+        return ((y - mx.cos(t)) ** 2).sum()
+
+    nval, ngx, ngp = outer_grad("mlx", native, *point(False))
+    assert val == pytest.approx(nval, rel=1e-12)
+    np.testing.assert_allclose(gx, ngx, rtol=1e-10, atol=1e-12)
+    assert_tree_close(gp, ngp, rtol=1e-10, atol=1e-12)
+    b = di.AutoMLX()
+
+    def f1(x):  # d/dx [x * d/dy (x y)] = d/dx x**2 = 2x
+        inner = di.gradient(di.FixedParams(lambda y, p: (p * y).sum(), x, strategy), b, x * 0 + 1)
+        return (x * inner).sum()
+
+    x = arr("mlx", [4.0, -1.5])
+    np.testing.assert_allclose(np.asarray(mx.grad(f1)(x)), 2 * np.asarray(x), rtol=1e-12)
+
+
+@MLX_ONLY
+def test_mlx_forward_over_reverse_rule_runs_under_mx_grad():
+    """A known gap (diffiface/_gaps.py): no rule runs under mx.grad, since MLX shows no
+    outer pass; the derivatives are MLX's own nesting's (checked above)."""
+    import mlx.core as mx
+
+    di.nested_rule_counts(reset=True)
+    loss = functools.partial(gradient_in_loss, "mlx", "forward_over_reverse")
+    mx.grad(loss)(arr("mlx", X0), _tree("mlx", P0))
+    assert ("mlx", "gradient", "forward_over_reverse") in di.nested_rule_counts()

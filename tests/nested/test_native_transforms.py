@@ -167,3 +167,35 @@ def test_torch_x_passed_again_as_a_constant_is_not_counted_twice():
     torch.testing.assert_close(g.detach(), 2 * x.detach() ** 2)
     (gx,) = torch.autograd.grad(g.sum(), x)  # d/dx sum(2 x x) = 4x
     torch.testing.assert_close(gx, 4 * x.detach())
+
+
+# ---- MLX ---------------------------------------------------------------------
+
+
+def test_mlx_nested_in_native_transforms():
+    """diffiface inside mx.grad, mx.value_and_grad, mx.jvp and mx.vmap (also third order),
+    against closed forms of f = Σx⁴ + (Σx²)² (polynomials: exact in MLX's float64)."""
+    mx = pytest.importorskip("mlx.core")
+
+    def f(x):
+        return (x**4).sum() + (x**2).sum() ** 2
+
+    def grad(x):  # 4x³ + 4 Σx² x
+        return 4 * x**3 + 4 * (x**2).sum() * x
+
+    def hess(x):  # diag(12x²) + 4 Σx² I + 8 x xᵀ
+        return np.diag(12 * x**2) + 4 * (x**2).sum() * np.eye(x.size) + 8 * np.outer(x, x)
+
+    x, V = mx.array(X, dtype=mx.float64), np.array([1.0, -2.0, 0.5])
+    v = mx.array(V, dtype=mx.float64)
+    got = mx.grad(lambda x: di.gradient(f, di.AutoMLX(), x).sum())(x)
+    np.testing.assert_allclose(np.asarray(got), hess(X).sum(0), rtol=1e-12)
+    val, _ = mx.value_and_grad(lambda x: di.gradient(f, di.AutoMLX(), x).sum())(x)
+    assert float(val) == pytest.approx(grad(X).sum(), rel=1e-12)
+    t = mx.jvp(lambda x: di.gradient(f, di.AutoMLX(), x), [x], [v])[1][0]
+    np.testing.assert_allclose(np.asarray(t), hess(X) @ V, rtol=1e-12)
+    got = mx.vmap(lambda x: di.gradient(f, di.AutoMLX(), x))(mx.stack([x, 2 * x]))
+    np.testing.assert_allclose(np.asarray(got), [grad(X), grad(2 * X)], rtol=1e-12)
+    third = mx.grad(lambda x: di.hvp(f, di.AutoMLX(), x, v).sum())(x)  # d/dx Σ (H v)
+    want = 24 * X * V + 8 * X * V.sum() + 8 * (X @ V) + 8 * X.sum() * V
+    np.testing.assert_allclose(np.asarray(third), want, rtol=1e-12)

@@ -90,3 +90,23 @@ def test_within_gradient_through_diffiface(backend):
     seen = []
     di.gradient(_probe(seen), backend, np.ones(3))
     assert seen and all(s is (backend.framework != "finite_differences") for s in seen)
+
+
+def test_within_gradient_mlx():
+    """A known gap (diffiface/_gaps.py): MLX shows no tracer, so within_gradient cannot
+    see mx.grad; outside it, False is right."""
+    mx = pytest.importorskip("mlx.core")
+    seen = []
+    _probe(seen)(mx.ones(3))
+    assert seen == [False]
+    mx.grad(_probe(seen))(mx.ones(3))
+    assert seen == [False, True]
+
+
+def test_mlx_output_that_does_not_depend_on_x_warns():
+    """A known gap (diffiface/_gaps.py): MLX shows no graph, so a disconnected output
+    gives zeros (right) without the DisconnectedWarning the other AD backends give."""
+    mx = pytest.importorskip("mlx.core")
+    with pytest.warns(di.DisconnectedWarning):
+        g = di.gradient(lambda x: mx.array(2.0), di.AutoMLX(), mx.ones(3))
+    np.testing.assert_array_equal(np.asarray(g), 0.0)

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from ... import _checks
-from ..._arrays import framework_of
+from ..._arrays import framework_of, numpy_dtype
 from ...bridge import node as _bridge
 
 
@@ -29,7 +29,8 @@ def to_numpy(a: Any) -> np.ndarray:
                 "the CPU: move it with tensor.cpu() first."
             )
         return a.detach().numpy()
-    return np.asarray(a, dtype=getattr(a, "dtype", None))  # JAX's typed literals keep theirs
+    dtype = getattr(a, "dtype", None)  # JAX's typed literals keep theirs; MLX's dtypes
+    return np.asarray(a, dtype=None if dtype is None else numpy_dtype(dtype))  # by name
 
 
 as_array = to_numpy

@@ -1,0 +1,343 @@
+"""NumPy's functions on traced arrays (``__array_function__``).
+
+Data movement (reshape, transpose, concatenate, indexing, roll, pad, tril, ...) runs
+the NumPy function itself on index arrays: each traced element is replaced by its
+position + 1, each constant by 0, so the result says which element each output
+element copies (0: a constant). A function with no rule makes each of its outputs
+depend on every input (every pair, for Hessians), sized by running it on stand-in
+values, with a ``SparsityWarning`` that names it.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+
+import numpy as np
+
+from . import linalg
+from . import reductions as R
+from . import sets as S
+from .tracer import Trace, Traced, needs_values, rows_of
+
+
+def apply_function(trace: Trace, func, types, args, kwargs):
+    if any(not issubclass(t, Traced | np.ndarray) for t in types):
+        return NotImplemented
+    rule = RULES.get(func)
+    if rule is not None:
+        return rule(trace, *args, **kwargs)
+    move = MOVES.get(func)
+    if move is not None:
+        return moved(trace, func, move, args, kwargs)
+    return widen(trace, func, args, kwargs)
+
+
+# ---- data movement ---------------------------------------------------------------
+
+
+def _data(args: tuple, kwargs: dict, spec) -> list:
+    """The places (position, index in a sequence or None) of the data arguments."""
+    places = []
+    for p in spec:
+        if p == "seq":
+            places += [(0, i) for i in range(len(args[0]))]
+        elif p < len(args):
+            places.append((p, None))
+    return places
+
+
+def moved(trace: Trace, func, spec: tuple, args: tuple, kwargs: dict):
+    """``func`` run on index arrays: out[k] copies the element its index names."""
+    view, places = spec[0], _data(args, kwargs, spec[1:])
+    args = [list(a) if i == 0 and spec[1] == "seq" else a for i, a in enumerate(args)]
+    parts, dtypes, offset = [], [], 1
+    for p, i in places:
+        a = args[p] if i is None else args[p][i]
+        dtypes.append(a.dtype if isinstance(a, Traced) else np.asarray(a).dtype)
+        if isinstance(a, Traced):
+            idx = np.arange(offset, offset + a.size, dtype=np.int64).reshape(a.shape)
+            parts.append(a)
+            offset += a.size
+        else:
+            idx = np.zeros(np.shape(a), np.int64)
+        if i is None:
+            args[p] = idx
+        else:
+            args[p][i] = idx
+    dtype = kwargs.pop("dtype", None) or np.result_type(*dtypes)
+    kwargs.pop("out", None)
+    got = func(*args, **kwargs)
+    outs = got if isinstance(got, list | tuple) else (got,)
+    single = view is not False and len(parts) == 1
+    results = []
+    for o in outs:
+        o = np.asarray(o) - 1
+        if single and (o >= 0).all():
+            results.append(parts[0].view(o.shape, o, exact=bool(view)))
+        else:
+            results.append(_gathered(trace, parts, o, dtype))
+    return type(got)(results) if isinstance(got, list | tuple) else results[0]
+
+
+def _gathered(trace: Trace, parts: list, idx: np.ndarray, dtype) -> Traced:
+    g = S.stack([p.g for p in parts]) if parts else S.empty(0)
+    h = S.stack([p.h for p in parts]) if parts and trace.second else None
+    return Traced(trace, idx.shape, dtype, S.take(g, idx),
+                  None if h is None else S.take(h, idx))  # fmt: skip
+
+
+def _pad(trace, array, pad_width, mode="constant", **kwargs):
+    if callable(mode) or mode not in ("constant", "edge", "reflect", "symmetric", "wrap", "empty"):
+        return widen(trace, np.pad, (array, pad_width), {"mode": mode, **kwargs})
+    kwargs.pop("constant_values", None)  # (the padding is constant: index 0)
+    return moved(trace, np.pad, (False, 0), (array, pad_width), {"mode": mode, **kwargs})
+
+
+# view: True (NumPy returns a view), False (a copy), None (may be either; a write
+# through it adds to its base); then the positions of the data arguments
+_MOVE_SPECS = {
+    (True, 0): "transpose moveaxis swapaxes squeeze expand_dims flip fliplr flipud "
+    "diagonal broadcast_to matrix_transpose permute_dims",
+    (None, 0): "reshape ravel atleast_1d atleast_2d atleast_3d",
+    (False, 0): "roll rot90 tile repeat take take_along_axis diag diagflat tril triu "
+    "copy ascontiguousarray asfortranarray compress resize delete trim_zeros",
+    (False, "seq"): "concatenate stack hstack vstack dstack column_stack block concat",
+    (True, 0, "split"): "split array_split hsplit vsplit dsplit unstack",
+    (False, 0, 1): "append",
+    (False, 0, 2): "insert",
+    (None, 0, 1, 2): "broadcast_arrays",
+}
+MOVES: dict = {}
+for _spec, _names in _MOVE_SPECS.items():
+    for _name in _names.split():
+        _f = getattr(np, _name, None)
+        if _f is not None:
+            _positions = tuple(p for p in _spec[1:] if p != "split")
+            MOVES[_f] = (_spec[0], *_positions)
+MOVES[np.broadcast_arrays] = (None, 0, 1, 2, 3, 4, 5)
+
+
+def _real(trace, val):
+    if np.iscomplexobj(np.empty(0, val.dtype)):
+        return np.multiply(val, 1.0).astype(np.empty(0, val.dtype).real.dtype)
+    return val
+
+
+def _imag(trace, val):
+    if np.iscomplexobj(np.empty(0, val.dtype)):
+        return np.multiply(val, 1.0).astype(np.empty(0, val.dtype).real.dtype)
+    return Traced(trace, val.shape, val.dtype)
+
+
+# ---- made from x, selections ----------------------------------------------------
+
+
+def _like(fill=False):
+    def rule(trace, a, *args, dtype=None, shape=None, **kwargs):
+        shape = a.shape if shape is None else tuple(np.atleast_1d(shape))
+        out = Traced(trace, shape, dtype or a.dtype)
+        value = args[0] if args else kwargs.get("fill_value")
+        if fill and isinstance(value, Traced):
+            out.assign(*rows_of(trace, value, shape))
+        return out
+
+    return rule
+
+
+def _select(cond, a, b):
+    return np.where(cond, a, b)
+
+
+def _where_rule(trace, cond, *ab):
+    if len(ab) == 2 and isinstance(cond, Traced):
+        a, b = ab
+        shape = np.broadcast_shapes(cond.shape, np.shape(a), np.shape(b))
+        dtype = np.result_type(*(x.dtype if isinstance(x, Traced) else x for x in ab))
+        ga, ha = rows_of(trace, a, shape)
+        gb, hb = rows_of(trace, b, shape)
+        return Traced(trace, shape, dtype, S.union(ga, gb), S.union(ha, hb) if trace.second
+                      else None)  # fmt: skip
+    if not ab:
+        raise needs_values("calls np.where(cond) (indices that depend on x)",
+                           "use np.where(cond, a, b)")
+    return moved(trace, _select, (False, 1, 2), (np.asarray(cond), *ab), {})
+
+
+def _clip(trace, a, a_min=None, a_max=None, **kwargs):
+    lo, hi = kwargs.get("min", a_min), kwargs.get("max", a_max)
+    out = a if lo is None else np.maximum(a, lo)
+    return out if hi is None else np.minimum(out, hi)
+
+
+def _diff(trace, a, n=1, axis=-1, prepend=None, append=None):
+    parts = [p for p in (prepend, a, append) if p is not None]
+    if len(parts) > 1:
+        shape = list(a.shape)
+        shape[axis] = 1
+        parts = [p if np.ndim(p) == a.ndim else np.broadcast_to(p, shape) for p in parts]
+        a = np.concatenate(parts, axis=axis)
+    for _ in range(n):
+        hi = [slice(None)] * a.ndim
+        lo = [slice(None)] * a.ndim
+        hi[axis], lo[axis] = slice(1, None), slice(None, -1)
+        a = a[tuple(hi)] - a[tuple(lo)]
+    return a
+
+
+def _sort(trace, a, axis=-1, **kwargs):
+    """Each element of a sorted line may be any element of that line."""
+    if axis is None:
+        a, axis = np.reshape(a, -1), 0
+    line = R.reduce(a, axis, keepdims=True)
+    return np.broadcast_to(line, a.shape).copy()
+
+
+def _elementwise(letter):
+    def rule(trace, a, *args, **kwargs):
+        from .ufuncs import _elementwise as one
+
+        return one(trace, "", letter, (a,), np.shape(a), np.result_type(a.dtype, float))
+
+    return rule
+
+
+# ---- unknown: every output on every input ----------------------------------------
+
+
+def widen(trace: Trace, func, args: tuple, kwargs: dict):
+    name = f"{getattr(func, '__module__', 'numpy')}.{getattr(func, '__name__', func)}"
+    trace.warn(name, "a function the detector does not know: each of its outputs is "
+               "taken to depend on every input (and, for Hessians, nonlinearly)")
+    return dense(trace, func, args, kwargs, name)
+
+
+def dense(trace: Trace, func, args: tuple, kwargs: dict, name: str):
+    """Every output element depends on every input element, every pair nonlinearly."""
+    found: list = []
+    stand_args = _stand_ins(args, found)
+    stand_kwargs = _stand_ins(kwargs, found)
+    got = _sized(func, stand_args, stand_kwargs, name)
+    g = S.union(*(t.g for t in found))
+    allg = S.all_union(g, 1) if g is not None else None
+    h = None
+    if trace.second and allg is not None:
+        h = S.union(S.all_union(S.union(*(t.h for t in found)), 1), S.self_pairs(allg, trace.n))
+
+    def traced(o):
+        o = np.asarray(o)
+        m = np.zeros(o.size, np.int64)
+        return Traced(trace, o.shape, o.dtype, None if allg is None else S.take(allg, m),
+                      None if h is None else S.take(h, m))  # fmt: skip
+
+    if isinstance(got, tuple | list):
+        return type(got)(traced(o) for o in got)
+    return traced(got)
+
+
+def _stand_ins(obj, found: list):
+    if isinstance(obj, Traced):
+        found.append(obj)
+        return obj
+    if isinstance(obj, list | tuple):
+        return type(obj)(_stand_ins(o, found) for o in obj)
+    if isinstance(obj, dict):
+        return {k: _stand_ins(v, found) for k, v in obj.items()}
+    return obj
+
+
+def _sized(func, args, kwargs, name: str):
+    """``func`` on stand-in values (random, then the identity): only its output's shape
+    and dtype are read."""
+    rng = np.random.default_rng(0)
+    errors = []
+    for make in (lambda t: rng.standard_normal(t.shape), _identity):
+        def swap(o):
+            if isinstance(o, Traced):
+                return make(o).astype(o.dtype)
+            if isinstance(o, list | tuple):
+                return type(o)(swap(v) for v in o)
+            if isinstance(o, dict):
+                return {k: swap(v) for k, v in o.items()}
+            return o
+
+        try:
+            with np.errstate(all="ignore"), warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                return func(*swap(args), **swap(kwargs))
+        except Exception as exc:  # noqa: BLE001 (reported below)
+            errors.append(exc)
+    raise needs_values(
+        f"calls {name}, which the detector has no rule for and could not size on "
+        f"stand-in values ({type(errors[-1]).__name__}: {errors[-1]})",
+        "pass x's values through functions the detector knows")
+
+
+def _identity(t: Traced) -> np.ndarray:
+    if t.ndim >= 2 and t.shape[-1] == t.shape[-2]:
+        return np.broadcast_to(np.eye(t.shape[-1]), t.shape).copy()
+    return np.ones(t.shape)
+
+
+RULES: dict = {
+    np.sum: lambda tr, a, axis=None, dtype=None, out=None, keepdims=False, **k: R.reduce(
+        a, axis, keepdims, dtype),
+    np.nansum: lambda tr, a, axis=None, dtype=None, out=None, keepdims=False, **k: R.reduce(
+        a, axis, keepdims, dtype),
+    np.mean: lambda tr, a, axis=None, dtype=None, out=None, keepdims=False, **k: R.reduce(
+        a, axis, keepdims, dtype, floats=True),
+    np.nanmean: lambda tr, a, axis=None, dtype=None, out=None, keepdims=False, **k: R.reduce(
+        a, axis, keepdims, dtype, floats=True),
+    np.average: lambda tr, a, axis=None, weights=None, returned=False, keepdims=False: R.reduce(
+        a if weights is None else a * weights, axis, keepdims, floats=True),
+    np.prod: lambda tr, a, axis=None, dtype=None, out=None, keepdims=False, **k: R.product(
+        a, axis, keepdims, dtype),
+    np.nanprod: lambda tr, a, axis=None, dtype=None, out=None, keepdims=False, **k: R.product(
+        a, axis, keepdims, dtype),
+    np.cumsum: lambda tr, a, axis=None, dtype=None, out=None: R.scan(a, axis, dtype),
+    np.nancumsum: lambda tr, a, axis=None, dtype=None, out=None: R.scan(a, axis, dtype),
+    np.cumprod: lambda tr, a, axis=None, dtype=None, out=None: R.scan(a, axis, dtype, True),
+    np.nancumprod: lambda tr, a, axis=None, dtype=None, out=None: R.scan(a, axis, dtype, True),
+    np.std: lambda tr, a, axis=None, dtype=None, out=None, ddof=0, keepdims=False, **k:
+        R.reduce(a, axis, keepdims, dtype, nonlinear=True),
+    np.var: lambda tr, a, axis=None, dtype=None, out=None, ddof=0, keepdims=False, **k:
+        R.reduce(a, axis, keepdims, dtype, nonlinear=True),
+    np.count_nonzero: lambda tr, a, axis=None, keepdims=False: R.no_derivative(
+        a, axis, keepdims),
+    np.where: _where_rule,
+    np.clip: _clip,
+    np.diff: _diff,
+    np.sort: _sort,
+    np.pad: _pad,
+    np.real: _real,
+    np.imag: _imag,
+    np.zeros_like: _like(),
+    np.ones_like: _like(),
+    np.empty_like: _like(),
+    np.full_like: _like(fill=True),
+    np.sinc: _elementwise("s"),
+    np.nan_to_num: _elementwise("f"),
+    np.round: _elementwise("z"),
+    np.around: _elementwise("z"),
+    np.isclose: lambda tr, a, b, *args, **k: Traced(
+        tr, np.broadcast_shapes(np.shape(a), np.shape(b)), np.bool_),
+}
+for _f in (np.max, np.amax, np.min, np.amin, np.nanmax, np.nanmin, np.ptp, np.median,
+           np.nanmedian):  # fmt: skip
+    RULES[_f] = lambda tr, a, axis=None, out=None, keepdims=False, **k: R.reduce(
+        a, axis, keepdims)
+for _f in (np.any, np.all):
+    RULES[_f] = lambda tr, a, axis=None, out=None, keepdims=False, **k: R.no_derivative(
+        a, axis, keepdims, np.bool_)
+for _f in (np.argmax, np.argmin, np.nanargmax, np.nanargmin):
+    RULES[_f] = lambda tr, a, axis=None, out=None, keepdims=False, **k: R.no_derivative(
+        a, axis, keepdims)
+RULES[np.argsort] = lambda tr, a, axis=-1, **k: Traced(tr, a.shape, np.intp)
+RULES.update(linalg.RULES)
+RULES.update({
+    np.shape: lambda tr, a: a.shape,
+    np.ndim: lambda tr, a: a.ndim,
+    np.size: lambda tr, a, axis=None: a.size if axis is None else a.shape[axis],
+    np.iscomplexobj: lambda tr, a: np.iscomplexobj(np.empty(0, a.dtype)),
+    np.isrealobj: lambda tr, a: np.isrealobj(np.empty(0, a.dtype)),
+})  # fmt: skip

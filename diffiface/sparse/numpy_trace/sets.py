@@ -1,0 +1,151 @@
+"""Index sets, one per array element, stored as one CSR-like pair of arrays.
+
+``Rows(indptr, idx)``: row k (element k, C order) holds the sorted, distinct integers
+``idx[indptr[k]:indptr[k + 1]]``: the inputs element k may depend on, or, for the
+second-order sets, the pairs (i, j), i <= j, it may have a nonzero second derivative
+in, each as the key ``i * n + j``. Every operation is vectorised over all rows.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+class Rows:
+    """One set of integers per element."""
+
+    __slots__ = ("idx", "indptr")
+
+    def __init__(self, indptr: np.ndarray, idx: np.ndarray):
+        self.indptr, self.idx = indptr, idx
+
+    def __len__(self) -> int:
+        return len(self.indptr) - 1
+
+    @property
+    def lengths(self) -> np.ndarray:
+        return np.diff(self.indptr)
+
+    @property
+    def row_ids(self) -> np.ndarray:
+        """The row of each stored integer."""
+        return np.repeat(np.arange(len(self), dtype=np.int64), self.lengths)
+
+
+def empty(rows: int) -> Rows:
+    return Rows(np.zeros(rows + 1, np.int64), np.zeros(0, np.int64))
+
+
+def identity(n: int) -> Rows:
+    return Rows(np.arange(n + 1, dtype=np.int64), np.arange(n, dtype=np.int64))
+
+
+def take(r: Rows, m) -> Rows:
+    """The rows ``r[m]`` (``m`` flat, repeats allowed); a row index -1 gives an empty
+    row."""
+    m = np.asarray(m, dtype=np.int64).ravel()
+    if len(m) == len(r) and np.array_equal(m, np.arange(len(m))):
+        return r
+    valid = m >= 0
+    safe = np.where(valid, m, 0)
+    start = r.indptr[safe]
+    length = np.where(valid, r.indptr[safe + 1] - start, 0)
+    indptr = np.zeros(len(m) + 1, np.int64)
+    np.cumsum(length, out=indptr[1:])
+    pos = np.arange(indptr[-1], dtype=np.int64) - np.repeat(indptr[:-1] - start, length)
+    return Rows(indptr, r.idx[pos])
+
+
+def from_pairs(rows: np.ndarray, keys: np.ndarray, count: int) -> Rows:
+    """Row k holds the distinct ``keys`` whose ``rows`` entry is k."""
+    if len(keys):
+        top = int(keys.max()) + 1
+        if count * top < 2**62:
+            both = np.unique(rows * top + keys)
+            rows, keys = both // top, both % top
+        else:
+            order = np.lexsort((keys, rows))
+            rows, keys = rows[order], keys[order]
+            keep = np.ones(len(keys), bool)
+            keep[1:] = (rows[1:] != rows[:-1]) | (keys[1:] != keys[:-1])
+            rows, keys = rows[keep], keys[keep]
+    indptr = np.zeros(count + 1, np.int64)
+    np.cumsum(np.bincount(rows, minlength=count), out=indptr[1:])
+    return Rows(indptr, keys.astype(np.int64, copy=False))
+
+
+def union(*parts: Rows) -> Rows:
+    """Row-wise union of same-length row sets (None entries skipped)."""
+    parts = [p for p in parts if p is not None and len(p.idx)]
+    if not parts:
+        return None
+    if len(parts) == 1:
+        return parts[0]
+    count = len(parts[0])
+    rows = np.concatenate([p.row_ids for p in parts])
+    return from_pairs(rows, np.concatenate([p.idx for p in parts]), count)
+
+
+def gather_union(r: Rows, out_rows: np.ndarray, in_rows: np.ndarray, count: int) -> Rows:
+    """Row k of the result: the union of ``r[i]`` over the pairs (k, i) given as
+    ``out_rows``, ``in_rows``."""
+    if r is None:
+        return None
+    got = take(r, in_rows)
+    return from_pairs(np.repeat(out_rows.astype(np.int64), got.lengths), got.idx, count)
+
+
+def all_union(r: Rows, count: int) -> Rows:
+    """``count`` copies of the union of every row."""
+    if r is None:
+        return None
+    keys = np.unique(r.idx)
+    return take(Rows(np.array([0, len(keys)], np.int64), keys), np.zeros(count, np.int64))
+
+
+def self_pairs(g: Rows, n: int) -> Rows:
+    """Per row, every pair (i, j), i <= j, of its first-order set, as ``i * n + j``."""
+    if g is None:
+        return None
+    lengths = g.lengths
+    local = np.arange(len(g.idx), dtype=np.int64) - np.repeat(g.indptr[:-1], lengths)
+    after = np.repeat(lengths, lengths) - local  # pairs each entry starts: itself and later
+    first = np.repeat(np.arange(len(g.idx), dtype=np.int64), after)
+    starts = np.cumsum(after) - after
+    second = first + np.arange(len(first), dtype=np.int64) - np.repeat(starts, after)
+    keys = g.idx[first] * n + g.idx[second]
+    indptr = np.zeros(len(g) + 1, np.int64)
+    np.cumsum(lengths * (lengths + 1) // 2, out=indptr[1:])
+    return Rows(indptr, keys)  # sorted and distinct: g's rows are
+
+
+def cross_pairs(a: Rows, b: Rows, n: int) -> Rows:
+    """Per row, every pair of one integer of ``a``'s row and one of ``b``'s, ordered
+    (min, max), as ``min * n + max``."""
+    if a is None or b is None:
+        return None
+    la, lb = a.lengths, b.lengths
+    per_entry = np.repeat(lb, la)  # each entry of a pairs with its row's entries of b
+    first = np.repeat(np.arange(len(a.idx), dtype=np.int64), per_entry)
+    starts = np.cumsum(per_entry) - per_entry
+    offset = np.arange(len(first), dtype=np.int64) - np.repeat(starts, per_entry)
+    second = np.repeat(np.repeat(b.indptr[:-1], la), per_entry) + offset
+    i, j = a.idx[first], b.idx[second]
+    rows = np.repeat(a.row_ids, per_entry)
+    return from_pairs(rows, np.minimum(i, j) * n + np.maximum(i, j), len(a))
+
+
+def replace(r: Rows, positions: np.ndarray, new: Rows) -> Rows:
+    """``r`` with rows ``positions`` replaced by ``new``'s rows."""
+    m = np.arange(len(r), dtype=np.int64)
+    m[positions] = len(r) + np.arange(len(positions), dtype=np.int64)
+    return take(stack([r, new]), m)
+
+
+def stack(parts: list) -> Rows:
+    """The rows of each part, one part after the other."""
+    offsets = np.cumsum([0] + [len(p.idx) for p in parts])
+    indptr = np.concatenate(
+        [p.indptr[:-1] + o for p, o in zip(parts, offsets, strict=False)] + [offsets[-1:]]
+    )
+    return Rows(indptr.astype(np.int64), np.concatenate([p.idx for p in parts]))

@@ -9,6 +9,7 @@ in, each as the key ``i * n + j``. Every operation is vectorised over all rows.
 from __future__ import annotations
 
 import numpy as np
+import scipy.sparse as sp
 
 
 class Rows:
@@ -30,6 +31,14 @@ class Rows:
     def row_ids(self) -> np.ndarray:
         """The row of each stored integer."""
         return np.repeat(np.arange(len(self), dtype=np.int64), self.lengths)
+
+
+def distinct(a: np.ndarray) -> np.ndarray:
+    """The sorted distinct values of ``a`` (a sort: ``np.unique`` hashes, slower here)."""
+    a = np.sort(a, kind="stable")  # (a merge of the sorted runs it usually holds)
+    keep = np.ones(len(a), bool)
+    np.not_equal(a[1:], a[:-1], out=keep[1:])
+    return a[keep]
 
 
 def empty(rows: int) -> Rows:
@@ -58,39 +67,62 @@ def take(r: Rows, m) -> Rows:
 
 def from_pairs(rows: np.ndarray, keys: np.ndarray, count: int) -> Rows:
     """Row k holds the distinct ``keys`` whose ``rows`` entry is k."""
-    if len(keys):
-        top = int(keys.max()) + 1
-        if count * top < 2**62:
-            both = np.unique(rows * top + keys)
-            rows, keys = both // top, both % top
-        else:
-            order = np.lexsort((keys, rows))
-            rows, keys = rows[order], keys[order]
-            keep = np.ones(len(keys), bool)
-            keep[1:] = (rows[1:] != rows[:-1]) | (keys[1:] != keys[:-1])
-            rows, keys = rows[keep], keys[keep]
+    if not len(keys):
+        return empty(count)
+    top = int(keys.max()) + 1
+    if count * top < 2**62:  # one sort of row * top + key; the rows' bounds by bisection
+        both = distinct(rows * top + keys)
+        indptr = np.searchsorted(both, np.arange(count + 1, dtype=np.int64) * top)
+        keys = both - np.repeat(np.arange(count, dtype=np.int64) * top, np.diff(indptr))
+        return Rows(indptr.astype(np.int64), keys)
+    order = np.lexsort((keys, rows))
+    rows, keys = rows[order], keys[order]
+    keep = np.ones(len(keys), bool)
+    keep[1:] = (rows[1:] != rows[:-1]) | (keys[1:] != keys[:-1])
     indptr = np.zeros(count + 1, np.int64)
-    np.cumsum(np.bincount(rows, minlength=count), out=indptr[1:])
-    return Rows(indptr, keys.astype(np.int64, copy=False))
+    np.cumsum(np.bincount(rows[keep], minlength=count), out=indptr[1:])
+    return Rows(indptr, keys[keep].astype(np.int64, copy=False))
 
 
 def union(*parts: Rows) -> Rows:
-    """Row-wise union of same-length row sets (None entries skipped)."""
+    """Row-wise union of same-length row sets (None entries skipped): scipy's sparse
+    sum, a merge of sorted rows in C++."""
     parts = [p for p in parts if p is not None and len(p.idx)]
     if not parts:
         return None
     if len(parts) == 1:
         return parts[0]
-    count = len(parts[0])
-    rows = np.concatenate([p.row_ids for p in parts])
-    return from_pairs(rows, np.concatenate([p.idx for p in parts]), count)
+    shape = (len(parts[0]), max(int(p.idx.max()) for p in parts) + 1)
+    total = _csr(parts[0], shape)
+    for p in parts[1:]:
+        total = total + _csr(p, shape)
+    return Rows(total.indptr.astype(np.int64, copy=False),
+                total.indices.astype(np.int64, copy=False))  # fmt: skip
+
+
+def _csr(r: Rows, shape) -> sp.csr_array:
+    out = sp.csr_array((np.ones(len(r.idx), bool), r.idx, r.indptr), shape=shape, copy=False)
+    out.has_canonical_format = True  # (sorted, distinct: every Rows is)
+    return out
+
+
+_MATMUL_WIDTH = 2**24  # scipy's sparse product keeps a work array this wide
 
 
 def gather_union(r: Rows, out_rows: np.ndarray, in_rows: np.ndarray, count: int) -> Rows:
     """Row k of the result: the union of ``r[i]`` over the pairs (k, i) given as
     ``out_rows``, ``in_rows``."""
-    if r is None:
+    if r is None or not len(r.idx):
         return None
+    width = int(r.idx.max()) + 1
+    if width <= _MATMUL_WIDTH:  # (first-order sets: the selection times the sets)
+        pick = sp.csr_array(
+            (np.ones(len(out_rows), bool), (out_rows, in_rows)), shape=(count, len(r))
+        )
+        got = pick @ _csr(r, (len(r), width))
+        got.sort_indices()
+        return Rows(got.indptr.astype(np.int64, copy=False),
+                    got.indices.astype(np.int64, copy=False))  # fmt: skip
     got = take(r, in_rows)
     return from_pairs(np.repeat(out_rows.astype(np.int64), got.lengths), got.idx, count)
 
@@ -99,7 +131,7 @@ def all_union(r: Rows, count: int) -> Rows:
     """``count`` copies of the union of every row."""
     if r is None:
         return None
-    keys = np.unique(r.idx)
+    keys = distinct(r.idx)
     return take(Rows(np.array([0, len(keys)], np.int64), keys), np.zeros(count, np.int64))
 
 

@@ -74,7 +74,7 @@ def moved(trace: Trace, func, spec: tuple, args: tuple, kwargs: dict):
     for o in outs:
         o = np.asarray(o) - 1
         if single and (o >= 0).all():
-            results.append(parts[0].view(o.shape, o, exact=bool(view)))
+            results.append(parts[0].share(o.shape, o, exact=bool(view)))
         else:
             results.append(_gathered(trace, parts, o, dtype))
     return type(got)(results) if isinstance(got, list | tuple) else results[0]

@@ -14,6 +14,7 @@ it adds to the base's sets rather than replacing them: a superset either way.
 
 from __future__ import annotations
 
+import builtins
 import math
 import warnings
 
@@ -86,7 +87,7 @@ class Traced:
         """A new array of the same trace."""
         return Traced(self.trace, shape, dtype, g, h)
 
-    def view(self, shape, positions: np.ndarray, exact: bool) -> Traced:
+    def share(self, shape, positions: np.ndarray, exact: bool) -> Traced:
         """The elements at flat ``positions`` as an array of ``shape`` sharing the sets."""
         positions = np.asarray(positions, np.int64).ravel()
         out = Traced(self.trace, shape, self.dtype, store=self.store)
@@ -192,7 +193,7 @@ class Traced:
         key = index_key(key)
         got = np.arange(self.size, dtype=np.int64).reshape(self.shape)[key]
         if is_basic(key):
-            return self.view(got.shape, got, exact=True)
+            return self.share(got.shape, got, exact=True)
         return self.like(got.shape, self.dtype, S.take(self.g, got), _take(self.h, got))
 
     def __setitem__(self, key, value):
@@ -213,6 +214,18 @@ class Traced:
 
     def astype(self, dtype, copy=True, **kwargs):
         return self.like(self.shape, dtype, self.g, self.h)
+
+    def view(self, dtype=None, type=None):
+        """The same elements (``.view(np.ndarray)``, as autograd.numpy's concatenate
+        calls it); a dtype of another size is not followed."""
+        if isinstance(dtype, builtins.type) and issubclass(dtype, np.ndarray):
+            dtype = None
+        if dtype is not None and np.dtype(dtype).itemsize != self.dtype.itemsize:
+            raise needs_values("reinterprets a traced array's bytes (.view(dtype))",
+                               "use .astype(dtype)")
+        out = self.share(self.shape, np.arange(self.size), exact=True)
+        out.dtype = self.dtype if dtype is None else np.dtype(dtype)
+        return out
 
     def copy(self, order="C"):
         return self.like(self.shape, self.dtype, self.g, self.h)

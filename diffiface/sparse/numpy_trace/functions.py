@@ -10,7 +10,6 @@ values, with a ``SparsityWarning`` that names it.
 
 from __future__ import annotations
 
-import math
 import warnings
 
 import numpy as np
@@ -159,8 +158,9 @@ def _where_rule(trace, cond, *ab):
         return Traced(trace, shape, dtype, S.union(ga, gb), S.union(ha, hb) if trace.second
                       else None)  # fmt: skip
     if not ab:
-        raise needs_values("calls np.where(cond) (indices that depend on x)",
-                           "use np.where(cond, a, b)")
+        raise needs_values(
+            "calls np.where(cond) (indices that depend on x)", "use np.where(cond, a, b)"
+        )
     return moved(trace, _select, (False, 1, 2), (np.asarray(cond), *ab), {})
 
 
@@ -207,8 +207,11 @@ def _elementwise(letter):
 
 def widen(trace: Trace, func, args: tuple, kwargs: dict):
     name = f"{getattr(func, '__module__', 'numpy')}.{getattr(func, '__name__', func)}"
-    trace.warn(name, "a function the detector does not know: each of its outputs is "
-               "taken to depend on every input (and, for Hessians, nonlinearly)")
+    trace.warn(
+        name,
+        "a function the detector does not know: each of its outputs is "
+        "taken to depend on every input (and, for Hessians, nonlinearly)",
+    )
     return dense(trace, func, args, kwargs, name)
 
 
@@ -252,25 +255,28 @@ def _sized(func, args, kwargs, name: str):
     rng = np.random.default_rng(0)
     errors = []
     for make in (lambda t: rng.standard_normal(t.shape), _identity):
-        def swap(o):
-            if isinstance(o, Traced):
-                return make(o).astype(o.dtype)
-            if isinstance(o, list | tuple):
-                return type(o)(swap(v) for v in o)
-            if isinstance(o, dict):
-                return {k: swap(v) for k, v in o.items()}
-            return o
-
         try:
             with np.errstate(all="ignore"), warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                return func(*swap(args), **swap(kwargs))
-        except Exception as exc:  # noqa: BLE001 (reported below)
+                return func(*_swap(args, make), **_swap(kwargs, make))
+        except Exception as exc:  # (reported below)
             errors.append(exc)
     raise needs_values(
         f"calls {name}, which the detector has no rule for and could not size on "
         f"stand-in values ({type(errors[-1]).__name__}: {errors[-1]})",
-        "pass x's values through functions the detector knows")
+        "pass x's values through functions the detector knows",
+    )
+
+
+def _swap(obj, make):
+    """``obj`` with each traced array replaced by ``make(it)``."""
+    if isinstance(obj, Traced):
+        return make(obj).astype(obj.dtype)
+    if isinstance(obj, list | tuple):
+        return type(obj)(_swap(v, make) for v in obj)
+    if isinstance(obj, dict):
+        return {k: _swap(v, make) for k, v in obj.items()}
+    return obj
 
 
 def _identity(t: Traced) -> np.ndarray:
@@ -279,31 +285,55 @@ def _identity(t: Traced) -> np.ndarray:
     return np.ones(t.shape)
 
 
+def _reduction(kind: str, floats: bool = False):
+    """A rule for NumPy's reductions (their positional arguments after ``axis`` are
+    ``dtype`` or ``out``: neither changes the sets)."""
+
+    def rule(trace, a, axis=None, *rest, keepdims=False, dtype=None, **kwargs):
+        if kind == "linear":
+            return R.reduce(a, axis, keepdims, dtype, floats=floats)
+        if kind == "nonlinear":
+            return R.reduce(a, axis, keepdims, dtype, nonlinear=True)
+        if kind == "product":
+            return R.product(a, axis, keepdims, dtype)
+        if kind == "scan":
+            return R.scan(a, axis, dtype, nonlinear=floats)
+        return R.no_derivative(a, axis, keepdims, np.bool_ if kind == "bool" else np.intp)
+
+    return rule
+
+
+def _average(trace, a, axis=None, weights=None, returned=False, *, keepdims=False):
+    return R.reduce(a if weights is None else a * weights, axis, keepdims, floats=True)
+
+
+def _isclose(trace, a, b, *args, **kwargs):
+    return Traced(trace, np.broadcast_shapes(np.shape(a), np.shape(b)), np.bool_)
+
+
+def _argsort(trace, a, axis=-1, **kwargs):
+    return Traced(trace, a.shape, np.intp)
+
+
+_REDUCTIONS = {
+    ("linear", False): "sum nansum max amax min amin nanmax nanmin ptp median nanmedian",
+    ("linear", True): "mean nanmean",
+    ("nonlinear", False): "std var nanstd nanvar",
+    ("product", False): "prod nanprod",
+    ("scan", False): "cumsum nancumsum",
+    ("scan", True): "cumprod nancumprod",
+    ("bool", False): "any all",
+    ("int", False): "argmax argmin nanargmax nanargmin count_nonzero",
+}
 RULES: dict = {
-    np.sum: lambda tr, a, axis=None, dtype=None, out=None, keepdims=False, **k: R.reduce(
-        a, axis, keepdims, dtype),
-    np.nansum: lambda tr, a, axis=None, dtype=None, out=None, keepdims=False, **k: R.reduce(
-        a, axis, keepdims, dtype),
-    np.mean: lambda tr, a, axis=None, dtype=None, out=None, keepdims=False, **k: R.reduce(
-        a, axis, keepdims, dtype, floats=True),
-    np.nanmean: lambda tr, a, axis=None, dtype=None, out=None, keepdims=False, **k: R.reduce(
-        a, axis, keepdims, dtype, floats=True),
-    np.average: lambda tr, a, axis=None, weights=None, returned=False, keepdims=False: R.reduce(
-        a if weights is None else a * weights, axis, keepdims, floats=True),
-    np.prod: lambda tr, a, axis=None, dtype=None, out=None, keepdims=False, **k: R.product(
-        a, axis, keepdims, dtype),
-    np.nanprod: lambda tr, a, axis=None, dtype=None, out=None, keepdims=False, **k: R.product(
-        a, axis, keepdims, dtype),
-    np.cumsum: lambda tr, a, axis=None, dtype=None, out=None: R.scan(a, axis, dtype),
-    np.nancumsum: lambda tr, a, axis=None, dtype=None, out=None: R.scan(a, axis, dtype),
-    np.cumprod: lambda tr, a, axis=None, dtype=None, out=None: R.scan(a, axis, dtype, True),
-    np.nancumprod: lambda tr, a, axis=None, dtype=None, out=None: R.scan(a, axis, dtype, True),
-    np.std: lambda tr, a, axis=None, dtype=None, out=None, ddof=0, keepdims=False, **k:
-        R.reduce(a, axis, keepdims, dtype, nonlinear=True),
-    np.var: lambda tr, a, axis=None, dtype=None, out=None, ddof=0, keepdims=False, **k:
-        R.reduce(a, axis, keepdims, dtype, nonlinear=True),
-    np.count_nonzero: lambda tr, a, axis=None, keepdims=False: R.no_derivative(
-        a, axis, keepdims),
+    getattr(np, name): _reduction(kind, floats)
+    for (kind, floats), names in _REDUCTIONS.items()
+    for name in names.split()
+}
+RULES.update({
+    np.average: _average,
+    np.argsort: _argsort,
+    np.isclose: _isclose,
     np.where: _where_rule,
     np.clip: _clip,
     np.diff: _diff,
@@ -319,20 +349,7 @@ RULES: dict = {
     np.nan_to_num: _elementwise("f"),
     np.round: _elementwise("z"),
     np.around: _elementwise("z"),
-    np.isclose: lambda tr, a, b, *args, **k: Traced(
-        tr, np.broadcast_shapes(np.shape(a), np.shape(b)), np.bool_),
-}
-for _f in (np.max, np.amax, np.min, np.amin, np.nanmax, np.nanmin, np.ptp, np.median,
-           np.nanmedian):  # fmt: skip
-    RULES[_f] = lambda tr, a, axis=None, out=None, keepdims=False, **k: R.reduce(
-        a, axis, keepdims)
-for _f in (np.any, np.all):
-    RULES[_f] = lambda tr, a, axis=None, out=None, keepdims=False, **k: R.no_derivative(
-        a, axis, keepdims, np.bool_)
-for _f in (np.argmax, np.argmin, np.nanargmax, np.nanargmin):
-    RULES[_f] = lambda tr, a, axis=None, out=None, keepdims=False, **k: R.no_derivative(
-        a, axis, keepdims)
-RULES[np.argsort] = lambda tr, a, axis=-1, **k: Traced(tr, a.shape, np.intp)
+})  # fmt: skip
 RULES.update(linalg.RULES)
 RULES.update({
     np.shape: lambda tr, a: a.shape,

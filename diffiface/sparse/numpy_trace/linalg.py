@@ -174,13 +174,15 @@ def _dense(func):
 RULES: dict = {
     np.dot: lambda tr, a, b, out=None: dot(a, b),
     np.vdot: lambda tr, a, b: matmul(np.conjugate(np.reshape(a, -1)), np.reshape(b, -1)),
-    np.inner: lambda tr, a, b: tensordot(a, b, ([-1], [-1])) if np.ndim(a) and np.ndim(b)
-    else np.multiply(a, b),
+    np.inner: lambda tr, a, b: (
+        tensordot(a, b, ([-1], [-1])) if np.ndim(a) and np.ndim(b) else np.multiply(a, b)
+    ),
     np.outer: lambda tr, a, b, out=None: np.multiply(np.reshape(a, (-1, 1)), np.reshape(b, -1)),
     np.tensordot: lambda tr, a, b, axes=2: tensordot(a, b, axes),
     np.einsum: lambda tr, subscripts, *ops, **k: einsum(subscripts, *ops),
     np.trace: lambda tr, a, offset=0, axis1=0, axis2=1, dtype=None, out=None: np.sum(
-        np.diagonal(a, offset, axis1, axis2), axis=-1),
+        np.diagonal(a, offset, axis1, axis2), axis=-1
+    ),
     np.linalg.norm: norm,
     np.linalg.multi_dot: lambda tr, arrays, out=None: _chain(arrays),
 }

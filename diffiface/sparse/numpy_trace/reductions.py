@@ -111,8 +111,10 @@ def ufunc_method(trace: Trace, ufunc, method: str, inputs: tuple, kwargs: dict):
         a = np.reshape(a, np.shape(a) + (1,) * np.ndim(b))
         return ufunc(a, b, **kwargs)
     if method not in ("reduce", "accumulate") or kwargs.get("out") is not None:
-        raise needs_values(f"calls np.{name}.{method} (unsupported by the detector)",
-                           f"write it with np.{name} and indexing")
+        raise needs_values(
+            f"calls np.{name}.{method} (unsupported by the detector)",
+            f"write it with np.{name} and indexing",
+        )
     (t,) = inputs
     axis, dtype = kwargs.get("axis", 0), kwargs.get("dtype")
     if method == "accumulate":

@@ -132,11 +132,11 @@ class Traced:
         return f"Traced(shape={self.shape}, dtype={self.dtype})"
 
     @property
-    def T(self) -> Traced:  # noqa: N802
+    def T(self) -> Traced:
         return np.transpose(self)
 
     @property
-    def mT(self) -> Traced:  # noqa: N802
+    def mT(self) -> Traced:
         return np.swapaxes(self, -1, -2)
 
     @property
@@ -166,19 +166,25 @@ class Traced:
         return apply_function(self.trace, func, types, args, kwargs)
 
     def __array__(self, dtype=None, copy=None):
-        raise needs_values("converts a traced array to a NumPy array (np.asarray, np.array, "
-                           "or writing it into an array made without x, as np.zeros(n))",
-                           "make arrays from x (np.zeros_like(x), xp.zeros_like(x)), "
-                           "combine with xp.stack / np.concatenate")
+        raise needs_values(
+            "converts a traced array to a NumPy array (np.asarray, np.array, "
+            "or writing it into an array made without x, as np.zeros(n))",
+            "make arrays from x (np.zeros_like(x), xp.zeros_like(x)), "
+            "combine with xp.stack / np.concatenate",
+        )
 
     def __bool__(self):
-        raise needs_values("uses a traced value as a Python bool (`if`, `while`, `and`, "
-                           "`or`, `assert` on values of x)",
-                           "write a branch as np.where(cond, a, b)")
+        raise needs_values(
+            "uses a traced value as a Python bool (`if`, `while`, `and`, "
+            "`or`, `assert` on values of x)",
+            "write a branch as np.where(cond, a, b)",
+        )
 
     def __float__(self):
-        raise needs_values("takes a Python number from a traced array (float(), int(), "
-                           ".item())", "keep the values as arrays")
+        raise needs_values(
+            "takes a Python number from a traced array (float(), int(), .item())",
+            "keep the values as arrays",
+        )
 
     __int__ = __complex__ = __index__ = __float__
 
@@ -200,8 +206,10 @@ class Traced:
         key = index_key(key)
         where = np.arange(self.size, dtype=np.int64).reshape(self.shape)[key]
         g, h = rows_of(self.trace, value, where.shape)
-        self.assign(S.replace(self.g, where.ravel(), g),
-                    None if self.h is None else S.replace(self.h, where.ravel(), h))
+        self.assign(
+            S.replace(self.g, where.ravel(), g),
+            None if self.h is None else S.replace(self.h, where.ravel(), h),
+        )
 
     # ---- methods (NumPy's functions) ------------------------------------------------
     def reshape(self, *shape, order="C"):
@@ -221,8 +229,9 @@ class Traced:
         if isinstance(dtype, builtins.type) and issubclass(dtype, np.ndarray):
             dtype = None
         if dtype is not None and np.dtype(dtype).itemsize != self.dtype.itemsize:
-            raise needs_values("reinterprets a traced array's bytes (.view(dtype))",
-                               "use .astype(dtype)")
+            raise needs_values(
+                "reinterprets a traced array's bytes (.view(dtype))", "use .astype(dtype)"
+            )
         out = self.share(self.shape, np.arange(self.size), exact=True)
         out.dtype = self.dtype if dtype is None else np.dtype(dtype)
         return out
@@ -309,16 +318,19 @@ def index_key(key):
     key = key if isinstance(key, tuple) else (key,)
     for k in key:
         if isinstance(k, Traced):
-            raise needs_values("indexes with a traced array (its values pick the elements)",
-                               "index with constant indices, or use np.where for a mask")
+            raise needs_values(
+                "indexes with a traced array (its values pick the elements)",
+                "index with constant indices, or use np.where for a mask",
+            )
     return key
 
 
 def is_basic(key: tuple) -> bool:
     """Basic indexing (ints, slices, None, ...): NumPy returns a view."""
     return all(
-        k is None or k is Ellipsis or isinstance(k, slice | int | np.integer)
-        and not isinstance(k, bool | np.bool_)
+        k is None
+        or k is Ellipsis
+        or (isinstance(k, slice | int | np.integer) and not isinstance(k, bool | np.bool_))
         for k in key
     )
 

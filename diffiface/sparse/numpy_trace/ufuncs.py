@@ -58,8 +58,10 @@ def apply_ufunc(trace: Trace, ufunc, method: str, inputs: tuple, kwargs: dict):
     if method == "__call__":
         out = kwargs.pop("out", None)
         if kwargs.get("where", True) is not True:
-            raise needs_values(f"calls np.{name} with where= (unsupported by the detector)",
-                               "use np.where on the result")
+            raise needs_values(
+                f"calls np.{name} with where= (unsupported by the detector)",
+                "use np.where on the result",
+            )
         kwargs.pop("where", None)
         if name in ("matmul", "vecdot", "matvec", "vecmat"):
             from .linalg import ufunc_product
@@ -82,8 +84,10 @@ def _write_out(result, out):
     results = result if isinstance(result, tuple) else (result,)
     for o, r in zip(outs, results, strict=True):
         if not isinstance(o, Traced):
-            raise needs_values("writes a traced result into a NumPy array (out=)",
-                               "make out from x (np.zeros_like(x))")
+            raise needs_values(
+                "writes a traced result into a NumPy array (out=)",
+                "make out from x (np.zeros_like(x))",
+            )
         o.assign(*rows_of(o.trace, r, o.shape))
     return out
 
@@ -93,10 +97,12 @@ def call(trace: Trace, ufunc, inputs: tuple, kwargs: dict):
     name = ufunc.__name__
     classes = MULTI.get(name) or (CLASSES.get(name),) * ufunc.nout
     if classes[0] is None:
-        trace.warn(f"np.{name}",
-                   "a ufunc the detector does not know: each output element is taken to "
-                   "depend on the same elements of every input, with every second "
-                   "derivative nonzero")
+        trace.warn(
+            f"np.{name}",
+            "a ufunc the detector does not know: each output element is taken to "
+            "depend on the same elements of every input, with every second "
+            "derivative nonzero",
+        )
         classes = ("s" * ufunc.nin + "c",) * ufunc.nout
     shape = np.broadcast_shapes(*(np.shape(a) for a in inputs))
     dtypes = _dtypes(ufunc, inputs, kwargs)
@@ -109,9 +115,7 @@ def call(trace: Trace, ufunc, inputs: tuple, kwargs: dict):
 
 def _dtypes(ufunc, inputs: tuple, kwargs: dict) -> tuple:
     """The output dtypes, from the ufunc on empty stand-ins."""
-    stand = [
-        np.empty(0, a.dtype) if isinstance(a, Traced | np.ndarray) else a for a in inputs
-    ]
+    stand = [np.empty(0, a.dtype) if isinstance(a, Traced | np.ndarray) else a for a in inputs]
     with np.errstate(all="ignore"):
         got = ufunc(*stand, **{k: v for k, v in kwargs.items() if k in ("dtype", "casting")})
     return tuple(np.asarray(o).dtype for o in (got if ufunc.nout > 1 else (got,)))

@@ -9,7 +9,9 @@ import numpy as np
 import scipy.sparse as sp
 
 from ..._errors import DiffifaceTypeError
+from . import functions as functions  # (registers NumPy's functions)
 from . import sets as S
+from . import ufuncs as ufuncs  # (registers the ufuncs)
 from .tracer import Trace, Traced
 
 __all__ = ["as_input", "hessian_pattern", "jacobian_pattern"]

@@ -17,6 +17,7 @@ import numpy as np
 from . import reductions as R
 from . import sets as S
 from .tracer import Traced
+from .widen import dense
 
 
 def matmul(a, b):
@@ -157,15 +158,11 @@ def norm(trace, x, ord=None, axis=None, keepdims=False):
         return np.sum(np.absolute(x), axis=axis, keepdims=keepdims)
     if vector and ord in (np.inf, -np.inf):
         return R.reduce(np.absolute(x), axis, keepdims)
-    from .functions import dense
-
     return dense(trace, np.linalg.norm, (x, ord, axis, keepdims), {}, "np.linalg.norm")
 
 
 def _dense(func):
     def rule(trace, *args, **kwargs):
-        from .functions import dense
-
         return dense(trace, func, args, kwargs, f"np.linalg.{func.__name__}")
 
     return rule

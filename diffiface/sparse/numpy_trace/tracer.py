@@ -29,6 +29,10 @@ LOCAL = (
 )
 
 
+# NumPy's two protocols: "ufunc" and "function", set by the modules of their rules
+PROTOCOLS: dict = {}
+
+
 class Trace:
     """What every traced array of one detection shares: n (x's size), whether
     second-order sets are kept (Hessians), the functions already warned about."""
@@ -156,14 +160,10 @@ class Traced:
 
     # ---- NumPy's protocols ------------------------------------------------------
     def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
-        from .ufuncs import apply_ufunc
-
-        return apply_ufunc(self.trace, ufunc, method, inputs, kwargs)
+        return PROTOCOLS["ufunc"](self.trace, ufunc, method, inputs, kwargs)
 
     def __array_function__(self, func, types, args, kwargs):
-        from .functions import apply_function
-
-        return apply_function(self.trace, func, types, args, kwargs)
+        return PROTOCOLS["function"](self.trace, func, types, args, kwargs)
 
     def __array__(self, dtype=None, copy=None):
         raise needs_values(

@@ -15,7 +15,9 @@ import math
 import numpy as np
 
 from . import sets as S
-from .tracer import Trace, Traced, inexact, needs_values, rows_of
+from .linalg import ufunc_product
+from .reductions import ufunc_method
+from .tracer import PROTOCOLS, Trace, Traced, inexact, needs_values, rows_of
 
 _S1 = (
     "sin cos tan arcsin arccos arctan sinh cosh tanh arcsinh arccosh arctanh exp exp2 "
@@ -64,14 +66,10 @@ def apply_ufunc(trace: Trace, ufunc, method: str, inputs: tuple, kwargs: dict):
             )
         kwargs.pop("where", None)
         if name in ("matmul", "vecdot", "matvec", "vecmat"):
-            from .linalg import ufunc_product
-
             result = ufunc_product(name, inputs)
         else:
             result = call(trace, ufunc, inputs, kwargs)
         return _write_out(result, out) if out is not None else result
-    from .reductions import ufunc_method
-
     return ufunc_method(trace, ufunc, method, inputs, kwargs)
 
 
@@ -107,7 +105,7 @@ def call(trace: Trace, ufunc, inputs: tuple, kwargs: dict):
     shape = np.broadcast_shapes(*(np.shape(a) for a in inputs))
     dtypes = _dtypes(ufunc, inputs, kwargs)
     outs = tuple(
-        _elementwise(trace, name, letters, inputs, shape, dt)
+        elementwise(trace, name, letters, inputs, shape, dt)
         for letters, dt in zip(classes, dtypes, strict=True)
     )
     return outs if ufunc.nout > 1 else outs[0]
@@ -121,7 +119,7 @@ def _dtypes(ufunc, inputs: tuple, kwargs: dict) -> tuple:
     return tuple(np.asarray(o).dtype for o in (got if ufunc.nout > 1 else (got,)))
 
 
-def _elementwise(trace: Trace, name: str, letters: str, inputs: tuple, shape, dtype):
+def elementwise(trace: Trace, name: str, letters: str, inputs: tuple, shape, dtype):
     """One output of an elementwise operation with derivative classes ``letters``."""
     size = math.prod(shape)
     if not inexact(dtype) or not any(isinstance(a, Traced) for a in inputs):
@@ -171,3 +169,6 @@ def _times_zero(inputs: tuple, parts: list, shape) -> list:
         None if p is None else (S.take(p[0], keep), None if p[1] is None else S.take(p[1], keep))
         for p in parts
     ]
+
+
+PROTOCOLS["ufunc"] = apply_ufunc

@@ -285,6 +285,11 @@ def test_an_unknown_ufunc_is_elementwise_and_warns():
     assert got.toarray().astype(int).tolist() == [[1, 0, 1], [0, 1, 1], [1, 1, 0]]
 
 
+def _into_buffer(x, out):  # a buffer made without x: NumPy takes float(x[1])
+    out[0] = x[1]
+    return out
+
+
 @pytest.mark.parametrize(
     "f, what",
     [
@@ -293,6 +298,7 @@ def test_an_unknown_ufunc_is_elementwise_and_warns():
         (lambda x: float(x[0]) * x, "Python number"),
         (lambda x: x[np.argmax(x)], "indexes with a traced array"),
         (lambda x: x[np.where(x > 0)], "np.where"),
+        (lambda x: _into_buffer(x, np.zeros(3)), "Python number"),
     ],
 )
 def test_values_of_x_are_an_error_naming_the_fix(f, what):

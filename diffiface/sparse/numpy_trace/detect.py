@@ -8,7 +8,7 @@ import math
 import numpy as np
 import scipy.sparse as sp
 
-from ..._errors import DiffifaceTypeError
+from ..._errors import DiffifaceTypeError, DiffifaceValueError
 from . import functions as functions  # (registers NumPy's functions)
 from . import sets as S
 from . import ufuncs as ufuncs  # (registers the ufuncs)
@@ -103,7 +103,13 @@ def _run(fn, x, second: bool) -> tuple:
     n = math.prod(shape)
     trace = Trace(n, second)
     xt = Traced(trace, shape, dtype, S.identity(n), S.empty(n) if second else None)
-    y = fn(xt)
+    try:
+        y = fn(xt)
+    except (TypeError, ValueError) as exc:  # NumPy's own error over the detector's
+        cause = exc.__cause__ or exc.__context__
+        if isinstance(cause, DiffifaceValueError) and not isinstance(exc, DiffifaceValueError):
+            raise cause from None
+        raise
     if not isinstance(y, Traced):  # a constant (or a number): it depends on nothing
         y = Traced(trace, np.shape(y), np.float64)
     return y, n

@@ -53,8 +53,10 @@ def take(r: Rows, m) -> Rows:
     """The rows ``r[m]`` (``m`` flat, repeats allowed); a row index -1 gives an empty
     row."""
     m = np.asarray(m, dtype=np.int64).ravel()
-    if len(m) == len(r) and np.array_equal(m, np.arange(len(m))):
-        return r
+    if len(m) and m[0] >= 0 and m[-1] - m[0] == len(m) - 1:
+        if np.array_equal(m, np.arange(m[0], m[-1] + 1)):  # a slice: no gather
+            a, b = r.indptr[m[0]], r.indptr[m[-1] + 1]
+            return r if len(m) == len(r) else Rows(r.indptr[m[0] : m[-1] + 2] - a, r.idx[a:b])
     valid = m >= 0
     safe = np.where(valid, m, 0)
     start = r.indptr[safe]

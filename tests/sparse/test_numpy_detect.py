@@ -229,6 +229,18 @@ def test_f_runs_once_on_a_traced_array_not_on_values():
     assert seen == [Traced]
 
 
+def test_a_scipy_sparse_constant_reads_its_nonzeros():
+    sparse = pytest.importorskip("scipy.sparse")
+    lap = sparse.diags([1.0, -2.0, 1.0], [-1, 0, 1], shape=(6, 6), format="csr")
+    lap_array = sparse.csr_array(lap)
+
+    def f(u):
+        return np.concatenate([lap @ u, u @ lap_array, lap.dot(u**2)])
+
+    want = np.vstack([lap.toarray() != 0] * 3)
+    np.testing.assert_array_equal(jacobian_pattern(f, np.zeros(6)).toarray(), want)
+
+
 # ---- namespaces: array_api_compat and autograd.numpy ---------------------------------
 
 

@@ -13,24 +13,29 @@ import math
 import string
 
 import numpy as np
+import scipy.sparse as sp
 
 from . import reductions as R
 from . import sets as S
-from .tracer import Traced
+from .tracer import PROTOCOLS, Traced
 from .widen import dense
 
 
 def matmul(a, b):
-    """``a @ b``."""
+    """``a @ b``; a constant may be a ``scipy.sparse`` matrix."""
     if not isinstance(b, Traced) and np.ndim(b) in (1, 2):
-        return _times_constant(a, np.asarray(b), right=True)
+        return _times_constant(a, _constant(b), right=True)
     if not isinstance(a, Traced) and np.ndim(a) in (1, 2):
-        return _times_constant(b, np.asarray(a), right=False)
+        return _times_constant(b, _constant(a), right=False)
     a1, b1 = np.ndim(a) == 1, np.ndim(b) == 1
     out = einsum("...ij,...jk->...ik", a[None, :] if a1 else a, b[:, None] if b1 else b)
     if a1:
         out = out[..., 0, :]
     return out[..., 0] if b1 else out
+
+
+def _constant(c):
+    return c if sp.issparse(c) else np.asarray(c)
 
 
 def _times_constant(t: Traced, c: np.ndarray, right: bool) -> Traced:
@@ -53,7 +58,7 @@ def _times_constant(t: Traced, c: np.ndarray, right: bool) -> Traced:
 def _left(c: np.ndarray, t: Traced) -> Traced:
     """``c @ t`` for a constant 2-D c (m, k) and t of shape (k,) or (..., k, j)."""
     m, k = c.shape
-    ci, ck = np.nonzero(c)
+    ci, ck = c.nonzero()  # (an ndarray's, or a scipy.sparse matrix's stored nonzeros)
     if t.ndim == 1:
         shape, out_rows, in_rows = (m,), ci, ck
     else:
@@ -195,3 +200,6 @@ def _chain(arrays):
     for a in arrays[1:]:
         out = matmul(out, a)
     return out
+
+
+PROTOCOLS["matmul"] = matmul

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import builtins
 import math
+import sys
 import warnings
 
 import numpy as np
@@ -166,6 +167,10 @@ class Traced:
         return PROTOCOLS["function"](self.trace, func, types, args, kwargs)
 
     def __array__(self, dtype=None, copy=None):
+        if _asked_by_sparse_matmul():  # (its signal to defer to our __rmatmul__)
+            out = np.empty((), object)
+            out[()] = self
+            return out
         raise needs_values(
             "converts a traced array to a NumPy array (np.asarray, np.array, "
             "or writing it into an array made without x, as np.zeros(n))",
@@ -248,6 +253,15 @@ class Traced:
     conjugate = conj
 
 
+def _asked_by_sparse_matmul() -> bool:
+    """``A @ t`` with a ``scipy.sparse`` A: its matmul asks for t as an array and, given
+    a 0-d object array, returns NotImplemented, so Python calls ``t.__rmatmul__``."""
+    caller = sys._getframe(2)
+    return caller.f_globals.get("__name__", "").startswith("scipy.sparse") and (
+        caller.f_code.co_name in ("_matmul_dispatch", "_rmatmul_dispatch")
+    )
+
+
 def _take(h, m):
     return None if h is None else S.take(h, m)
 
@@ -295,7 +309,7 @@ def _inplace(ufunc):
 for _names, _uf in (
     ("add", np.add), ("sub", np.subtract), ("mul", np.multiply), ("truediv", np.divide),
     ("floordiv", np.floor_divide), ("mod", np.remainder), ("pow", np.power),
-    ("matmul", np.matmul), ("and", np.bitwise_and), ("or", np.bitwise_or),
+    ("and", np.bitwise_and), ("or", np.bitwise_or),
     ("xor", np.bitwise_xor),
 ):  # fmt: skip
     setattr(Traced, f"__{_names}__", _operator(_uf))
@@ -306,6 +320,8 @@ for _names, _uf in (
     ("eq", np.equal), ("ne", np.not_equal),
 ):  # fmt: skip
     setattr(Traced, f"__{_names}__", _operator(_uf))
+Traced.__matmul__ = lambda self, other: PROTOCOLS["matmul"](self, other)
+Traced.__rmatmul__ = lambda self, other: PROTOCOLS["matmul"](other, self)
 Traced.__neg__ = lambda self: np.negative(self)
 Traced.__pos__ = lambda self: np.positive(self)
 Traced.__abs__ = lambda self: np.absolute(self)

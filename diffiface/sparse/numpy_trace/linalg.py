@@ -143,6 +143,24 @@ def tensordot(a, b, axes=2):
     return np.reshape(matmul(a2, b2), [sa[i] for i in free_a] + [sb[i] for i in free_b])
 
 
+def convolve(a, v, mode="full", correlate=False):
+    """``np.convolve`` / ``np.correlate``: the products of every pair of elements,
+    summed along the output they land on (its window found from NumPy itself)."""
+    if correlate:
+        v = v[::-1]
+    n, m = np.size(a), np.size(v)
+    products = np.multiply(np.reshape(a, (n, 1)), np.reshape(v, (1, m)))
+    full = (np.arange(n)[:, None] + np.arange(m)[None, :]).ravel()
+    rng = np.random.default_rng(0)
+    ra, rv = rng.standard_normal(n), rng.standard_normal(m)
+    whole, got = np.convolve(ra, rv, "full"), np.convolve(ra, rv, mode)
+    start = next(
+        s for s in range(len(whole) - len(got) + 1) if np.allclose(whole[s : s + len(got)], got)
+    )
+    keep = (full >= start) & (full < start + len(got))
+    return R.segment_sum(products, full[keep] - start, np.flatnonzero(keep), (len(got),))
+
+
 def ufunc_product(name: str, inputs: tuple):
     a, b = inputs
     if name == "matmul":
@@ -186,6 +204,8 @@ RULES: dict = {
         np.diagonal(a, offset, axis1, axis2), axis=-1
     ),
     np.linalg.norm: norm,
+    np.convolve: lambda tr, a, v, mode="full": convolve(a, v, mode),
+    np.correlate: lambda tr, a, v, mode="valid": convolve(a, v, mode, correlate=True),
     np.linalg.multi_dot: lambda tr, arrays, out=None: _chain(arrays),
 }
 for _name in ("inv solve det slogdet pinv lstsq eig eigh eigvals eigvalsh cholesky qr svd "

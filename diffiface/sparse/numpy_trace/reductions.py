@@ -47,6 +47,14 @@ def reduce(
     return t.like(shape, _dtype(t, dtype, floats or nonlinear), g, h)
 
 
+def segment_sum(t: Traced, out_rows: np.ndarray, in_rows: np.ndarray, shape) -> Traced:
+    """A linear map: output k sums the elements ``in_rows`` paired with k."""
+    size = math.prod(shape)
+    g = S.gather_union(t.g, out_rows, in_rows, size)
+    h = S.gather_union(t.h, out_rows, in_rows, size) if t.trace.second else None
+    return t.like(shape, t.dtype, g, h)
+
+
 def _dtype(t: Traced, dtype, floats: bool):
     """A reduction's dtype: ``dtype``, else x's inexact one; an integer input gives a
     float (mean, std) or a wide integer (sum, prod)."""

@@ -213,6 +213,17 @@ def test_writes_through_views_reach_their_base():
     np.testing.assert_array_equal(jacobian_pattern(f, x).toarray(), _dense_fd(f, x))
 
 
+def test_ufunc_out_lists_and_several_outputs():
+    def f(x):
+        out = np.zeros_like(x)
+        assert np.add(x, [1.0, 2.0, 3.0], out=out) is out  # NumPy returns out itself
+        frac, whole = np.modf(x * x[::-1])
+        return np.add(out, [0.0, 1.0, 2.0]) + frac + whole
+
+    x = RNG.uniform(0.5, 2.0, 3)
+    np.testing.assert_array_equal(jacobian_pattern(f, x).toarray(), _dense_fd(f, x))
+
+
 def test_a_write_through_a_copy_keeps_the_base():
     """NumPy copies a non-contiguous reshape: writing into it leaves x's products alone,
     so the pattern must keep them (it adds, where it cannot tell)."""

@@ -54,6 +54,7 @@ MULTI = {"modf": ("f", "z"), "frexp": ("f", "z"), "divmod": ("zzz", "ffz")}
 
 
 def apply_ufunc(trace: Trace, ufunc, method: str, inputs: tuple, kwargs: dict):
+    inputs = tuple(np.asarray(a) if isinstance(a, list | tuple) else a for a in inputs)
     if any(not _known(a) for a in inputs):
         return NotImplemented
     name = ufunc.__name__
@@ -78,7 +79,7 @@ def _known(a) -> bool:
 
 
 def _write_out(result, out):
-    outs = out if isinstance(out, tuple) else (out,)
+    outs = out if isinstance(out, tuple) else (out,)  # (NumPy passes a tuple)
     results = result if isinstance(result, tuple) else (result,)
     for o, r in zip(outs, results, strict=True):
         if not isinstance(o, Traced):
@@ -87,7 +88,7 @@ def _write_out(result, out):
                 "make out from x (np.zeros_like(x))",
             )
         o.assign(*rows_of(o.trace, r, o.shape))
-    return out
+    return out if isinstance(result, tuple) else out[0]
 
 
 def call(trace: Trace, ufunc, inputs: tuple, kwargs: dict):

@@ -299,6 +299,21 @@ def test_autograd_numpy_functions_trace():
     np.testing.assert_array_equal(jacobian_pattern(f, x).toarray(), _dense_fd(f, x))
 
 
+@pytest.mark.skipif(importlib.util.find_spec("autograd") is None, reason="needs autograd")
+def test_a_context_boxed_by_an_outer_autograd_pass_is_followed():
+    import autograd
+    import autograd.numpy as anp
+
+    seen = []
+
+    def outer(c):
+        seen.append(jacobian_pattern(lambda t: t[::-1] * c + c * t, np.zeros(3)).toarray())
+        return anp.sum(c**2)
+
+    np.testing.assert_allclose(autograd.grad(outer)(np.ones(3)), 2.0)  # (closed form)
+    np.testing.assert_array_equal(seen[0], np.eye(3, dtype=bool) | np.eye(3, dtype=bool)[::-1])
+
+
 # ---- the soundness rule and the errors --------------------------------------------------
 
 

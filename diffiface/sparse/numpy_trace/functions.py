@@ -15,7 +15,7 @@ import numpy as np
 from . import linalg
 from . import reductions as R
 from . import sets as S
-from .tracer import PROTOCOLS, Trace, Traced, needs_values, rows_of
+from .tracer import PROTOCOLS, Trace, Traced, needs_values, rows_of, unboxed
 from .ufuncs import elementwise
 from .widen import widen
 
@@ -23,6 +23,7 @@ from .widen import widen
 def apply_function(trace: Trace, func, types, args, kwargs):
     if any(not issubclass(t, Traced | np.ndarray) for t in types):
         return NotImplemented
+    args, kwargs = unboxed(args), {k: unboxed(v) for k, v in kwargs.items()}
     rule = RULES.get(func)
     if rule is not None:
         return rule(trace, *args, **kwargs)

@@ -290,10 +290,30 @@ for _name in ("sum", "mean", "prod", "max", "min", "cumsum", "cumprod", "std", "
     setattr(Traced, _name, _method(_name))
 
 
+# what a traced array combines with (Python asks any other operand)
+OPERANDS = (np.ndarray, np.generic, int, float, complex, list, tuple)
+
+
+def unboxed(obj):
+    """``obj`` with each box of an outer AD pass (an object holding ``_value``, as
+    autograd's boxes of a context f reads) replaced by its value: a constant here."""
+    if isinstance(obj, list | tuple):
+        return type(obj)(unboxed(o) for o in obj)
+    for _ in range(8):
+        if isinstance(obj, Traced) or not hasattr(obj, "_value"):
+            break
+        obj = obj._value
+    return obj
+
+
 def _operator(ufunc, reflected=False):
-    if reflected:
-        return lambda self, other: ufunc(other, self)
-    return lambda self, other: ufunc(self, other)
+    def run(self, other):
+        other = unboxed(other)
+        if not isinstance(other, (Traced, *OPERANDS)):
+            return NotImplemented
+        return ufunc(other, self) if reflected else ufunc(self, other)
+
+    return run
 
 
 def _inplace(ufunc):

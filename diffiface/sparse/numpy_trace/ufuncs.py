@@ -17,7 +17,7 @@ import numpy as np
 from . import sets as S
 from .linalg import ufunc_product
 from .reductions import ufunc_method
-from .tracer import PROTOCOLS, Trace, Traced, inexact, needs_values, rows_of
+from .tracer import PROTOCOLS, Trace, Traced, inexact, needs_values, rows_of, unboxed
 
 _S1 = (
     "sin cos tan arcsin arccos arctan sinh cosh tanh arcsinh arccosh arctanh exp exp2 "
@@ -54,7 +54,7 @@ MULTI = {"modf": ("f", "z"), "frexp": ("f", "z"), "divmod": ("zzz", "ffz")}
 
 
 def apply_ufunc(trace: Trace, ufunc, method: str, inputs: tuple, kwargs: dict):
-    inputs = tuple(np.asarray(a) if isinstance(a, list | tuple) else a for a in inputs)
+    inputs = tuple(np.asarray(a) if isinstance(a, list | tuple) else a for a in unboxed(inputs))
     if any(not _known(a) for a in inputs):
         return NotImplemented
     name = ufunc.__name__

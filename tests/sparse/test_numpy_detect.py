@@ -346,6 +346,8 @@ def _into_buffer(x, out):  # a buffer made without x: NumPy takes float(x[1])
         (lambda x: float(x[0]) * x, "Python number"),
         (lambda x: x[np.argmax(x)], "indexes with a traced array"),
         (lambda x: x[np.where(x > 0)], "np.where"),
+        (lambda x: x[np.nonzero(x > 1)], "np.nonzero"),
+        (lambda x: np.take(x, np.argsort(x)), "index or setting of np.take"),
         (lambda x: _into_buffer(x, np.zeros(3)), "Python number"),
     ],
 )

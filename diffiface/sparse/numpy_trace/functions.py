@@ -67,6 +67,11 @@ def moved(trace: Trace, func, spec: tuple, args: tuple, kwargs: dict):
             args[p][i] = idx
     dtype = kwargs.pop("dtype", None) or np.result_type(*dtypes)
     kwargs.pop("out", None)
+    if _holds_traced((args, kwargs)):
+        raise needs_values(
+            f"passes a traced array as an index or setting of np.{func.__name__}",
+            "use constant indices and settings",
+        )
     got = func(*args, **kwargs)
     outs = got if isinstance(got, list | tuple) else (got,)
     single = view is not False and len(parts) == 1
@@ -78,6 +83,14 @@ def moved(trace: Trace, func, spec: tuple, args: tuple, kwargs: dict):
         else:
             results.append(_gathered(trace, parts, o, dtype))
     return type(got)(results) if isinstance(got, list | tuple) else results[0]
+
+
+def _holds_traced(obj) -> bool:
+    if isinstance(obj, list | tuple):
+        return any(_holds_traced(o) for o in obj)
+    if isinstance(obj, dict):
+        return any(_holds_traced(o) for o in obj.values())
+    return isinstance(obj, Traced)
 
 
 def _gathered(trace: Trace, parts: list, idx: np.ndarray, dtype) -> Traced:
@@ -101,7 +114,7 @@ _MOVE_SPECS = {
     "diagonal broadcast_to matrix_transpose permute_dims",
     (None, 0): "reshape ravel atleast_1d atleast_2d atleast_3d",
     (False, 0): "roll rot90 tile repeat take take_along_axis diag diagflat tril triu "
-    "copy ascontiguousarray asfortranarray compress resize delete trim_zeros",
+    "copy ascontiguousarray asfortranarray resize delete",
     (False, "seq"): "concatenate stack hstack vstack dstack column_stack block concat",
     (True, 0, "split"): "split array_split hsplit vsplit dsplit unstack",
     (False, 0, 1): "append",
@@ -227,6 +240,16 @@ def _isclose(trace, a, b, *args, **kwargs):
     return Traced(trace, np.broadcast_shapes(np.shape(a), np.shape(b)), np.bool_)
 
 
+def _sized_by_values(func):
+    def rule(trace, *args, **kwargs):
+        raise needs_values(
+            f"calls np.{func.__name__}, whose indices or sizes come from x's values",
+            "use np.where(cond, a, b) for a selection",
+        )
+
+    return rule
+
+
 def _argsort(trace, a, axis=-1, **kwargs):
     return Traced(trace, a.shape, np.intp)
 
@@ -246,6 +269,8 @@ RULES: dict = {
     for (kind, floats), names in _REDUCTIONS.items()
     for name in names.split()
 }
+for _name in "nonzero flatnonzero argwhere unique extract compress bincount histogram".split():
+    RULES[getattr(np, _name)] = _sized_by_values(getattr(np, _name))
 RULES.update({
     np.average: _average,
     np.argsort: _argsort,

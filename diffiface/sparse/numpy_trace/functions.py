@@ -96,8 +96,8 @@ def _holds_traced(obj) -> bool:
 def _gathered(trace: Trace, parts: list, idx: np.ndarray, dtype) -> Traced:
     g = S.stack([p.g for p in parts]) if parts else S.empty(0)
     h = S.stack([p.h for p in parts]) if parts and trace.second else None
-    return Traced(trace, idx.shape, dtype, S.take(g, idx),
-                  None if h is None else S.take(h, idx))  # fmt: skip
+    h = None if h is None else S.take(h, idx)
+    return Traced(trace, idx.shape, dtype, S.take(g, idx), h)
 
 
 def _pad(trace, array, pad_width, mode="constant", **kwargs):
@@ -119,7 +119,6 @@ _MOVE_SPECS = {
     (True, 0, "split"): "split array_split hsplit vsplit dsplit unstack",
     (False, 0, 1): "append",
     (False, 0, 2): "insert",
-    (None, 0, 1, 2): "broadcast_arrays",
 }
 MOVES: dict = {}
 for _spec, _names in _MOVE_SPECS.items():
@@ -128,19 +127,21 @@ for _spec, _names in _MOVE_SPECS.items():
         if _f is not None:
             _positions = tuple(p for p in _spec[1:] if p != "split")
             MOVES[_f] = (_spec[0], *_positions)
-MOVES[np.broadcast_arrays] = (None, 0, 1, 2, 3, 4, 5)
+MOVES[np.broadcast_arrays] = (None, *range(8))  # (every argument is data)
 
 
 def _real(trace, val):
+    """A complex array's real part depends on what the array does; a real one is
+    itself."""
     if np.iscomplexobj(np.empty(0, val.dtype)):
-        return np.multiply(val, 1.0).astype(np.empty(0, val.dtype).real.dtype)
+        return val.astype(np.empty(0, val.dtype).real.dtype)
     return val
 
 
 def _imag(trace, val):
     if np.iscomplexobj(np.empty(0, val.dtype)):
-        return np.multiply(val, 1.0).astype(np.empty(0, val.dtype).real.dtype)
-    return Traced(trace, val.shape, val.dtype)
+        return _real(trace, val)
+    return Traced(trace, val.shape, val.dtype)  # (zeros)
 
 
 # ---- made from x, selections ----------------------------------------------------
@@ -167,10 +168,9 @@ def _where_rule(trace, cond, *ab):
         a, b = ab
         shape = np.broadcast_shapes(cond.shape, np.shape(a), np.shape(b))
         dtype = np.result_type(*(x.dtype if isinstance(x, Traced) else x for x in ab))
-        ga, ha = rows_of(trace, a, shape)
-        gb, hb = rows_of(trace, b, shape)
-        return Traced(trace, shape, dtype, S.union(ga, gb), S.union(ha, hb) if trace.second
-                      else None)  # fmt: skip
+        (ga, ha), (gb, hb) = rows_of(trace, a, shape), rows_of(trace, b, shape)
+        h = S.union(ha, hb) if trace.second else None
+        return Traced(trace, shape, dtype, S.union(ga, gb), h)
     if not ab:
         raise needs_values(
             "calls np.where(cond) (indices that depend on x)", "use np.where(cond, a, b)"
@@ -271,32 +271,36 @@ RULES: dict = {
 }
 for _name in "nonzero flatnonzero argwhere unique extract compress bincount histogram".split():
     RULES[getattr(np, _name)] = _sized_by_values(getattr(np, _name))
-RULES.update({
-    np.average: _average,
-    np.argsort: _argsort,
-    np.isclose: _isclose,
-    np.where: _where_rule,
-    np.clip: _clip,
-    np.diff: _diff,
-    np.sort: _sort,
-    np.pad: _pad,
-    np.real: _real,
-    np.imag: _imag,
-    np.zeros_like: _like(),
-    np.ones_like: _like(),
-    np.empty_like: _like(),
-    np.full_like: _like(fill=True),
-    np.sinc: _elementwise("s"),
-    np.nan_to_num: _elementwise("f"),
-    np.round: _elementwise("z"),
-    np.around: _elementwise("z"),
-})  # fmt: skip
+RULES.update(
+    {
+        np.average: _average,
+        np.argsort: _argsort,
+        np.isclose: _isclose,
+        np.where: _where_rule,
+        np.clip: _clip,
+        np.diff: _diff,
+        np.sort: _sort,
+        np.pad: _pad,
+        np.real: _real,
+        np.imag: _imag,
+        np.zeros_like: _like(),
+        np.ones_like: _like(),
+        np.empty_like: _like(),
+        np.full_like: _like(fill=True),
+        np.sinc: _elementwise("s"),
+        np.nan_to_num: _elementwise("f"),
+        np.round: _elementwise("z"),
+        np.around: _elementwise("z"),
+    }
+)
 RULES.update(linalg.RULES)
-RULES.update({
-    np.shape: lambda tr, a: a.shape,
-    np.ndim: lambda tr, a: a.ndim,
-    np.size: lambda tr, a, axis=None: a.size if axis is None else a.shape[axis],
-    np.iscomplexobj: lambda tr, a: np.iscomplexobj(np.empty(0, a.dtype)),
-    np.isrealobj: lambda tr, a: np.isrealobj(np.empty(0, a.dtype)),
-})  # fmt: skip
+RULES.update(
+    {
+        np.shape: lambda tr, a: a.shape,
+        np.ndim: lambda tr, a: a.ndim,
+        np.size: lambda tr, a, axis=None: a.size if axis is None else a.shape[axis],
+        np.iscomplexobj: lambda tr, a: np.iscomplexobj(np.empty(0, a.dtype)),
+        np.isrealobj: lambda tr, a: np.isrealobj(np.empty(0, a.dtype)),
+    }
+)
 PROTOCOLS["function"] = apply_function

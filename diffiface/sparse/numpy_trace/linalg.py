@@ -96,8 +96,10 @@ def _parse(subscripts: str, ndims: list) -> tuple:
     ins = lhs.split(",")
     width = max([nd - len(s.replace("...", "")) for s, nd in zip(ins, ndims, strict=True)] + [0])
     dots = "".join(spare[:width][::-1])
-    ins = [s.replace("...", dots[width - (nd - len(s.replace("...", ""))) :]) if "..." in s
-           else s for s, nd in zip(ins, ndims, strict=True)]  # fmt: skip
+    ins = [
+        s.replace("...", dots[width - (nd - len(s.replace("...", ""))) :]) if "..." in s else s
+        for s, nd in zip(ins, ndims, strict=True)
+    ]
     if "->" in subscripts:
         return ins, rhs.replace("...", dots)
     counts = {c: "".join(ins).count(c) for c in "".join(ins)}
@@ -208,8 +210,10 @@ RULES: dict = {
     np.correlate: lambda tr, a, v, mode="valid": convolve(a, v, mode, correlate=True),
     np.linalg.multi_dot: lambda tr, arrays, out=None: _chain(arrays),
 }
-for _name in ("inv solve det slogdet pinv lstsq eig eigh eigvals eigvalsh cholesky qr svd "
-              "matrix_power cond tensorsolve tensorinv svdvals matrix_norm").split():  # fmt: skip
+for _name in (
+    "inv solve det slogdet pinv lstsq eig eigh eigvals eigvalsh cholesky qr svd "
+    "matrix_power cond tensorsolve tensorinv svdvals matrix_norm"
+).split():
     _f = getattr(np.linalg, _name, None)
     if _f is not None:
         RULES[_f] = _dense(_f)

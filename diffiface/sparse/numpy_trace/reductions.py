@@ -42,8 +42,10 @@ def reduce(
     g = S.gather_union(t.g, where, rows, size)
     h = None
     if t.trace.second:
-        h = S.union(S.gather_union(t.h, where, rows, size),
-                    S.self_pairs(g, t.trace.n) if nonlinear else None)  # fmt: skip
+        h = S.union(
+            S.gather_union(t.h, where, rows, size),
+            S.self_pairs(g, t.trace.n) if nonlinear else None,
+        )
     return t.like(shape, _dtype(t, dtype, floats or nonlinear), g, h)
 
 
@@ -101,14 +103,26 @@ def scan(t: Traced, axis=None, dtype=None, nonlinear=False) -> Traced:
     g = S.gather_union(t.g, out_rows, in_rows, t.size)
     h = None
     if t.trace.second:
-        h = S.union(S.gather_union(t.h, out_rows, in_rows, t.size),
-                    S.self_pairs(g, t.trace.n) if nonlinear else None)  # fmt: skip
+        h = S.union(
+            S.gather_union(t.h, out_rows, in_rows, t.size),
+            S.self_pairs(g, t.trace.n) if nonlinear else None,
+        )
     return t.like(t.shape, _dtype(t, dtype, False), g, h)
 
 
 _LINEAR_REDUCE = {"add", "maximum", "minimum", "fmax", "fmin", "subtract"}
-_NO_DERIVATIVE = {"logical_and", "logical_or", "logical_xor", "bitwise_and", "bitwise_or",
-                  "bitwise_xor", "equal", "not_equal", "greater", "less"}  # fmt: skip
+_NO_DERIVATIVE = {
+    "logical_and",
+    "logical_or",
+    "logical_xor",
+    "bitwise_and",
+    "bitwise_or",
+    "bitwise_xor",
+    "equal",
+    "not_equal",
+    "greater",
+    "less",
+}
 
 
 def ufunc_method(trace: Trace, ufunc, method: str, inputs: tuple, kwargs: dict):

@@ -98,8 +98,9 @@ def union(*parts: Rows) -> Rows:
     total = _csr(parts[0], shape)
     for p in parts[1:]:
         total = total + _csr(p, shape)
-    return Rows(total.indptr.astype(np.int64, copy=False),
-                total.indices.astype(np.int64, copy=False))  # fmt: skip
+    return Rows(
+        total.indptr.astype(np.int64, copy=False), total.indices.astype(np.int64, copy=False)
+    )
 
 
 def _csr(r: Rows, shape) -> sp.csr_array:
@@ -123,8 +124,9 @@ def gather_union(r: Rows, out_rows: np.ndarray, in_rows: np.ndarray, count: int)
         )
         got = pick @ _csr(r, (len(r), width))
         got.sort_indices()
-        return Rows(got.indptr.astype(np.int64, copy=False),
-                    got.indices.astype(np.int64, copy=False))  # fmt: skip
+        return Rows(
+            got.indptr.astype(np.int64, copy=False), got.indices.astype(np.int64, copy=False)
+        )
     got = take(r, in_rows)
     return from_pairs(np.repeat(out_rows.astype(np.int64), got.lengths), got.idx, count)
 

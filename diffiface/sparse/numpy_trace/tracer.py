@@ -283,10 +283,11 @@ def _method(name):
     return run
 
 
-for _name in ("sum", "mean", "prod", "max", "min", "cumsum", "cumprod", "std", "var",
-              "ravel", "squeeze", "swapaxes", "dot", "clip", "any", "all", "argmax",
-              "argmin", "round", "trace", "diagonal", "repeat", "take", "nonzero", "sort",
-              "argsort", "ptp"):  # fmt: skip
+_METHODS = (
+    "sum mean prod max min cumsum cumprod std var ravel squeeze swapaxes dot clip any all "
+    "argmax argmin round trace diagonal repeat take nonzero sort argsort ptp"
+)
+for _name in _METHODS.split():
     setattr(Traced, _name, _method(_name))
 
 
@@ -326,20 +327,21 @@ def _inplace(ufunc):
     return run
 
 
-for _names, _uf in (
-    ("add", np.add), ("sub", np.subtract), ("mul", np.multiply), ("truediv", np.divide),
-    ("floordiv", np.floor_divide), ("mod", np.remainder), ("pow", np.power),
-    ("and", np.bitwise_and), ("or", np.bitwise_or),
-    ("xor", np.bitwise_xor),
-):  # fmt: skip
-    setattr(Traced, f"__{_names}__", _operator(_uf))
-    setattr(Traced, f"__r{_names}__", _operator(_uf, reflected=True))
-    setattr(Traced, f"__i{_names}__", _inplace(_uf))
-for _names, _uf in (
-    ("lt", np.less), ("le", np.less_equal), ("gt", np.greater), ("ge", np.greater_equal),
-    ("eq", np.equal), ("ne", np.not_equal),
-):  # fmt: skip
-    setattr(Traced, f"__{_names}__", _operator(_uf))
+_OPERATORS = {
+    "add": np.add, "sub": np.subtract, "mul": np.multiply, "truediv": np.divide,
+    "floordiv": np.floor_divide, "mod": np.remainder, "pow": np.power,
+    "and": np.bitwise_and, "or": np.bitwise_or, "xor": np.bitwise_xor,
+}  # fmt: skip
+_COMPARISONS = {
+    "lt": np.less, "le": np.less_equal, "gt": np.greater, "ge": np.greater_equal,
+    "eq": np.equal, "ne": np.not_equal,
+}  # fmt: skip
+for _op, _uf in _OPERATORS.items():
+    setattr(Traced, f"__{_op}__", _operator(_uf))
+    setattr(Traced, f"__r{_op}__", _operator(_uf, reflected=True))
+    setattr(Traced, f"__i{_op}__", _inplace(_uf))
+for _op, _uf in _COMPARISONS.items():
+    setattr(Traced, f"__{_op}__", _operator(_uf))
 Traced.__matmul__ = lambda self, other: PROTOCOLS["matmul"](self, other)
 Traced.__rmatmul__ = lambda self, other: PROTOCOLS["matmul"](other, self)
 Traced.__neg__ = lambda self: np.negative(self)

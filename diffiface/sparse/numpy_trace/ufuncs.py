@@ -135,8 +135,11 @@ def elementwise(trace: Trace, name: str, letters: str, inputs: tuple, shape, dty
     if trace.second:
         n = trace.n
         terms = [p[1] for p, f in zip(parts, first, strict=True) if f is not None]
-        terms += [S.self_pairs(p[0], n) for i, p in enumerate(parts)
-                  if p is not None and letters[i] == "s"]  # fmt: skip
+        terms += [
+            S.self_pairs(p[0], n)
+            for i, p in enumerate(parts)
+            if p is not None and letters[i] == "s"
+        ]
         if letters.endswith("c") and len(parts) == 2:
             terms.append(S.cross_pairs(*(p[0] if p is not None else None for p in parts), n))
         elif letters.endswith("c"):  # (an unknown ufunc of three or more inputs)

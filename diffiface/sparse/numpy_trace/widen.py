@@ -36,8 +36,13 @@ def dense(trace: Trace, func, args: tuple, kwargs: dict, name: str):
     def traced(o):
         o = np.asarray(o)
         m = np.zeros(o.size, np.int64)
-        return Traced(trace, o.shape, o.dtype, None if allg is None else S.take(allg, m),
-                      None if h is None else S.take(h, m))  # fmt: skip
+        return Traced(
+            trace,
+            o.shape,
+            o.dtype,
+            None if allg is None else S.take(allg, m),
+            None if h is None else S.take(h, m),
+        )
 
     if isinstance(got, tuple | list):
         return type(got)(traced(o) for o in got)

@@ -293,7 +293,8 @@ class AutoSparse(AbstractBackend):
             Its ``mode`` picks column coloring and jvps ("forward"), row coloring and
             vjps ("reverse"), or whichever needs fewer colors (None).
         sparsity_detector: "global" (a pattern valid for every x, read from the traced
-            program: JAX's jaxpr or torch's aten graph), "local" (the nonzeros of dense
+            program: JAX's jaxpr, torch's aten graph, or the NumPy operations f makes on a
+            traced array, for autograd and finite differences), "local" (the nonzeros of dense
             Jacobians at x and two nearby random points: valid near x only, with a
             ``SparsityWarning``), or the pattern itself, of shape ``(f(x).size, x.size)``:
             a ``scipy.sparse`` matrix, a torch sparse tensor, a JAX BCOO or BCSR, or a

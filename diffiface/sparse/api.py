@@ -20,7 +20,8 @@ def sparsity_pattern(f, backend: Any, x: Any, *contexts: Any, hessian: bool = Fa
 
     Args:
         f: function ``f(x, *contexts)``.
-        backend: ``AutoJax()``, ``AutoTorch()`` (global detection) or ``AutoSparse(...)``.
+        backend: a dense backend (global detection: ``AutoJax()``, ``AutoTorch()``,
+            ``AutoAutograd()``, ``AutoFiniteDifferences()``) or ``AutoSparse(...)``.
         x: one array.
         *contexts: ``di.Constant(c)`` arguments.
         hessian: the pattern of the Hessian of a scalar f.

@@ -3,12 +3,14 @@ points), or the pattern the user gave."""
 
 from __future__ import annotations
 
+import importlib
 import warnings
 from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
 
+from .._arrays import named
 from .._backend_types import AutoSparse
 from .._errors import DiffifaceTypeError, DiffifaceValueError, SparsityWarning
 from ..core import direction, registry
@@ -46,15 +48,26 @@ def pattern(sparse: AutoSparse, d: Any, prob: Any, x: Any, ctx: tuple, m: int, c
     return global_pattern(_framework(sparse.backend), prob, x, ctx)
 
 
+def detector(framework: str) -> Any:
+    """The global detector of f written on ``framework``'s arrays: the framework's own
+    (its sparsity module: JAX's jaxpr, torch's aten graph), or, for NumPy's arrays
+    (finite differences, and autograd, whose boxes wrap them), the NumPy tracer; None
+    where there is none."""
+    fw = named(framework)
+    if framework == "numpy" or (fw is not None and fw.arrays_are_numpy):
+        return importlib.import_module("diffiface.sparse.numpy_trace")
+    return framework_module(framework)
+
+
 def global_pattern(framework: str, prob: Any, x: Any, ctx: tuple) -> sp.csr_array:
     """The pattern valid at every x, from the program f traces to."""
-    f, module = prob.f, framework_module(framework)
+    f, module = prob.f, detector(framework)
     if module is None:
         raise DiffifaceTypeError(
-            f"{_form(prob)}: sparsity_detector='global' reads the program f traces to, which "
-            f"JAX and torch have and {framework} has not. Use sparsity_detector='local' "
-            "(the nonzeros at x and two nearby points: valid near x only), or pass the "
-            "pattern itself."
+            f"{_form(prob)}: sparsity_detector='global' traces f, which JAX, torch and "
+            f"NumPy (autograd, finite differences) allow and {framework} does not. Use "
+            "sparsity_detector='local' (the nonzeros at x and two nearby points: valid near "
+            "x only), or pass the pattern itself."
         )
     x = module.as_input(x)  # (a NumPy x: finite differences over the framework)
 
@@ -104,7 +117,7 @@ def local(d: Any, prob: Any, x: Any, ctx: tuple, combo=None) -> sp.csr_array:
     warnings.warn(
         f"{_form(prob)}: the sparsity pattern is local (the nonzeros at x and "
         f"{LOCAL_POINTS - 1} nearby points); a nonzero elsewhere is missed. Use "
-        "sparsity_detector='global' (JAX, torch) or pass the pattern; "
+        "sparsity_detector='global' or pass the pattern; "
         "AutoSparse(..., strict=True) checks every call.",
         SparsityWarning,
         stacklevel=6,

@@ -19,7 +19,9 @@ def _backends():
     if HAVE["torch"]:
         out += [di.AutoSparse(di.AutoTorch()), di.AutoSparse(di.AutoTorch(mode="forward"))]
     if HAVE["autograd"]:
+        out.append(di.AutoSparse(di.AutoAutograd()))  # (global: the NumPy tracer)
         out.append(di.AutoSparse(di.AutoAutograd(), sparsity_detector="local"))
+    out.append(di.AutoSparse(di.AutoFiniteDifferences()))
     out.append(di.AutoSparse(di.AutoFiniteDifferences(), sparsity_detector="local"))
     return out
 

@@ -56,7 +56,8 @@ def detector(framework: str) -> Any:
     fw = named(framework)
     if framework == "numpy" or (fw is not None and fw.arrays_are_numpy):
         return importlib.import_module("diffiface.sparse.numpy_trace")
-    return framework_module(framework)
+    module = framework_module(framework)  # (MLX's has formats and no detector)
+    return module if hasattr(module, "jacobian_pattern") else None
 
 
 def global_pattern(framework: str, prob: Any, x: Any, ctx: tuple) -> sp.csr_array:
@@ -64,8 +65,9 @@ def global_pattern(framework: str, prob: Any, x: Any, ctx: tuple) -> sp.csr_arra
     f, module = prob.f, detector(framework)
     if module is None:
         raise DiffifaceTypeError(
-            f"{_form(prob)}: sparsity_detector='global' traces f, which JAX, torch and "
-            f"NumPy (autograd, finite differences) allow and {framework} does not. Use "
+            f"{_form(prob)}: sparsity detection: sparsity_detector='global' reads the "
+            "program f traces to, which JAX, torch and NumPy (autograd, finite differences) "
+            f"expose and {framework} does not. Use "
             "sparsity_detector='local' (the nonzeros at x and two nearby points: valid near "
             "x only), or pass the pattern itself."
         )

@@ -74,7 +74,7 @@ def test_a_given_pattern_and_strict():
 def test_the_global_detector_is_a_clear_error():
     x = mx.array(X.astype(np.float32))
     backend = di.AutoSparse(di.AutoMLX())
-    with pytest.raises(di.DiffifaceValueError) as err:
+    with pytest.raises(di.DiffifaceTypeError) as err:
         di.jacobian(_f, backend, x)
     msg = str(err.value)
     assert msg.startswith(f"jacobian(f, {backend!r}, x): sparsity detection")

@@ -5,8 +5,8 @@ MLX has no sparse array type, so a sparse Jacobian or Hessian of an MLX x comes 
 ``scipy.sparse.csr_array`` (its values copied out of MLX's memory, as for a NumPy x);
 ``AutoSparse(AutoMLX(), dense=True)`` gives a dense ``mx.array``, differentiable by an
 outer MLX pass. MLX exposes no program that f traces to (no jaxpr, no FX graph), so
-the global detector is a clear error: ``sparsity_detector="local"`` or a given pattern
-serve MLX.
+this module has no detector, and ``sparsity_detector="global"`` is a clear error
+(sparse/detect.py): ``sparsity_detector="local"`` or a given pattern serve MLX.
 """
 
 from __future__ import annotations
@@ -17,7 +17,6 @@ import mlx.core as mx
 import numpy as np
 import scipy.sparse as sp
 
-from ..._errors import DiffifaceValueError
 from .runners import DTYPES
 
 
@@ -44,18 +43,3 @@ def index(idx: np.ndarray, like: Any) -> Any:
 def scatter(data: Any, flat: Any, total: int) -> Any:
     """Zeros with ``data`` at the (distinct) ``flat`` indices, differentiably."""
     return mx.zeros((total,), dtype=data.dtype).at[flat].add(data)
-
-
-def jacobian_pattern(fn: Any, x: Any) -> sp.csr_array:
-    raise DiffifaceValueError(_NO_PROGRAM)
-
-
-def hessian_pattern(fn: Any, x: Any) -> sp.csr_array:
-    raise DiffifaceValueError(_NO_PROGRAM)
-
-
-_NO_PROGRAM = (
-    "sparsity detection: sparsity_detector='global' reads the program f traces to, which "
-    "MLX does not expose. Use sparsity_detector='local' (the nonzeros at x and two nearby "
-    "points: valid near x only), or pass the pattern itself."
-)

@@ -23,8 +23,8 @@ _NUMBERS = itertools.count()  # its key in the problem's memo (a prepared proble
 class SparsePlan:
     """What a sparse Jacobian or Hessian of one f at x's shape needs, framework-ready.
 
-    ``kind``: "column" (jvps along the colors' seeds), "row" (vjps) or "star" (hvps
-    of a symmetric Hessian)."""
+    ``kind``: "column" (jvps along the colors' seeds), "row" (vjps), "bidirectional"
+    (jvps and vjps of a bicoloring) or "star" (hvps of a symmetric Hessian)."""
 
     def __init__(self, sparse, d, prob, x, ctx, combo, y=None, fmt_kind="native"):
         self.sparse, self.d, self.combo = sparse, d, combo
@@ -40,6 +40,8 @@ class SparsePlan:
         self.x_like, self.y_like = x, y
         if prob.scalar:
             self.kind = "star"
+        elif sparse.bidirectional and direction.only(prob) is None:
+            self.kind = "bidirectional"
         elif sparse.mode == "forward" or direction.only(prob) == direction.FORWARD:
             self.kind = "column"
         elif sparse.mode == "reverse" or direction.only(prob) == direction.REVERSE:
@@ -64,6 +66,8 @@ class SparsePlan:
         if got is not None:
             return got
         p, d, colors = self.pattern, self.d, self.colored(kind)
+        if kind == "bidirectional":
+            return self._bidirectional(colors)
         if kind == "column":
             gather, like = (
                 _seed_major(col.column_gather(p, colors), colors, p.shape[0]),
@@ -79,18 +83,41 @@ class SparsePlan:
         got = self._ways[kind] = (seeds, stacked, native_index(d, gather, like), colors)
         return got
 
-    def colored(self, kind: str) -> np.ndarray:
+    def _bidirectional(self, colors: tuple) -> tuple:
+        """``way("bidirectional")``: ((column seeds, row seeds), None, gather, colors)."""
+        d, p = self.d, self.pattern
+        gather = col.bicolor_gather(p, *colors)
+        seeds = []
+        for c, like in zip(colors, (self.x_like, self.y_like), strict=True):
+            k, shape = _count(c), tuple(like.shape)
+            stacked = d.cast(d.from_numpy(col.seeds(c, k).reshape(k, *shape)), like)
+            seeds.append([stacked[i] for i in range(k)])
+        got = self._ways["bidirectional"] = (
+            seeds,
+            None,
+            native_index(d, gather, self.x_like),
+            colors,
+        )
+        return got
+
+    def colored(self, kind: str) -> Any:
         """The coloring of one kind, computed once."""
         got = self._colors.get(kind)
         if got is None:
-            color = {"column": col.column_coloring, "row": col.row_coloring}
+            color = {
+                "column": col.column_coloring,
+                "row": col.row_coloring,
+                "bidirectional": col.bicoloring,
+            }
             got = color.get(kind, col.star_coloring)(self.pattern, self.sparse.coloring)
             self._colors[kind] = got
         return got
 
     @property
     def colors(self) -> int:
-        return _count(self.way(self.kind)[3])
+        """The number of compressed products (forward and reverse: their sum)."""
+        c = self.way(self.kind)[3]
+        return sum(map(_count, c)) if isinstance(c, tuple) else _count(c)
 
     # ---- the compressed passes ----------------------------------------------
     def jacobian(self, prob, xs, ctx) -> tuple:
@@ -123,6 +150,8 @@ class SparsePlan:
         gives them, else its batched jvps, vjps or hvps."""
         d = self.d
         seeds, stacked, gather, _ = self.way(kind)
+        if kind == "bidirectional":
+            return self._both(prob, xs, ctx, *seeds, gather)
         if not seeds:
             if kind == "star":
                 return d.gradient(prob, xs, ctx), convert.zeros(d, (0,), xs[0])
@@ -152,7 +181,7 @@ class SparsePlan:
         ``weak`` (an unprepared call's kept plan): the compiled passes only, which
         hold f weakly, or None."""
         kind, d = self.kind, self.d
-        own = getattr(d, "compressed", None)
+        own = getattr(d, "compressed", None) if kind != "bidirectional" else None
         if own is not None and self.way(kind)[0]:
             _, stacked, gather, _ = self.way(kind)
             run = own(prob, (), kind, stacked, gather, combo, self.number, value, weak)
@@ -168,6 +197,22 @@ class SparsePlan:
         if weak:
             return None
         return lambda x: self.run(prob, (x,), (), kind, combo)
+
+    def _both(self, prob, xs, ctx, forward: list, reverse: list, gather) -> tuple:
+        """A bicoloring's products: jvps along the column seeds, vjps along the row
+        seeds, flattened one after the other, and the gather."""
+        d = self.d
+        if forward:
+            y, ts = d.value_and_jvps(prob, xs, [(s,) for s in forward], ctx)
+            parts = [d.reshape(t, (-1,)) for t in ts]
+        else:
+            y, parts = prob.flat()(xs, *ctx), []
+        if reverse:
+            _, gss = d.value_and_vjps(prob, xs, reverse, ctx, _as_is)
+            parts += [d.reshape(g[0], (-1,)) for g in gss]
+        if not parts:
+            return y, convert.zeros(d, (0,), y)
+        return y, take(d, d.concat(parts, 0), gather)
 
     # ---- strict: no nonzero outside the pattern ------------------------------
     def check(self, prob, xs, ctx, data, combo) -> None:

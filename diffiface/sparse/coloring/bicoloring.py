@@ -92,7 +92,7 @@ def bicoloring(pattern, order="largest_first") -> tuple[np.ndarray, np.ndarray]:
         >>> arrow[0] = arrow[:, 0] = True  # a dense row and a dense column
         >>> columns, rows = bicoloring(arrow, "best")
         >>> int(columns.max()) + 1, int(rows.max()) + 1  # products: not 6 of either kind
-        (3, 1)
+        (2, 2)
         >>> check_coloring(arrow, (columns, rows), "bidirectional")
         True
     """

@@ -16,6 +16,7 @@ import numpy as np
 
 from diffiface.sparse.patterns import as_pattern
 
+from .acyclic import Substitution, acyclic_coloring
 from .bicoloring import bicolor_gather, bicoloring
 from .decompress import (
     KINDS,
@@ -32,6 +33,8 @@ from .orders import BEST, ORDERS
 __all__ = [
     "BEST",
     "KINDS",
+    "Substitution",
+    "acyclic_coloring",
     "ORDERS",
     "as_pattern",
     "bicolor_gather",

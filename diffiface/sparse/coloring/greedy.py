@@ -75,11 +75,7 @@ def star(indptr: np.ndarray, indices: np.ndarray, order: np.ndarray) -> np.ndarr
     """
     n = len(indptr) - 1
     rows = np.repeat(np.arange(n), np.diff(indptr))
-    # Edge ids: an undirected edge has one id, found from both of its CSR positions.
-    mirror = np.searchsorted(rows * n + indices, indices * n + rows)
-    upper = rows < indices
-    rank = np.cumsum(upper) - 1
-    eid = np.where(upper, rank, rank[mirror])
+    eid = edge_ids(indptr, indices)
     nedges = len(indices) // 2
 
     colors = np.full(n, -1, dtype=np.int64)
@@ -133,6 +129,16 @@ def star(indptr: np.ndarray, indices: np.ndarray, order: np.ndarray) -> np.ndarr
                 star[ew[later]] = s
         start = stop
     return colors
+
+
+def edge_ids(indptr: np.ndarray, indices: np.ndarray) -> np.ndarray:
+    """An id per undirected edge (0..E-1), at both of its CSR positions."""
+    n = len(indptr) - 1
+    rows = np.repeat(np.arange(n), np.diff(indptr))
+    mirror = np.searchsorted(rows * n + indices, indices * n + rows)
+    upper = rows < indices
+    rank = np.cumsum(upper) - 1
+    return np.where(upper, rank, rank[mirror])
 
 
 def fewest(color, indptr: np.ndarray, indices: np.ndarray, order) -> np.ndarray:

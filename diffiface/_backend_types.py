@@ -316,6 +316,10 @@ class AutoSparse(AbstractBackend):
             ``MixedMode``: a pattern with dense rows and dense columns (an arrow) takes
             a few products where a column or row coloring takes n. Needs a backend
             ``mode`` of None; Hessians are unchanged.
+        decompression: for Hessians, "direct" (a star coloring: each nonzero read
+            from one product) or "substitution" (an acyclic coloring: fewer colors,
+            fewer Hessian-vector products; H recovered by solving along two-colored
+            trees, with rounding that grows with their size, and a slower coloring).
         dense: return a dense array shaped like the dense operator's result instead.
         strict: check every call with one extra random product that no nonzero lies
             outside the pattern (a too-small given or local pattern); an error names it.
@@ -331,6 +335,7 @@ class AutoSparse(AbstractBackend):
     dense: bool = False
     strict: bool = False
     bidirectional: bool = False
+    decompression: str = "direct"
     package: ClassVar[str | None] = "diffiface.sparse.impl"
     needs: ClassVar[str | None] = "scipy"
 
@@ -351,6 +356,8 @@ class AutoSparse(AbstractBackend):
         else:
             d = repr(d)
         both = ", bidirectional=True" if self.bidirectional else ""  # (shown when set)
+        if self.decompression != "direct":
+            both += f", decompression={self.decompression!r}"
         return (
             f"AutoSparse(backend={self.backend!r}, sparsity_detector={d}, coloring="
             f"{self.coloring!r}, dense={self.dense!r}, strict={self.strict!r}{both})"
@@ -365,7 +372,15 @@ class AutoSparse(AbstractBackend):
     def _key(self) -> tuple:
         d = self.sparsity_detector
         d = d if isinstance(d, str) else ("pattern", tuple(d.shape), self._digest)
-        return (self.backend, d, self.coloring, self.dense, self.strict, self.bidirectional)
+        return (
+            self.backend,
+            d,
+            self.coloring,
+            self.dense,
+            self.strict,
+            self.bidirectional,
+            self.decompression,
+        )
 
     def __post_init__(self) -> None:
         b = self.backend
@@ -392,6 +407,11 @@ class AutoSparse(AbstractBackend):
         if self.coloring not in _ORDERS:
             raise DiffifaceValueError(
                 f"AutoSparse(coloring={self.coloring!r}): use one of {', '.join(_ORDERS)}."
+            )
+        if self.decompression not in ("direct", "substitution"):
+            raise DiffifaceValueError(
+                f"AutoSparse(decompression={self.decompression!r}): use 'direct' (star "
+                "coloring) or 'substitution' (acyclic coloring, fewer colors)."
             )
         for name in ("dense", "strict", "bidirectional"):
             if not isinstance(getattr(self, name), bool):

@@ -24,7 +24,8 @@ class SparsePlan:
     """What a sparse Jacobian or Hessian of one f at x's shape needs, framework-ready.
 
     ``kind``: "column" (jvps along the colors' seeds), "row" (vjps), "bidirectional"
-    (jvps and vjps of a bicoloring) or "star" (hvps of a symmetric Hessian)."""
+    (jvps and vjps of a bicoloring), "star" (hvps of a symmetric Hessian, read
+    directly) or "acyclic" (hvps, H recovered by substitution)."""
 
     def __init__(self, sparse, d, prob, x, ctx, combo, y=None, fmt_kind="native"):
         self.sparse, self.d, self.combo = sparse, d, combo
@@ -39,7 +40,7 @@ class SparsePlan:
         self._colors: dict = {}  # kind -> colors (both directions, when mode picks none)
         self.x_like, self.y_like = x, y
         if prob.scalar:
-            self.kind = "star"
+            self.kind = "acyclic" if sparse.decompression == "substitution" else "star"
         elif sparse.bidirectional and direction.only(prob) is None:
             self.kind = "bidirectional"
         elif sparse.mode == "forward" or direction.only(prob) == direction.FORWARD:
@@ -68,7 +69,9 @@ class SparsePlan:
         p, d, colors = self.pattern, self.d, self.colored(kind)
         if kind == "bidirectional":
             return self._bidirectional(colors)
-        if kind == "column":
+        if kind == "acyclic":
+            gather, like = _Substitution(d, col.Substitution(p, colors), self.x_like), self.x_like
+        elif kind == "column":
             gather, like = (
                 _seed_major(col.column_gather(p, colors), colors, p.shape[0]),
                 self.x_like,
@@ -80,7 +83,9 @@ class SparsePlan:
         k, shape = _count(colors), tuple(like.shape)
         stacked = d.cast(d.from_numpy(col.seeds(colors, k).reshape(k, *shape)), like)
         seeds = [(stacked[i],) for i in range(k)]
-        got = self._ways[kind] = (seeds, stacked, native_index(d, gather, like), colors)
+        if kind != "acyclic":
+            gather = native_index(d, gather, like)
+        got = self._ways[kind] = (seeds, stacked, gather, colors)
         return got
 
     def _bidirectional(self, colors: tuple) -> tuple:
@@ -108,6 +113,7 @@ class SparsePlan:
                 "column": col.column_coloring,
                 "row": col.row_coloring,
                 "bidirectional": col.bicoloring,
+                "acyclic": col.acyclic_coloring,
             }
             got = color.get(kind, col.star_coloring)(self.pattern, self.sparse.coloring)
             self._colors[kind] = got
@@ -142,7 +148,7 @@ class SparsePlan:
 
     def hessian(self, prob, xs, ctx, combo) -> tuple:
         """(the gradient, the Hessian's nonzeros in the pattern's order)."""
-        return self.run(prob, xs, ctx, "star", combo)
+        return self.run(prob, xs, ctx, self.kind, combo)
 
     def run(self, prob, xs, ctx, kind, combo=None):
         """The compressed products and the gather: the backend's own ``compressed``
@@ -153,11 +159,11 @@ class SparsePlan:
         if kind == "bidirectional":
             return self._both(prob, xs, ctx, *seeds, gather)
         if not seeds:
-            if kind == "star":
+            if prob.scalar:
                 return d.gradient(prob, xs, ctx), convert.zeros(d, (0,), xs[0])
             y = prob.flat()(xs, *ctx)
             return y, convert.zeros(d, (0,), y)
-        own = getattr(d, "compressed", None)
+        own = getattr(d, "compressed", None) if kind != "acyclic" else None
         if own is not None and self.kept:  # (compiled once per plan: kept plans only)
             run = own(prob, ctx, kind, stacked, gather, combo, self.number)
             out = None if run is None else run(xs)
@@ -172,6 +178,8 @@ class SparsePlan:
         else:
             y, hvs = d.gradient_and_hvps(prob, xs, seeds, ctx, combo)  # y: the gradient
             b = [h[0] for h in hvs]
+        if kind == "acyclic":
+            return y, gather(d.concat([d.reshape(a, (-1,)) for a in b], 0))
         return y, take(d, d.stack([d.reshape(a, (-1,)) for a in b], 0), gather)  # (colors, .)
 
     def direct(self, prob, combo=None, value=True, weak=False):
@@ -181,7 +189,7 @@ class SparsePlan:
         ``weak`` (an unprepared call's kept plan): the compiled passes only, which
         hold f weakly, or None."""
         kind, d = self.kind, self.d
-        own = getattr(d, "compressed", None) if kind != "bidirectional" else None
+        own = getattr(d, "compressed", None) if kind in ("column", "row", "star") else None
         if own is not None and self.way(kind)[0]:
             _, stacked, gather, _ = self.way(kind)
             run = own(prob, (), kind, stacked, gather, combo, self.number, value, weak)
@@ -251,6 +259,41 @@ class SparsePlan:
                 f"against {want[i]:.6g} from the pattern). The pattern is too small: use "
                 "sparsity_detector='global', or pass a pattern that holds every nonzero."
             )
+
+
+class _Substitution:
+    """:class:`~diffiface.sparse.coloring.Substitution` in the framework's arrays: the
+    prefix sum as log2(size) shifted adds (gathers), so that it stays differentiable and
+    traceable where the framework is."""
+
+    def __init__(self, d: Any, sub: Any, like: Any):
+        self.d = d
+        idx = {k: native_index(d, getattr(sub, k), like) for k in _SUB_INDEX}
+        self.idx = idx
+        self.sign = d.cast(d.from_numpy(sub.sign), like)
+        self.edge_sign = d.cast(d.from_numpy(sub.edge_sign), like)
+        size, step, shifts = sub.take.size, 1, []
+        while step < size:
+            at = np.arange(size)
+            shifts.append(native_index(d, np.where(at >= step, at - step, size), like))
+            step *= 2
+        self.shifts = shifts
+
+    def __call__(self, bflat: Any) -> Any:
+        d, idx = self.d, self.idx
+        diag = take(d, bflat, idx["diagonal"])
+        s = self.sign * take(d, bflat, idx["take"])
+        zero = s[:1] * 0
+        if not self.shifts and s.shape[0] == 0:  # no off-diagonal entries
+            return take(d, diag, idx["assemble"])
+        for at in self.shifts:  # inclusive prefix sum
+            s = s + take(d, d.concat([s, zero], 0), at)
+        prefix = d.concat([zero, s], 0)
+        e = self.edge_sign * (take(d, prefix, idx["end"]) - take(d, prefix, idx["start"]))
+        return take(d, d.concat([e, diag], 0), idx["assemble"])
+
+
+_SUB_INDEX = ("take", "start", "end", "diagonal", "assemble")
 
 
 def _or_slow(out: Any) -> Any:

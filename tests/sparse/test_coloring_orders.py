@@ -1,7 +1,8 @@
-"""The vertex orders (SparseMatrixColorings.jl's and ColPack's), "best", and the star
-bicoloring: each coloring's defining property checked by brute force on the graph, each
-decompression against the dense matrix, the orders' own definitions, known color counts
-(SparseMatrixColorings.jl's test/theory.jl), and bidirectional AutoSparse Jacobians."""
+"""The vertex orders (SparseMatrixColorings.jl's and ColPack's), "best", the star
+bicoloring and the acyclic coloring with substitution: each coloring's defining property
+checked by brute force on the graph, each decompression against the dense matrix, the
+orders' own definitions, known color counts (SparseMatrixColorings.jl's test/theory.jl),
+and bidirectional AutoSparse Jacobians and substitution Hessians."""
 
 from __future__ import annotations
 
@@ -19,6 +20,8 @@ from diffiface._errors import DiffifaceValueError
 from diffiface.sparse.coloring import (
     BEST,
     ORDERS,
+    Substitution,
+    acyclic_coloring,
     as_pattern,
     bicolor_gather,
     bicoloring,
@@ -281,6 +284,116 @@ def test_autosparse_arguments():
     assert a != b and "bidirectional=True" in repr(b) and "bidirectional" not in repr(a)
     for order in NAMED:
         assert di.AutoSparse(di.AutoAutograd(), coloring=order).coloring == order
+    with pytest.raises(DiffifaceValueError, match="decompression"):
+        di.AutoSparse(di.AutoAutograd(), decompression="solve")
+    c = di.AutoSparse(di.AutoAutograd(), decompression="substitution")
+    assert c != a and "decompression='substitution'" in repr(c)
     from diffiface._backend_types import _ORDERS
 
     assert _ORDERS == (*ORDERS, "best")  # one list of names, kept in two modules
+
+
+def _is_acyclic(p, c):
+    """Brute force: a distance-1 coloring whose two-colored subgraphs hold no cycle."""
+    nb = _adjacency(p)
+    edges = [(a, b) for a in range(len(nb)) for b in nb[a] if a < b]
+    if any(c[a] == c[b] for a, b in edges):
+        return False
+    for pair in {frozenset((int(c[a]), int(c[b]))) for a, b in edges}:
+        root = {}
+
+        def find(v, root=root):
+            while root.setdefault(v, v) != v:
+                v = root[v]
+            return v
+
+        for a, b in edges:
+            if {int(c[a]), int(c[b])} == pair:
+                ra, rb = find(a), find(b)
+                if ra == rb:
+                    return False
+                root[ra] = rb
+    return True
+
+
+def _hessian_values(p, seed):
+    n = p.shape[0]
+    h = _values(as_pattern(p + p.T + sp.eye_array(n, dtype=bool)), np.random.default_rng(seed))
+    return (h + h.T).toarray()
+
+
+@pytest.mark.parametrize("order", NAMED)
+@pytest.mark.parametrize("name", list(HESSIANS))
+def test_acyclic_orders_valid_and_substitution_exact(name, order):
+    p = HESSIANS[name]
+    n = p.shape[0]
+    c = acyclic_coloring(p, order)
+    assert c.shape == (n,) and _is_acyclic(p, c)
+    h = _hessian_values(p, 4)
+    b = h @ seeds(c).T  # (n, k)
+    got = Substitution(p, c)(b.T.ravel())
+    rows = np.repeat(np.arange(n), np.diff(p.indptr))
+    np.testing.assert_allclose(got, h[rows, p.indices], rtol=1e-12, atol=1e-12)
+
+
+def test_acyclic_random_patterns_and_violations():
+    rng = np.random.default_rng(11)
+    for _ in range(100):
+        n = int(rng.integers(1, 14))
+        p = _csr_sym(rng.random((n, n)) < rng.uniform(0.05, 0.7))
+        order = NAMED[int(rng.integers(len(NAMED)))]
+        c = acyclic_coloring(p, order)
+        assert _is_acyclic(p, c)
+        h = _hessian_values(p, 5)
+        got = Substitution(p, c)((h @ seeds(c).T).T.ravel())
+        rows = np.repeat(np.arange(n), np.diff(p.indptr))
+        np.testing.assert_allclose(got, h[rows, p.indices], rtol=1e-10, atol=1e-10)
+    cycle = _csr_sym(np.eye(4, k=1, dtype=bool) | np.eye(4, k=-3, dtype=bool))
+    with pytest.raises(DiffifaceValueError, match="not an acyclic coloring"):
+        Substitution(cycle, np.array([0, 1, 0, 1]))  # a 2-colored 4-cycle
+    with pytest.raises(DiffifaceValueError, match="not an acyclic coloring"):
+        Substitution(cycle, np.array([0, 0, 1, 2]))  # neighbors of one color
+    assert _k(acyclic_coloring(cycle)) == 3
+
+
+@pytest.mark.parametrize("order", ["largest_first", "natural"])
+def test_known_counts_banded_acyclic(order):
+    """test/theory.jl: acyclic coloring of rho off-diagonal bands takes rho // 2 + 1."""
+    for rho in (10, 20):
+        assert _k(acyclic_coloring(banded_matrix(2000, rho), order)) == rho // 2 + 1
+
+
+def _banded_f(x):
+    return (x**4).sum() + (x[1:] * x[:-1] ** 2).sum() + (x[2:] * x[:-2]).sum()
+
+
+@pytest.mark.parametrize("dense", DENSE, ids=repr)
+def test_autosparse_substitution_hessian(dense):
+    """Acyclic coloring and substitution: 3 Hessian-vector products where the star
+    coloring takes 5 (half-width 2), the same Hessian as the dense backend's."""
+    x0 = np.linspace(0.5, 1.5, 30)
+    x = native(dense, x0)
+    det = "global" if dense.framework in ("jax", "torch") else banded(30, 2)
+    sparse = di.AutoSparse(dense, sparsity_detector=det, decompression="substitution")
+    prep = di.prepare_hessian(_banded_f, sparse, x)
+    got = _dense(di.hessian(_banded_f, sparse, x, prep=prep))
+    want = _dense(di.hessian(_banded_f, dense, x))
+    tol = 1e-5 if dense.framework == "finite_differences" else 1e-12
+    np.testing.assert_allclose(got, want, atol=tol, rtol=tol)
+    plan = prep._probs["hessian"].fns[KEY]
+    assert plan.kind == "acyclic" and plan.colors == 3
+    star = di.AutoSparse(dense, sparsity_detector=det)
+    prep = di.prepare_hessian(_banded_f, star, x)
+    assert prep._probs["hessian"].fns[KEY].colors == 5
+
+
+def test_substitution_traces_under_jit():
+    jax = pytest.importorskip("jax")
+    x = jax.numpy.linspace(0.5, 1.5, 20)
+    sparse = di.AutoSparse(di.AutoJax(), decompression="substitution")
+    prep = di.prepare_hessian(_banded_f, sparse, x)
+    eager = di.hessian(_banded_f, sparse, x, prep=prep).todense()
+    jitted = jax.jit(lambda t: di.hessian(_banded_f, sparse, t, prep=prep).todense())(x)
+    np.testing.assert_allclose(np.asarray(jitted), np.asarray(eager), rtol=1e-6)
+    want = jax.hessian(_banded_f)(x)
+    np.testing.assert_allclose(np.asarray(eager), np.asarray(want), rtol=1e-5, atol=1e-5)

@@ -328,7 +328,8 @@ def test_acyclic_orders_valid_and_substitution_exact(name, order):
     p = HESSIANS[name]
     n = p.shape[0]
     c = acyclic_coloring(p, order)
-    assert c.shape == (n,) and _is_acyclic(p, c)
+    assert c.shape == (n,) and _is_acyclic(p, c) and check_coloring(p, c, "acyclic")
+    assert np.array_equal(coloring(p, "acyclic", order), c)
     h = _hessian_values(p, 4)
     b = h @ seeds(c).T  # (n, k)
     got = Substitution(p, c)(b.T.ravel())
@@ -351,6 +352,8 @@ def test_acyclic_random_patterns_and_violations():
     cycle = _csr_sym(np.eye(4, k=1, dtype=bool) | np.eye(4, k=-3, dtype=bool))
     with pytest.raises(DiffifaceValueError, match="not an acyclic coloring"):
         Substitution(cycle, np.array([0, 1, 0, 1]))  # a 2-colored 4-cycle
+    assert not check_coloring(cycle, np.array([0, 1, 0, 1]), "acyclic")
+    assert check_coloring(cycle, np.array([0, 1, 0, 2]), "acyclic")
     with pytest.raises(DiffifaceValueError, match="not an acyclic coloring"):
         Substitution(cycle, np.array([0, 0, 1, 2]))  # neighbors of one color
     assert _k(acyclic_coloring(cycle)) == 3

@@ -60,7 +60,8 @@ def coloring(
         pattern: a scipy.sparse matrix (any format) or a 2-D bool or 0/1 array.
         kind: ``"column"`` (Jacobian, ``B = J @ S``: one forward pass per color),
             ``"row"`` (Jacobian, ``B = S.T @ J``: one reverse pass per color),
-            ``"star"`` (symmetric Hessian, ``B = H @ S``) or ``"bidirectional"``
+            ``"star"`` (symmetric Hessian, ``B = H @ S``), ``"acyclic"`` (symmetric
+            Hessian, fewer colors: see :class:`Substitution`) or ``"bidirectional"``
             (Jacobian, forward and reverse passes together: see :func:`bicoloring`).
         order: the greedy vertex order: ``"largest_first"`` (descending degree),
             ``"natural"``, ``"random"``, ``"smallest_last"``, ``"incidence_degree"``,
@@ -69,7 +70,7 @@ def coloring(
             them, or ``"best"`` (all of them).
 
     Returns:
-        int64 colors 0..k-1, one per column (column, star) or row (row); for
+        int64 colors 0..k-1, one per column (column, star, acyclic) or row (row); for
         bidirectional the pair ``(column_colors, row_colors)``, -1 in no seed.
 
     Raises:
@@ -104,4 +105,6 @@ def coloring(
         return row_coloring(p, order)
     if kind == "bidirectional":
         return bicoloring(p, order)
+    if kind == "acyclic":
+        return acyclic_coloring(p, order)
     return star_coloring(p, order)

@@ -18,9 +18,10 @@ from diffiface._errors import DiffifaceTypeError, DiffifaceValueError
 from diffiface.sparse.patterns import as_pattern
 
 from ._graphs import check_colors, closed, ncolors, rows_of, square
+from .acyclic import Substitution
 from .bicoloring import check_bicoloring
 
-KINDS = ("column", "row", "star", "bidirectional")
+KINDS = ("column", "row", "star", "acyclic", "bidirectional")
 
 
 def column_gather(pattern, colors) -> np.ndarray:
@@ -126,13 +127,14 @@ def check_coloring(pattern, colors, kind="column") -> bool:
 
     Column: no two columns of a row share a color. Row: no two rows of a column do.
     Star: every ``H[i, j]`` of the symmetrized pattern (diagonal included) can be read
-    alone from ``B = H @ S`` (equivalent to a star coloring). Bidirectional: every
+    alone from ``B = H @ S`` (equivalent to a star coloring). Acyclic: a distance-1
+    coloring whose two-colored subgraphs are forests. Bidirectional: every
     ``J[i, j]`` is alone of its color in its forward or its reverse product.
     Vectorized, O(nnz log nnz).
 
     Args:
         pattern: the pattern.
-        colors: the colors of its columns (column, star) or rows (row), or the pair
+        colors: the colors of its columns (column, star, acyclic) or rows (row), or the pair
             ``(column_colors, row_colors)`` (bidirectional).
         kind: one of ``KINDS``.
 
@@ -143,6 +145,13 @@ def check_coloring(pattern, colors, kind="column") -> bool:
     kind = _check_kind(kind)
     if kind == "bidirectional":
         return check_bicoloring(p, colors)
+    if kind == "acyclic":
+        square(p, "acyclic")
+        try:
+            Substitution(p, colors)  # builds the two-colored forests, or raises
+        except DiffifaceValueError:
+            return False
+        return True
     if kind == "star":
         square(p)
         c = check_colors(colors, p.shape[0])
@@ -161,7 +170,8 @@ def _check_kind(kind) -> str:
     if kind not in KINDS:
         raise DiffifaceValueError(
             f"unknown kind {kind!r}: use 'column' (B = J @ S, forward passes), 'row' "
-            "(B = S.T @ J, reverse passes), 'star' (symmetric H, B = H @ S) or "
+            "(B = S.T @ J, reverse passes), 'star' (symmetric H, B = H @ S), 'acyclic' "
+            "(symmetric H, fewer colors, decompression by substitution) or "
             "'bidirectional' (forward and reverse passes together)."
         )
     return kind

@@ -283,8 +283,8 @@ class _Substitution:
         d, idx = self.d, self.idx
         diag = take(d, bflat, idx["diagonal"])
         s = self.sign * take(d, bflat, idx["take"])
-        zero = s[:1] * 0
-        if not self.shifts and s.shape[0] == 0:  # no off-diagonal entries
+        zero = self.sign[:1] * 0  # (a constant: never NaN from an inf product)
+        if s.shape[0] == 0:  # no off-diagonal entries
             return take(d, diag, idx["assemble"])
         for at in self.shifts:  # inclusive prefix sum
             s = s + take(d, d.concat([s, zero], 0), at)

@@ -14,7 +14,7 @@ import scipy.sparse as sp
 
 from diffiface.sparse.patterns import as_pattern
 
-from ._graphs import adjacency_graph, column_graph, ranges, square
+from ._graphs import adjacency_graph, column_graph, square
 from .orders import orders_of, vertex_order
 
 
@@ -36,99 +36,76 @@ def _greedy(indptr: np.ndarray, indices: np.ndarray, order: np.ndarray) -> np.nd
     return colors
 
 
-def _later(cw: np.ndarray, rep: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Among the entries ``rep`` (their colors ``cw`` repeated): those after the first of
-    their color, and the first one of each."""
-    idx = np.flatnonzero(rep)
-    o = idx[np.argsort(cw[idx], kind="stable")]
-    s = cw[o]
-    new = np.append(True, s[1:] != s[:-1])
-    first = o[np.maximum.accumulate(np.where(new, np.arange(len(o)), 0))]
-    return o[~new], first[~new]
-
-
-def _two_hop(indptr, indices, eid, verts):
-    """The neighbors x of the neighbors w of each of ``verts``, grouped by vertex: x, the
-    edge id of w-x, the index of w in N(v), and the offsets of each vertex's group."""
-    p1, s1 = ranges(indptr, verts)
-    via = p1 - indptr[verts][s1]
-    p2, s2 = ranges(indptr, indices[p1])
-    cum = np.zeros(len(p1) + 1, dtype=np.int64)
-    np.cumsum(np.diff(indptr)[indices[p1]], out=cum[1:])
-    first = np.zeros(len(verts) + 1, dtype=np.int64)
-    np.cumsum(np.diff(indptr)[verts], out=first[1:])
-    return indices[p2], eid[p2], via[s2], cum[first].tolist()
-
-
 def star(indptr: np.ndarray, indices: np.ndarray, order: np.ndarray) -> np.ndarray:
-    """Greedy star coloring, Algorithm 4.1 of Gebremedhin, Tarafdar, Manne & Pothen (2007).
+    """Greedy star coloring, Algorithm 4.1 of Gebremedhin, Tarafdar, Manne & Pothen (2007),
+    as SparseMatrixColorings.jl's ``star_coloring`` (the same colors).
 
-    The 2-colored stars (subgraphs on two colors) are kept as ``star[edge]`` (a star's id is
-    the id of its first edge) and ``hub[star]`` (-1 while a star is one edge). Coloring v
-    must avoid the colors of its colored neighbors w and any 2-colored path on 4 vertices:
-    v-w-x-y (x the hub of the star of edge w-x: forbid color(x)) and w-v-w' (two neighbors
-    of one color: forbid the colors of all their neighbors). Then each edge v-w joins a
-    star: that of w-x if x has v's color (w becomes its hub), that of v-w' if w' is an
-    earlier neighbor of w's color (v becomes its hub), or a new one. The loop over v's
-    neighbors is vectorized (two hops at a time, precomputed for chunks of the order); the
-    result is that of the sequential algorithm (and of SparseMatrixColorings.jl).
+    The 2-colored stars (subgraphs on two colors) are kept as ``star_of[edge]`` (an index
+    into ``hub``; -1 there while a star is one edge). Coloring v must avoid the colors of
+    its colored neighbors w and any 2-colored path on 4 vertices: w-v-w' (two neighbors
+    of one color: forbid the colors of all their neighbors) and v-w-x-y (x the hub of
+    the star of edge w-x: forbid color(x)). Then each edge v-w joins a star: that of
+    w-x if x has v's color (w becomes its hub), that of v-q if q is the first neighbor
+    of w's color (v becomes its hub), or a new one. Plain Python over lists: a vertex
+    costs a few list operations per two-hop neighbor.
     """
     n = len(indptr) - 1
-    rows = np.repeat(np.arange(n), np.diff(indptr))
-    eid = edge_ids(indptr, indices)
-    nedges = len(indices) // 2
+    ip, nb, ed = indptr.tolist(), indices.tolist(), edge_ids(indptr, indices).tolist()
+    color, forbidden, treated = [-1] * n, [-1] * (n + 1), [-1] * n
+    first = [(-1, -1, -1)] * (n + 1)  # per color: (v, its first neighbor w of it, edge)
+    star_of, hub = [0] * (len(nb) // 2), []
+    for v in order.tolist():
+        a, b = ip[v], ip[v + 1]
+        for t in range(a, b):
+            w = nb[t]
+            cw = color[w]
+            if cw < 0:
+                continue
+            forbidden[cw] = v
+            p, q, _ = first[cw]
+            if p == v:  # two neighbors of one color: forbid their neighbors' colors
+                for u in (q, w) if treated[q] != v else (w,):
+                    for x in nb[ip[u] : ip[u + 1]]:
+                        if color[x] >= 0:
+                            forbidden[color[x]] = v
+                    treated[u] = v
+            else:
+                first[cw] = (v, w, ed[t])
+                for s in range(ip[w], ip[w + 1]):
+                    x = nb[s]
+                    if x != v and color[x] >= 0 and hub[star_of[ed[s]]] == x:
+                        forbidden[color[x]] = v
+        c = 0
+        while forbidden[c] == v:
+            c += 1
+        color[v] = c
+        _update_stars(v, c, a, b, ip, nb, ed, color, first, star_of, hub)
+    return np.asarray(color, dtype=np.int64)
 
-    colors = np.full(n, -1, dtype=np.int64)
-    mark = np.full(n + 1, -1, dtype=np.int64)  # as in _greedy
-    star = np.full(nedges, -1, dtype=np.int64)
-    hub = np.full(nedges + 1, -1, dtype=np.int64)  # hub[-1]: the star of no edge
-    ip = indptr.tolist()
-    k = 0
-    # Chunks of the order whose two-hop neighborhoods hold about 2**20 entries in all.
-    hops = np.bincount(rows, weights=np.diff(indptr)[indices], minlength=n)
-    cum = np.zeros(n + 1)
-    np.cumsum(hops[order] + 1, out=cum[1:])
-    start = 0
-    while start < n:
-        stop = max(start + 1, int(np.searchsorted(cum, cum[start] + 2**20, "right")) - 1)
-        chunk = order[start:stop]
-        x2, e2, via2, off = _two_hop(indptr, indices, eid, chunk)
-        for t, v in enumerate(chunk.tolist()):
-            a, b, o, z = ip[v], ip[v + 1], off[t], off[t + 1]
-            w, x = indices[a:b], x2[o:z]
-            cw = colors[w]  # -1: uncolored
-            cx = colors[x]  # v among them, uncolored
-            sx = star[e2[o:z]]  # -1 unless w and x are both colored
-            mark[cw] = v
-            mark[cx[hub[sx] == x]] = v
-            count = np.bincount(cw + 1, minlength=1)
-            count[0] = 0
-            rep = None
-            if count[count.argmax()] > 1:  # two neighbors of one color
-                rep = count[cw + 1] > 1
-                mark[cx[rep[via2[o:z]]]] = v
-            c = int((mark[: k + 1] != v).argmax())
-            colors[v] = c
-            if c == k:
-                k += 1
 
-            ew = eid[a:b]
-            new = ew[cw >= 0]
-            star[new] = new
-            # All x around a colored w of color c share one star (hub w): any will do.
-            hit = ((cx == c) & (sx >= 0)).nonzero()[0]
-            if hit.size:
-                s = sx[hit]
-                wi = via2[o:z][hit]
-                hub[s] = w[wi]
-                star[ew[wi]] = s
-            if rep is not None:
-                later, first = _later(cw, rep)
-                s = star[ew[first]]
-                hub[s] = v
-                star[ew[later]] = s
-        start = stop
-    return colors
+def _update_stars(v, c, a, b, ip, nb, ed, color, first, star_of, hub) -> None:
+    """Each edge v-w (w colored) joins its star (see :func:`star`)."""
+    for t in range(a, b):
+        w = nb[t]
+        cw = color[w]
+        if cw < 0:
+            continue
+        for s in range(ip[w], ip[w + 1]):
+            x = nb[s]
+            if x != v and color[x] == c:  # v-w-x: w the hub
+                joined = star_of[ed[s]]
+                hub[joined] = w
+                star_of[ed[t]] = joined
+                break
+        else:
+            p, q, e = first[cw]
+            if p == v and q != w:  # q-v-w: v the hub
+                joined = star_of[e]
+                hub[joined] = v
+                star_of[ed[t]] = joined
+            else:  # a new star of one edge
+                hub.append(-1)
+                star_of[ed[t]] = len(hub) - 1
 
 
 def edge_ids(indptr: np.ndarray, indices: np.ndarray) -> np.ndarray:

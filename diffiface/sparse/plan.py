@@ -163,9 +163,9 @@ class SparsePlan:
                 return d.gradient(prob, xs, ctx), convert.zeros(d, (0,), xs[0])
             y = prob.flat()(xs, *ctx)
             return y, convert.zeros(d, (0,), y)
-        own = getattr(d, "compressed", None) if kind != "acyclic" else None
+        own = getattr(d, "compressed", None)
         if own is not None and self.kept:  # (compiled once per plan: kept plans only)
-            run = own(prob, ctx, kind, stacked, gather, combo, self.number)
+            run = own(prob, ctx, _products(kind), stacked, gather, combo, self.number)
             out = None if run is None else run(xs)
             if out is not None:
                 return out
@@ -189,10 +189,10 @@ class SparsePlan:
         ``weak`` (an unprepared call's kept plan): the compiled passes only, which
         hold f weakly, or None."""
         kind, d = self.kind, self.d
-        own = getattr(d, "compressed", None) if kind in ("column", "row", "star") else None
+        own = getattr(d, "compressed", None) if kind != "bidirectional" else None
         if own is not None and self.way(kind)[0]:
             _, stacked, gather, _ = self.way(kind)
-            run = own(prob, (), kind, stacked, gather, combo, self.number, value, weak)
+            run = own(prob, (), _products(kind), stacked, gather, combo, self.number, value, weak)
             if run is not None and weak:  # (holds no problem: f only weakly)
                 return lambda x: _or_slow(run((x,)))
             if run is not None:
@@ -262,38 +262,34 @@ class SparsePlan:
 
 
 class _Substitution:
-    """:class:`~diffiface.sparse.coloring.Substitution` in the framework's arrays: the
-    prefix sum as log2(size) shifted adds (gathers), so that it stays differentiable and
-    traceable where the framework is."""
+    """:class:`~diffiface.sparse.coloring.Substitution` in the framework's arrays (each
+    array type's own ``cumsum``: differentiable and traceable where the framework is)."""
 
     def __init__(self, d: Any, sub: Any, like: Any):
         self.d = d
-        idx = {k: native_index(d, getattr(sub, k), like) for k in _SUB_INDEX}
-        self.idx = idx
+        self.idx = {k: native_index(d, getattr(sub, k), like) for k in _SUB_INDEX}
         self.sign = d.cast(d.from_numpy(sub.sign), like)
         self.edge_sign = d.cast(d.from_numpy(sub.edge_sign), like)
-        size, step, shifts = sub.take.size, 1, []
-        while step < size:
-            at = np.arange(size)
-            shifts.append(native_index(d, np.where(at >= step, at - step, size), like))
-            step *= 2
-        self.shifts = shifts
+        self.zero = d.cast(d.from_numpy(np.zeros(1)), like)
 
     def __call__(self, bflat: Any) -> Any:
         d, idx = self.d, self.idx
         diag = take(d, bflat, idx["diagonal"])
         s = self.sign * take(d, bflat, idx["take"])
-        zero = self.sign[:1] * 0  # (a constant: never NaN from an inf product)
         if s.shape[0] == 0:  # no off-diagonal entries
             return take(d, diag, idx["assemble"])
-        for at in self.shifts:  # inclusive prefix sum
-            s = s + take(d, d.concat([s, zero], 0), at)
-        prefix = d.concat([zero, s], 0)
+        prefix = d.concat([self.zero, s.cumsum(0)], 0)
         e = self.edge_sign * (take(d, prefix, idx["end"]) - take(d, prefix, idx["start"]))
         return take(d, d.concat([e, diag], 0), idx["assemble"])
 
 
 _SUB_INDEX = ("take", "start", "end", "diagonal", "assemble")
+
+
+def _products(kind: str) -> str:
+    """The products a backend's ``compressed`` passes run for a kind: an acyclic
+    coloring's are a star coloring's (hvps), with a callable gather, the substitution."""
+    return "star" if kind == "acyclic" else kind
 
 
 def _or_slow(out: Any) -> Any:

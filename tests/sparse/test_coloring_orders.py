@@ -400,3 +400,30 @@ def test_substitution_traces_under_jit():
     np.testing.assert_allclose(np.asarray(jitted), np.asarray(eager), rtol=1e-6)
     want = jax.hessian(_banded_f)(x)
     np.testing.assert_allclose(np.asarray(eager), np.asarray(want), rtol=1e-5, atol=1e-5)
+
+
+FIG_41 = """110000 111011 011100 001101 010010 010101"""  # "What color...", Figure 4.1
+FIG_61 = """1100001000 1110100000 0111010000 0011000001 0100110100
+0010110010 1000001100 0000101110 0000010111 0001000011"""  # Figure 6.1
+
+
+def _figure(rows):
+    return as_pattern(np.array([[ch == "1" for ch in r] for r in rows.split()]))
+
+
+def test_reference_examples():
+    """SparseMatrixColorings.jl's src/examples.jl (Gebremedhin, Manne & Pothen 2005):
+    Figure 4.1 with the paper's star coloring (3 colors), Figure 6.1 with its acyclic
+    coloring (3 colors, not a star coloring). diffiface's colorings use no more."""
+    star41 = np.array([1, 2, 1, 3, 1, 1]) - 1
+    acyclic61 = np.array([1, 2, 1, 2, 1, 3, 2, 3, 2, 3]) - 1
+    p41, p61 = _figure(FIG_41), _figure(FIG_61)
+    assert check_coloring(p41, star41, "star") and _is_star(p41, star41)
+    assert check_coloring(p61, acyclic61, "acyclic") and _is_acyclic(p61, acyclic61)
+    assert not check_coloring(p61, acyclic61, "star")
+    h = _hessian_values(p61, 12)
+    got = Substitution(p61, acyclic61)((h @ seeds(acyclic61).T).T.ravel())
+    rows = np.repeat(np.arange(10), np.diff(p61.indptr))
+    np.testing.assert_allclose(got, h[rows, p61.indices], rtol=1e-12)
+    assert _k(star_coloring(p41, "best")) <= 3
+    assert _k(acyclic_coloring(p61, "best")) <= 3

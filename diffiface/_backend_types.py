@@ -271,7 +271,16 @@ def second_order(outer: AbstractBackend, inner: AbstractBackend) -> SecondOrder 
 
 
 _DETECTORS = ("global", "local")
-_ORDERS = ("largest_first", "natural", "smallest_last")
+# diffiface.sparse.coloring.ORDERS and "best" (kept here: this module imports no scipy)
+_ORDERS = (
+    "largest_first",
+    "natural",
+    "random",
+    "smallest_last",
+    "incidence_degree",
+    "dynamic_largest_first",
+    "best",
+)
 
 
 @dataclasses.dataclass(frozen=True, eq=False, repr=False)
@@ -299,8 +308,19 @@ class AutoSparse(AbstractBackend):
             ``SparsityWarning``), or the pattern itself, of shape ``(f(x).size, x.size)``:
             a ``scipy.sparse`` matrix, a torch sparse tensor, a JAX BCOO or BCSR, or a
             2-D boolean array (kept as a boolean ``scipy.sparse.csr_array``).
-        coloring: the vertex order of the greedy coloring: "largest_first" (fewest
-            colors, usually), "natural" or "smallest_last".
+        coloring: the vertex order of the greedy coloring: "largest_first" (the
+            default), "natural", "random" (seeded), "smallest_last", "incidence_degree",
+            "dynamic_largest_first", or "best" (each of them, the fewest colors kept;
+            preparation takes a few times longer).
+        bidirectional: Jacobians color rows and columns together (a star bicoloring)
+            and run jvps and vjps together, as DifferentiationInterface.jl's
+            ``MixedMode``: a pattern with dense rows and dense columns (an arrow) takes
+            a few products where a column or row coloring takes n. Needs a backend
+            ``mode`` of None; Hessians are unchanged.
+        decompression: for Hessians, "direct" (a star coloring: each nonzero read
+            from one product) or "substitution" (an acyclic coloring: fewer colors,
+            fewer Hessian-vector products; H recovered by solving along two-colored
+            trees, with rounding that grows with their size, and a slower coloring).
         dense: return a dense array shaped like the dense operator's result instead.
         strict: check every call with one extra random product that no nonzero lies
             outside the pattern (a too-small given or local pattern); an error names it.
@@ -315,6 +335,8 @@ class AutoSparse(AbstractBackend):
     coloring: str = "largest_first"
     dense: bool = False
     strict: bool = False
+    bidirectional: bool = False
+    decompression: str = "direct"
     package: ClassVar[str | None] = "diffiface.sparse.impl"
     needs: ClassVar[str | None] = "scipy"
 
@@ -334,9 +356,12 @@ class AutoSparse(AbstractBackend):
             d = f"<pattern {d.shape[0]}x{d.shape[1]}, {nnz} nonzeros>"
         else:
             d = repr(d)
+        both = ", bidirectional=True" if self.bidirectional else ""  # (shown when set)
+        if self.decompression != "direct":
+            both += f", decompression={self.decompression!r}"
         return (
             f"AutoSparse(backend={self.backend!r}, sparsity_detector={d}, coloring="
-            f"{self.coloring!r}, dense={self.dense!r}, strict={self.strict!r})"
+            f"{self.coloring!r}, dense={self.dense!r}, strict={self.strict!r}{both})"
         )
 
     def __eq__(self, other: object) -> bool:
@@ -348,7 +373,15 @@ class AutoSparse(AbstractBackend):
     def _key(self) -> tuple:
         d = self.sparsity_detector
         d = d if isinstance(d, str) else ("pattern", tuple(d.shape), self._digest)
-        return (self.backend, d, self.coloring, self.dense, self.strict)
+        return (
+            self.backend,
+            d,
+            self.coloring,
+            self.dense,
+            self.strict,
+            self.bidirectional,
+            self.decompression,
+        )
 
     def __post_init__(self) -> None:
         b = self.backend
@@ -376,11 +409,22 @@ class AutoSparse(AbstractBackend):
             raise DiffifaceValueError(
                 f"AutoSparse(coloring={self.coloring!r}): use one of {', '.join(_ORDERS)}."
             )
-        for name in ("dense", "strict"):
+        if self.decompression not in ("direct", "substitution"):
+            raise DiffifaceValueError(
+                f"AutoSparse(decompression={self.decompression!r}): use 'direct' (star "
+                "coloring) or 'substitution' (acyclic coloring, fewer colors)."
+            )
+        for name in ("dense", "strict", "bidirectional"):
             if not isinstance(getattr(self, name), bool):
                 raise DiffifaceTypeError(
                     f"AutoSparse({name}={getattr(self, name)!r}): {name} must be True or False."
                 )
+        if self.bidirectional and self.mode is not None:
+            raise DiffifaceValueError(
+                f"AutoSparse({b!r}, bidirectional=True): a bicoloring runs forward and "
+                f"reverse products, but the backend's mode is {self.mode!r}; use the "
+                "backend with mode=None."
+            )
 
 
 # the built-in backends, in the order shown to users

@@ -72,12 +72,17 @@ def coloring(pattern: Any, kind: str = "column", order: str = "largest_first"):
     Args:
         pattern: a ``scipy.sparse`` matrix or a 2-D boolean array.
         kind: "column" (structurally orthogonal columns share a color: J times the
-            seeds), "row" (rows: the seeds times J) or "star" (a symmetric Hessian: every
-            nonzero read directly from H times the seeds).
-        order: "largest_first", "natural", "smallest_last", or a permutation of the vertices.
+            seeds), "row" (rows: the seeds times J), "star" (a symmetric Hessian: every
+            nonzero read directly from H times the seeds), "acyclic" (a symmetric
+            Hessian, fewer colors, read by substitution) or "bidirectional" (rows and
+            columns together: forward and reverse passes).
+        order: "largest_first", "natural", "random", "smallest_last",
+            "incidence_degree", "dynamic_largest_first", a permutation of the
+            vertices, or several ("best", or a tuple of them): the fewest colors kept.
 
     Returns:
-        An int array of colors 0..k-1, one per column (row for "row").
+        An int array of colors 0..k-1, one per column (row for "row"); for
+        "bidirectional" the pair (column colors, row colors), -1 in no pass.
 
     Examples:
         >>> import numpy as np

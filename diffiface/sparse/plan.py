@@ -23,8 +23,9 @@ _NUMBERS = itertools.count()  # its key in the problem's memo (a prepared proble
 class SparsePlan:
     """What a sparse Jacobian or Hessian of one f at x's shape needs, framework-ready.
 
-    ``kind``: "column" (jvps along the colors' seeds), "row" (vjps) or "star" (hvps
-    of a symmetric Hessian)."""
+    ``kind``: "column" (jvps along the colors' seeds), "row" (vjps), "bidirectional"
+    (jvps and vjps of a bicoloring), "star" (hvps of a symmetric Hessian, read
+    directly) or "acyclic" (hvps, H recovered by substitution)."""
 
     def __init__(self, sparse, d, prob, x, ctx, combo, y=None, fmt_kind="native"):
         self.sparse, self.d, self.combo = sparse, d, combo
@@ -39,7 +40,9 @@ class SparsePlan:
         self._colors: dict = {}  # kind -> colors (both directions, when mode picks none)
         self.x_like, self.y_like = x, y
         if prob.scalar:
-            self.kind = "star"
+            self.kind = "acyclic" if sparse.decompression == "substitution" else "star"
+        elif sparse.bidirectional and direction.only(prob) is None:
+            self.kind = "bidirectional"
         elif sparse.mode == "forward" or direction.only(prob) == direction.FORWARD:
             self.kind = "column"
         elif sparse.mode == "reverse" or direction.only(prob) == direction.REVERSE:
@@ -64,7 +67,11 @@ class SparsePlan:
         if got is not None:
             return got
         p, d, colors = self.pattern, self.d, self.colored(kind)
-        if kind == "column":
+        if kind == "bidirectional":
+            return self._bidirectional(colors)
+        if kind == "acyclic":
+            gather, like = _Substitution(d, col.Substitution(p, colors), self.x_like), self.x_like
+        elif kind == "column":
             gather, like = (
                 _seed_major(col.column_gather(p, colors), colors, p.shape[0]),
                 self.x_like,
@@ -76,21 +83,47 @@ class SparsePlan:
         k, shape = _count(colors), tuple(like.shape)
         stacked = d.cast(d.from_numpy(col.seeds(colors, k).reshape(k, *shape)), like)
         seeds = [(stacked[i],) for i in range(k)]
-        got = self._ways[kind] = (seeds, stacked, native_index(d, gather, like), colors)
+        if kind != "acyclic":
+            gather = native_index(d, gather, like)
+        got = self._ways[kind] = (seeds, stacked, gather, colors)
         return got
 
-    def colored(self, kind: str) -> np.ndarray:
+    def _bidirectional(self, colors: tuple) -> tuple:
+        """``way("bidirectional")``: ((column seeds, row seeds), None, gather, colors)."""
+        d, p = self.d, self.pattern
+        gather = col.bicolor_gather(p, *colors)
+        seeds = []
+        for c, like in zip(colors, (self.x_like, self.y_like), strict=True):
+            k, shape = _count(c), tuple(like.shape)
+            stacked = d.cast(d.from_numpy(col.seeds(c, k).reshape(k, *shape)), like)
+            seeds.append([stacked[i] for i in range(k)])
+        got = self._ways["bidirectional"] = (
+            seeds,
+            None,
+            native_index(d, gather, self.x_like),
+            colors,
+        )
+        return got
+
+    def colored(self, kind: str) -> Any:
         """The coloring of one kind, computed once."""
         got = self._colors.get(kind)
         if got is None:
-            color = {"column": col.column_coloring, "row": col.row_coloring}
+            color = {
+                "column": col.column_coloring,
+                "row": col.row_coloring,
+                "bidirectional": col.bicoloring,
+                "acyclic": col.acyclic_coloring,
+            }
             got = color.get(kind, col.star_coloring)(self.pattern, self.sparse.coloring)
             self._colors[kind] = got
         return got
 
     @property
     def colors(self) -> int:
-        return _count(self.way(self.kind)[3])
+        """The number of compressed products (forward and reverse: their sum)."""
+        c = self.way(self.kind)[3]
+        return sum(map(_count, c)) if isinstance(c, tuple) else _count(c)
 
     # ---- the compressed passes ----------------------------------------------
     def jacobian(self, prob, xs, ctx) -> tuple:
@@ -115,7 +148,7 @@ class SparsePlan:
 
     def hessian(self, prob, xs, ctx, combo) -> tuple:
         """(the gradient, the Hessian's nonzeros in the pattern's order)."""
-        return self.run(prob, xs, ctx, "star", combo)
+        return self.run(prob, xs, ctx, self.kind, combo)
 
     def run(self, prob, xs, ctx, kind, combo=None):
         """The compressed products and the gather: the backend's own ``compressed``
@@ -123,14 +156,16 @@ class SparsePlan:
         gives them, else its batched jvps, vjps or hvps."""
         d = self.d
         seeds, stacked, gather, _ = self.way(kind)
+        if kind == "bidirectional":
+            return self._both(prob, xs, ctx, *seeds, gather)
         if not seeds:
-            if kind == "star":
+            if prob.scalar:
                 return d.gradient(prob, xs, ctx), convert.zeros(d, (0,), xs[0])
             y = prob.flat()(xs, *ctx)
             return y, convert.zeros(d, (0,), y)
         own = getattr(d, "compressed", None)
         if own is not None and self.kept:  # (compiled once per plan: kept plans only)
-            run = own(prob, ctx, kind, stacked, gather, combo, self.number)
+            run = own(prob, ctx, _products(kind), stacked, gather, combo, self.number)
             out = None if run is None else run(xs)
             if out is not None:
                 return out
@@ -143,6 +178,8 @@ class SparsePlan:
         else:
             y, hvs = d.gradient_and_hvps(prob, xs, seeds, ctx, combo)  # y: the gradient
             b = [h[0] for h in hvs]
+        if kind == "acyclic":
+            return y, gather(d.concat([d.reshape(a, (-1,)) for a in b], 0))
         return y, take(d, d.stack([d.reshape(a, (-1,)) for a in b], 0), gather)  # (colors, .)
 
     def direct(self, prob, combo=None, value=True, weak=False):
@@ -152,10 +189,10 @@ class SparsePlan:
         ``weak`` (an unprepared call's kept plan): the compiled passes only, which
         hold f weakly, or None."""
         kind, d = self.kind, self.d
-        own = getattr(d, "compressed", None)
+        own = getattr(d, "compressed", None) if kind != "bidirectional" else None
         if own is not None and self.way(kind)[0]:
             _, stacked, gather, _ = self.way(kind)
-            run = own(prob, (), kind, stacked, gather, combo, self.number, value, weak)
+            run = own(prob, (), _products(kind), stacked, gather, combo, self.number, value, weak)
             if run is not None and weak:  # (holds no problem: f only weakly)
                 return lambda x: _or_slow(run((x,)))
             if run is not None:
@@ -168,6 +205,22 @@ class SparsePlan:
         if weak:
             return None
         return lambda x: self.run(prob, (x,), (), kind, combo)
+
+    def _both(self, prob, xs, ctx, forward: list, reverse: list, gather) -> tuple:
+        """A bicoloring's products: jvps along the column seeds, vjps along the row
+        seeds, flattened one after the other, and the gather."""
+        d = self.d
+        if forward:
+            y, ts = d.value_and_jvps(prob, xs, [(s,) for s in forward], ctx)
+            parts = [d.reshape(t, (-1,)) for t in ts]
+        else:
+            y, parts = prob.flat()(xs, *ctx), []
+        if reverse:
+            _, gss = d.value_and_vjps(prob, xs, reverse, ctx, _as_is)
+            parts += [d.reshape(g[0], (-1,)) for g in gss]
+        if not parts:
+            return y, convert.zeros(d, (0,), y)
+        return y, take(d, d.concat(parts, 0), gather)
 
     # ---- strict: no nonzero outside the pattern ------------------------------
     def check(self, prob, xs, ctx, data, combo) -> None:
@@ -208,6 +261,37 @@ class SparsePlan:
                 f"against {want[i]:.6g} from the pattern). The pattern is too small: use "
                 "sparsity_detector='global', or pass a pattern that holds every nonzero."
             )
+
+
+class _Substitution:
+    """:class:`~diffiface.sparse.coloring.Substitution` in the framework's arrays (each
+    array type's own ``cumsum``: differentiable and traceable where the framework is)."""
+
+    def __init__(self, d: Any, sub: Any, like: Any):
+        self.d = d
+        self.idx = {k: native_index(d, getattr(sub, k), like) for k in _SUB_INDEX}
+        self.sign = d.cast(d.from_numpy(sub.sign), like)
+        self.edge_sign = d.cast(d.from_numpy(sub.edge_sign), like)
+        self.zero = d.cast(d.from_numpy(np.zeros(1)), like)
+
+    def __call__(self, bflat: Any) -> Any:
+        d, idx = self.d, self.idx
+        diag = take(d, bflat, idx["diagonal"])
+        s = self.sign * take(d, bflat, idx["take"])
+        if s.shape[0] == 0:  # no off-diagonal entries
+            return take(d, diag, idx["assemble"])
+        prefix = d.concat([self.zero, s.cumsum(0)], 0)
+        e = self.edge_sign * (take(d, prefix, idx["end"]) - take(d, prefix, idx["start"]))
+        return take(d, d.concat([e, diag], 0), idx["assemble"])
+
+
+_SUB_INDEX = ("take", "start", "end", "diagonal", "assemble")
+
+
+def _products(kind: str) -> str:
+    """The products a backend's ``compressed`` passes run for a kind: an acyclic
+    coloring's are a star coloring's (hvps), with a callable gather, the substitution."""
+    return "star" if kind == "acyclic" else kind
 
 
 def _or_slow(out: Any) -> Any:

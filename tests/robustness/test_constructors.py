@@ -44,8 +44,8 @@ VALUE = {
         r"AutoSparse\(sparsity_detector='everywhere'\)",
     ),
     "AutoSparse(coloring)": (
-        lambda: di.AutoSparse(di.AutoJax(), coloring="random"),
-        r"AutoSparse\(coloring='random'\)",
+        lambda: di.AutoSparse(di.AutoJax(), coloring="biggest_first"),
+        r"AutoSparse\(coloring='biggest_first'\)",
     ),
     "second_order(two AutoSparse)": (
         lambda: di.second_order(

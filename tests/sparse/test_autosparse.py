@@ -206,7 +206,7 @@ def test_errors_name_the_fix():
     with pytest.raises(di.DiffifaceValueError, match="sparsity_detector"):
         di.AutoSparse(di.AutoJax(), sparsity_detector="magic")
     with pytest.raises(di.DiffifaceValueError, match="coloring"):
-        di.AutoSparse(di.AutoJax(), coloring="best")
+        di.AutoSparse(di.AutoJax(), coloring="biggest_first")
     second = di.AutoSparse(di.second_order(di.AutoFiniteDifferences(), di.AutoFiniteDifferences()))
     with pytest.raises(di.DiffifaceTypeError, match="hessian and hvp"):
         di.jacobian(banded, second, x)

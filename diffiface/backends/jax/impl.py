@@ -362,7 +362,8 @@ class JaxImpl(BackendImpl):
                         jax.vmap, lambda v: outputs.values(jax.jvp, fn, (x,), (v,))[1], "out_axes"
                     )(s)
                     y = fn(x) if value else None
-                return y, b.reshape(-1)[idx]
+                b = b.reshape(-1)
+                return y, idx(b) if callable(idx) else b[idx]  # (a substitution: callable)
 
             return run
 

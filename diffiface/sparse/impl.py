@@ -117,7 +117,7 @@ class SparseImpl:
         y = None
         if value:
             y = c.back(_value(prob.flat()(xs, *ctx)))
-        return y, c.like_x(g), self._out(c, plan, data)
+        return y, (None if g is None else c.like_x(g)), self._out(c, plan, data)
 
     def _plan(self, c, combo, value=None) -> SparsePlan:
         """The problem's plan: a prepared problem keeps its own; an unprepared call finds

@@ -128,6 +128,11 @@ class SparsePlan:
                 return d.gradient(prob, xs, ctx), convert.zeros(d, (0,), xs[0])
             y = prob.flat()(xs, *ctx)
             return y, convert.zeros(d, (0,), y)
+        values = getattr(d, "sparse_hessian_nonzeros", None) if kind == "star" else None
+        if values is not None:  # (finite differences: from f's values, per nonzero)
+            out = values(prob, xs, ctx, self.pattern, prob.op != "hessian")
+            if out is not None:
+                return out
         own = getattr(d, "compressed", None)
         if own is not None and self.kept:  # (compiled once per plan: kept plans only)
             run = own(prob, ctx, kind, stacked, gather, combo, self.number)

@@ -181,12 +181,21 @@ class FiniteDifferencesImpl(BackendImpl):
         return run(named, f, finish, value, steps)
 
     @_operator("first")
-    def _jvp(self, prob, fn, xs, vs, ctx):
+    def value_and_jvps(self, prob, xs, vss, ctx):
+        """f(x) once and the jvps along ``vss``: 1 + 2k evaluations central, 1 + k
+        one-sided (the compressed passes of a sparse Jacobian, one per color)."""
+        fn = prob.flat()
+        y = self._eval(fn, xs, ctx)
+        return y, [self._jvp(prob, fn, xs, vs, ctx, y)[1] for vs in vss]
+
+    @_operator("first")
+    def _jvp(self, prob, fn, xs, vs, ctx, y=None):
         """(f(x), J v) of ``fn`` (``prob.flat()``); a plain jvp by central differences
         gives None for f(x), which its 2 evaluations do not need (unless f's aux is
-        wanted: it is f's at x)."""
+        wanted: it is f's at x). ``y``: f(x), known already."""
         value = prob.op != "jvp" or self.method != "central" or prob.aux  # (aux: at x)
-        y = self._eval(fn, xs, ctx) if value else None
+        if y is None and value:
+            y = self._eval(fn, xs, ctx)
         scale = _abs_max(vs)
         if scale == 0.0:
             return y, np.zeros_like(self._eval(fn, xs, ctx) if y is None else y)
@@ -347,6 +356,30 @@ class FiniteDifferencesImpl(BackendImpl):
             for p, m, x in zip(plus, minus, xs, strict=True)
         )
         return g, hv
+
+    @_operator("second")
+    def sparse_hessian_nonzeros(self, prob, xs, ctx, pattern, gradient: bool):
+        """(the gradient, or None without ``gradient``; the Hessian's entries at the
+        pattern's nonzeros, in its CSR order) from values of f at one real array x
+        (``sparse.hessian_nonzeros``: per nonzero, not two gradients per color); None
+        for a complex x."""
+        from . import sparse  # (scipy: imported on a sparse call's first use)
+
+        (x,) = xs
+        if np.iscomplexobj(x):
+            return None
+        fn, side = prob.flat(), _SIDES[self.method][0] + _SIDES[self.method][1]
+        g = self.gradient(prob, xs, ctx) if gradient else None
+        if self.step is not None:
+            rel = self._checked_step(prob, x.dtype)
+        else:
+            rel = sparse.relative_step(x.dtype, side == 0)
+
+        def evaluate(point):
+            with _Inside():
+                return fn(Moved((point,)), *ctx)
+
+        return g, sparse.hessian_nonzeros(evaluate, x, pattern, rel, side).astype(x.dtype)
 
     def value_gradient_and_hessian(self, prob, xs, ctx, combo):
         return self.chunked_hessian(prob, xs, ctx, combo, max(xs[0].size, 1))

@@ -14,7 +14,7 @@ from .._errors import DiffifaceTypeError, DiffifaceValueError, SparsityWarning
 from ..core import direction, registry
 from ..core.backend import size
 from .formats import framework_module
-from .patterns import as_pattern
+from .patterns import as_pattern, symmetric
 
 LOCAL_POINTS = 3  # x itself and two random points near it
 
@@ -40,7 +40,7 @@ def pattern(sparse: AutoSparse, d: Any, prob: Any, x: Any, ctx: tuple, m: int, c
                 f"{what} of f at x has shape {want} (f(x) and x flattened). Pass a pattern "
                 "of that shape, or sparsity_detector='global'."
             )
-        return p
+        return symmetric(p) if hessian else p  # (one triangle of a Hessian: both)
     if det == "local":
         return local(d, prob, x, ctx, combo)
     return global_pattern(_framework(sparse.backend), prob, x, ctx)

@@ -177,40 +177,67 @@ class SparsePlan:
     # ---- strict: no nonzero outside the pattern ------------------------------
     def check(self, prob, xs, ctx, data, combo) -> None:
         """One product along a random direction against the sparse matrix's: a nonzero
-        outside the pattern shows as a difference."""
-        d, p = self.d, self.pattern
-        m, n = p.shape
+        outside the pattern shows as a difference beyond both results' errors
+        (``_tolerance``)."""
+        p, x = self.pattern, xs[0]
         rng = np.random.default_rng(1)
-        x = xs[0]
-        vals = np.asarray(d.to_numpy(data), dtype=np.float64)
+        vals = np.asarray(self.d.to_numpy(data), dtype=np.float64)
         mat = sp.csr_array((vals, p.indices, p.indptr), shape=p.shape)
         if self.kind == "row":
-            w = rng.standard_normal(m)
-            wy = d.cast(d.from_numpy(w.reshape(self.y_shape)), self.y_like)
-            _, (got,) = d.value_and_vjp(prob, xs, wy, ctx, _as_is)
-            want = mat.T @ w
-        else:
-            v = rng.standard_normal(n)
-            vx = (d.cast(d.from_numpy(v.reshape(self.x_shape)), x),)
-            if prob.scalar:
-                _, got = d.gradient_and_hvp(prob, xs, vx, ctx, combo)
-                got = got[0]
-            else:
-                _, got = d.value_and_jvp(prob, xs, vx, ctx)
-            want = mat @ v
-        got = np.asarray(d.to_numpy(got), dtype=np.float64).reshape(-1)
-        scale = np.abs(mat) @ np.abs(v) if self.kind != "row" else np.abs(mat).T @ np.abs(w)
-        tol = (1e-6 if d.framework == "finite_differences" else 1e-9) * (1 + scale)
+            mat = mat.T.tocsr()  # (a product wᵀJ: the rows of Jᵀ)
+        v = rng.standard_normal(mat.shape[1])
+        got = self._product(self.d, prob, xs, ctx, v, combo)
+        want = mat @ v
+        tol = _tolerance(self, prob, xs, ctx, v, combo, mat, got, want)
         bad = np.flatnonzero(~(np.abs(got - want) <= tol))
         if bad.size:
             what = "Hessian" if prob.scalar else "Jacobian"
-            i = int(bad[0])
+            i = int(bad[np.argmax(np.abs(got - want)[bad] / tol[bad])])
             raise DiffifaceValueError(
                 f"{prob.op}(f, {prob.backend!r}, x): the {what} has a nonzero outside the "
                 f"sparsity pattern (a random product differs at element {i}: {got[i]:.6g} "
-                f"against {want[i]:.6g} from the pattern). The pattern is too small: use "
-                "sparsity_detector='global', or pass a pattern that holds every nonzero."
+                f"against {want[i]:.6g} from the pattern, beyond the tolerance {tol[i]:.3g}). "
+                "The pattern is too small: use sparsity_detector='global', or pass a "
+                "pattern that holds every nonzero."
             )
+
+    def _product(self, d, prob, xs, ctx, v, combo) -> np.ndarray:
+        """Jv (``v`` like x), vᵀJ (for a row plan, ``v`` like f(x)) or Hv by ``d``, as
+        float64."""
+        x = xs[0]
+        if self.kind == "row":
+            wy = d.cast(d.from_numpy(v.reshape(self.y_shape)), self.y_like)
+            _, (got,) = d.value_and_vjp(prob, xs, wy, ctx, _as_is)
+        else:
+            vx = (d.cast(d.from_numpy(v.reshape(self.x_shape)), x),)
+            if prob.scalar:
+                got = d.gradient_and_hvp(prob, xs, vx, ctx, combo)[1][0]
+            else:
+                got = d.value_and_jvp(prob, xs, vx, ctx)[1]
+        return np.asarray(d.to_numpy(got), dtype=np.float64).reshape(-1)
+
+
+def _tolerance(plan, prob, xs, ctx, v, combo, mat, got, want) -> np.ndarray:
+    """How far the random product and the pattern's may differ, per element: the rounding
+    of both (64 eps of the data's dtype times the sizes summed); and for a backend with
+    a truncation error (finite differences: ``coarser``, ``rounding``), 10 times the
+    product's error estimate (its change at twice the step, and the rounding of f's
+    values over the steps), once for the product and once per nonzero of the pattern's
+    row (each comes from a difference of its own)."""
+    d = plan.d
+    eps = float(np.finfo(np.result_type(xs[0].dtype, np.float32)).eps)
+    scale = np.abs(mat) @ np.abs(v)
+    tol = 64 * eps * (scale + np.abs(got) + np.abs(want)) + np.finfo(np.float64).tiny
+    coarser = getattr(d, "coarser", None)
+    if coarser is not None:
+        dtype = np.dtype(xs[0].dtype)
+        coarse = coarser(prob, dtype, prob.scalar)
+        noise = np.abs(plan._product(coarse, prob, xs, ctx, v, combo) - got)
+        values = np.asarray(d.to_numpy(prob.flat()(xs, *ctx)), dtype=np.float64)
+        size = float(np.max(np.abs(values), initial=0.0))  # (f's values: their rounding)
+        noise = noise + d.rounding(prob, dtype, prob.scalar) * (size + scale)
+        tol = tol + 10 * (1 + np.diff(mat.indptr)) * noise
+    return tol
 
 
 def _or_slow(out: Any) -> Any:

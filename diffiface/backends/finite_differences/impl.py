@@ -357,6 +357,24 @@ class FiniteDifferencesImpl(BackendImpl):
         )
         return g, hv
 
+    def coarser(self, prob, dtype: np.dtype, second: bool) -> FiniteDifferencesImpl:
+        """This backend with twice its relative step (the default for ``dtype``; for
+        ``second`` order the outer one, for both levels): a result's change between the
+        two estimates its error (AutoSparse's ``strict`` check)."""
+        if self.step is not None:
+            step = self._checked_step(prob, dtype)
+        else:
+            step = self._outer_step(prob, dtype) if second else self._rel_step(prob, dtype)
+        return FiniteDifferencesImpl(AutoFiniteDifferences(self.method, 2 * step))
+
+    def rounding(self, prob, dtype: np.dtype, second: bool) -> float:
+        """The rounding error of a result relative to the size of f's values: eps over
+        the product of the relative steps (one level, or two for ``second`` order)."""
+        first = self._rel_step(prob, dtype)
+        return float(np.finfo(dtype).eps) / (
+            first * self._outer_step(prob, dtype) if second else first
+        )
+
     @_operator("second")
     def sparse_hessian_nonzeros(self, prob, xs, ctx, pattern, gradient: bool):
         """(the gradient, or None without ``gradient``; the Hessian's entries at the

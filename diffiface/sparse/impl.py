@@ -94,6 +94,16 @@ class SparseImpl:
 
         return value_gradient_and_hessian
 
+    @staticmethod
+    def sparse_plan(probs) -> SparsePlan | None:
+        """The sparse plan a preparation's problems hold (its ``sparsity_pattern``,
+        ``ncolors``, ...), or None."""
+        for prob in probs:
+            plan = prob.fns.get(KEY)
+            if plan is not None:
+                return plan
+        return None
+
     # ---- the sparse operators (called by the operators' run functions) ---------
     def sparse_jacobian(self, c, chunk_size=None) -> tuple:
         """(f(x), J) with J sparse."""

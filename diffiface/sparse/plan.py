@@ -90,7 +90,13 @@ class SparsePlan:
 
     @property
     def colors(self) -> int:
+        """The number of colors: compressed passes per call."""
         return _count(self.way(self.kind)[3])
+
+    def coloring(self) -> np.ndarray:
+        """The colors of the plan's kind (of the columns, or of the rows for "row"), a
+        copy."""
+        return self.way(self.kind)[3].copy()
 
     # ---- the compressed passes ----------------------------------------------
     def jacobian(self, prob, xs, ctx) -> tuple:

@@ -17,10 +17,11 @@ from .._backend_types import AutoSparse, SecondOrder
 from .._cache import FunctionCache
 from .._reads import fingerprint
 from ..core import convert, registry
+from ..core.backend import SLOW
 from ..core.operator import OPS, names
 from ..core.signature import entered, leaf, one
 from ..core.traits import Traits
-from . import detect
+from . import detect, kept
 from .plan import KEY, SparsePlan
 
 # the plans of unprepared calls, weakly on f: an unprepared call keeps its plan like
@@ -54,9 +55,29 @@ class SparseImpl:
         return self if dense is self.dense else SparseImpl(self.backend, dense)
 
     def code_runner(self, prob, form: str):
-        """The dense backend's, for the other operators; none for a sparse one (its plan
-        depends on f's pattern, which another function of the code may not share)."""
-        return None if prob.op in SPARSE_OPS else self.dense.code_runner(prob, form)
+        """The dense backend's, for the other operators. For a sparse one on one array,
+        ``run(f, x)`` for a closure of prob.f's code whose cells hold what prob.f's
+        held (``kept``: the same code on equal cells computes what prob.f computes, so
+        prob.f's plan runs, kept alive here), else SLOW (the general path detects)."""
+        if prob.op not in SPARSE_OPS:
+            return self.dense.code_runner(prob, form)
+        plan = prob.fns.get(KEY)
+        cells = kept.cells(prob.f) if plan is not None and plan.kept else None
+        record = None if cells is None else cells.record()
+        if record is None or not detect.everywhere(self.backend):
+            return None
+        run = self.runner(prob, form, plan.combo)
+        if run is None:
+            return None
+        key = cells.key
+
+        def code_run(f, x):
+            now = kept.cells(f)
+            if now is None or now.key != key or not now.same_arrays(record):
+                return SLOW
+            return run(x)
+
+        return code_run
 
     def runner(self, prob, form: str, combo=None, weak: bool = False):
         """The dense backend's runner for the other operators; for a prepared sparse one,
@@ -131,14 +152,20 @@ class SparseImpl:
 
     def _plan(self, c, combo, value=None) -> SparsePlan:
         """The problem's plan: a prepared problem keeps its own; an unprepared call finds
-        the plan of the last call like it (same f and what f reads, signature, contexts)."""
+        the plan of the last call like it (same f and what f reads, signature, contexts),
+        or of an earlier closure of f's code with the same cells (``kept``)."""
         prob = c.prob
         plan = prob.fns.get(KEY)
         if plan is not None:
             return plan
         key = None if prob.prepared else _key(self, c, combo)
+        code = None if key is None else kept.cells(prob.f)
         if key is not None:
             got = PLANS.peek(prob.f, key)
+            if got is None and code is not None:  # a closure made anew: its code's plan
+                got = PLANS.peek(prob.f.__code__, (*key[:-1], code.key))
+                if got is not None and not code.same_arrays(got[2]):
+                    got = None
             if got is not None and _same_values(got[0], c.ctx):
                 prob.fns[KEY] = got[1]
                 return got[1]
@@ -149,6 +176,9 @@ class SparseImpl:
         if key is not None:
             plan.kept = True
             PLANS.put(prob.f, key, (c.ctx, plan))
+            record = None if code is None else code.record()
+            if record is not None:
+                PLANS.put(prob.f.__code__, (*key[:-1], code.key), (c.ctx, plan, record))
         return plan
 
     def _out(self, c, plan: SparsePlan, data: Any) -> Any:

@@ -134,14 +134,16 @@ class SparsePlan:
                 return d.gradient(prob, xs, ctx), convert.zeros(d, (0,), xs[0])
             y = prob.flat()(xs, *ctx)
             return y, convert.zeros(d, (0,), y)
+        gradient = kind == "star" and prob.op != "hessian"  # (the Hessian alone: no g)
         values = getattr(d, "sparse_hessian_nonzeros", None) if kind == "star" else None
         if values is not None:  # (finite differences: from f's values, per nonzero)
-            out = values(prob, xs, ctx, self.pattern, prob.op != "hessian")
+            out = values(prob, xs, ctx, self.pattern, gradient)
             if out is not None:
                 return out
         own = getattr(d, "compressed", None)
         if own is not None and self.kept:  # (compiled once per plan: kept plans only)
-            run = own(prob, ctx, kind, stacked, gather, combo, self.number)
+            value = gradient or kind != "star"
+            run = own(prob, ctx, kind, stacked, gather, combo, self.number, value)
             out = None if run is None else run(xs)
             if out is not None:
                 return out
@@ -185,7 +187,7 @@ class SparsePlan:
         """One product along a random direction against the sparse matrix's: a nonzero
         outside the pattern shows as a difference beyond both results' errors
         (``_tolerance``)."""
-        p, x = self.pattern, xs[0]
+        p = self.pattern
         rng = np.random.default_rng(1)
         vals = np.asarray(self.d.to_numpy(data), dtype=np.float64)
         mat = sp.csr_array((vals, p.indices, p.indptr), shape=p.shape)

@@ -4,11 +4,12 @@ finds the plan of an earlier object of its code when its cells hold the same thi
 A global pattern may depend on any value f reads besides x: a closed-over index array
 (``x[idx]``), a flag, a function it calls. So a plan is shared between two objects of
 one code only when every cell holds an equal flag (bool, int, float, complex, str,
-bytes, None, by value), the same module, class or plain module-level function, or an
+bytes, None, by value), the same module, class or plain module-level function, an
 array of the same type, shape and dtype with the same values (the same object, or
-equal values, compared on the host); and what the code reads from globals is the same
-objects. A cell holding anything else (a dict, a closure, an object whose contents f
-may read) keeps the per-object path: detection and coloring anew.
+equal values, compared on the host), or a closure whose cells pass the same test (3
+levels down); and what the code reads from globals is the same objects. A cell
+holding anything else (a dict, a list, an object whose contents f may read) keeps the
+per-object path: detection and coloring anew.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from .._reads import watch
 
 _FLAGS = (bool, int, float, complex, str, bytes, type(None))
 _PLAIN = (types.FunctionType, types.BuiltinFunctionType)
+_DEPTH = 3  # closures in cells, levels down
 
 
 class Cells:
@@ -65,10 +67,28 @@ class Cells:
 
 def cells(f: Any) -> Cells | None:
     """The cells of a plain closure ``f`` whose code's plan it may share, else None."""
-    if type(f) is not types.FunctionType or not f.__closure__ or f.__kwdefaults__:
+    if type(f) is not types.FunctionType or not f.__closure__:
         return None
-    parts, arrays = [], []
-    for cell in f.__closure__:
+    arrays: list = []
+    parts = _parts(f, arrays, _DEPTH)
+    if parts is None:
+        return None
+    return Cells((f.__code__, parts, _reads(f, parts)), arrays)
+
+
+def _parts(f: types.FunctionType, arrays: list, depth: int) -> tuple | None:
+    """The key of f's cells and defaults (its arrays appended to ``arrays``): a closure
+    in a cell by its code and its own cells, ``depth`` levels down; None for a cell
+    of another kind."""
+    defaults = f.__defaults__
+    if f.__kwdefaults__:
+        return None
+    try:
+        hash(defaults)
+    except TypeError:
+        return None
+    parts = []
+    for cell in f.__closure__ or ():
         try:
             v = cell.cell_contents
         except ValueError:  # an empty cell
@@ -82,15 +102,14 @@ def cells(f: Any) -> Cells | None:
             type(v) in _PLAIN and not getattr(v, "__closure__", None)
         ):
             parts.append((None, v))
+        elif type(v) is types.FunctionType and depth:  # a closure: its code, its cells
+            inner = _parts(v, arrays, depth - 1)
+            if inner is None:
+                return None
+            parts.append((v.__code__, inner))
         else:
             return None
-    defaults = f.__defaults__
-    try:
-        hash(defaults)
-    except TypeError:
-        return None
-    parts = tuple(parts)
-    return Cells((f.__code__, parts, defaults, _reads(f, parts)), arrays)
+    return tuple(parts), defaults
 
 
 _PAIRS: dict = {}  # (code, cell parts) -> the (globals dict, name) pairs its objects read

@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
+from .._arrays import numpy_dtype
 from .._errors import DiffifaceValueError
 from ..core import convert, direction
 from ..core.backend import SLOW, size
@@ -233,12 +234,12 @@ def _tolerance(plan, prob, xs, ctx, v, combo, mat, got, want) -> np.ndarray:
     values over the steps), once for the product and once per nonzero of the pattern's
     row (each comes from a difference of its own)."""
     d = plan.d
-    eps = float(np.finfo(np.result_type(xs[0].dtype, np.float32)).eps)
+    dtype = numpy_dtype(xs[0].dtype) or np.dtype(np.float64)
+    eps = float(np.finfo(np.result_type(dtype, np.float32)).eps)
     scale = np.abs(mat) @ np.abs(v)
     tol = 64 * eps * (scale + np.abs(got) + np.abs(want)) + np.finfo(np.float64).tiny
     coarser = getattr(d, "coarser", None)
     if coarser is not None:
-        dtype = np.dtype(xs[0].dtype)
         coarse = coarser(prob, dtype, prob.scalar)
         noise = np.abs(plan._product(coarse, prob, xs, ctx, v, combo) - got)
         values = np.asarray(d.to_numpy(prob.flat()(xs, *ctx)), dtype=np.float64)

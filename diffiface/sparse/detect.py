@@ -58,8 +58,8 @@ def global_pattern(framework: str, prob: Any, x: Any, ctx: tuple) -> sp.csr_arra
         )
     x = module.as_input(x)  # (a NumPy x: finite differences over the framework)
 
-    def fn(x):
-        return f(x, *ctx)
+    def fn(x):  # (f's output alone: an aux is no part of the pattern)
+        return f(x, *ctx)[0] if prob.aux else f(x, *ctx)
 
     try:
         if prob.scalar:

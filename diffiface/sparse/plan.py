@@ -100,34 +100,37 @@ class SparsePlan:
         return self.way(self.kind)[3].copy()
 
     # ---- the compressed passes ----------------------------------------------
-    def jacobian(self, prob, xs, ctx) -> tuple:
+    def jacobian(self, prob, xs, ctx, chunk=None) -> tuple:
         """(f(x), the nonzeros in the pattern's order): where f lacks the direction of
-        the plan's kind (a custom_vjp, a lax.while_loop), the other kind from now on."""
+        the plan's kind (a custom_vjp, a lax.while_loop), the other kind from now on.
+        ``chunk``: at most that many products at a time."""
 
         def kind(k):
             def run():
                 self.kind = k
-                return self.run(prob, xs, ctx, k)
+                return self.run(prob, xs, ctx, k, None, chunk)
 
             return run
 
         return direction.run(
             self.d,
             prob,
-            lambda: self.run(prob, xs, ctx, self.kind),
+            lambda: self.run(prob, xs, ctx, self.kind, None, chunk),
             forward=kind("column"),
             reverse=kind("row"),
             fixed=(self.sparse.mode,),
         )
 
-    def hessian(self, prob, xs, ctx, combo) -> tuple:
-        """(the gradient, the Hessian's nonzeros in the pattern's order)."""
-        return self.run(prob, xs, ctx, "star", combo)
+    def hessian(self, prob, xs, ctx, combo, chunk=None) -> tuple:
+        """(the gradient, or None for the Hessian alone; the Hessian's nonzeros in the
+        pattern's order)."""
+        return self.run(prob, xs, ctx, "star", combo, chunk)
 
-    def run(self, prob, xs, ctx, kind, combo=None):
+    def run(self, prob, xs, ctx, kind, combo=None, chunk=None):
         """The compressed products and the gather: the backend's own ``compressed``
         passes (JAX: one compiled call; torch: the rows' batched backward) where it
-        gives them, else its batched jvps, vjps or hvps."""
+        gives them, else its batched jvps, vjps or hvps; with ``chunk`` (a call's
+        ``chunk_size``) those, at most ``chunk`` products at a time."""
         d = self.d
         seeds, stacked, gather, _ = self.way(kind)
         if not seeds:
@@ -142,21 +145,27 @@ class SparsePlan:
             if out is not None:
                 return out
         own = getattr(d, "compressed", None)
+        if chunk is not None and chunk < len(seeds):  # (the compiled passes take all)
+            own = None
         if own is not None and self.kept:  # (compiled once per plan: kept plans only)
             value = gradient or kind != "star"
             run = own(prob, ctx, kind, stacked, gather, combo, self.number, value)
             out = None if run is None else run(xs)
             if out is not None:
                 return out
-        if kind == "column":
-            y, ts = d.value_and_jvps(prob, xs, seeds, ctx)
-            b = [t for t in ts]
-        elif kind == "row":
-            y, gss = d.value_and_vjps(prob, xs, [s for (s,) in seeds], ctx, _as_is)
-            b = [g[0] for g in gss]
-        else:
-            y, hvs = d.gradient_and_hvps(prob, xs, seeds, ctx, combo)  # y: the gradient
-            b = [h[0] for h in hvs]
+        y, b, step = None, [], len(seeds) if chunk is None else chunk
+        for start in range(0, len(seeds), step):
+            part = seeds[start : start + step]
+            if kind == "column":
+                out, ts = d.value_and_jvps(prob, xs, part, ctx)
+                b += ts
+            elif kind == "row":
+                out, gss = d.value_and_vjps(prob, xs, [s for (s,) in part], ctx, _as_is)
+                b += [g[0] for g in gss]
+            else:
+                out, hvs = d.gradient_and_hvps(prob, xs, part, ctx, combo)  # the gradient
+                b += [h[0] for h in hvs]
+            y = out if y is None else y
         return y, take(d, d.stack([d.reshape(a, (-1,)) for a in b], 0), gather)  # (colors, .)
 
     def direct(self, prob, combo=None, value=True, weak=False):

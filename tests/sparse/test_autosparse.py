@@ -192,7 +192,7 @@ def test_local_detection_warns():
 
 def test_errors_name_the_fix():
     x = np.linspace(0.5, 1.5, 8)
-    fd, local = di.AutoFiniteDifferences(), "local"
+    fd = di.AutoFiniteDifferences()
     with pytest.raises(di.DiffifaceTypeError, match="sparsity_detector='local'"):
         di.jacobian(banded, di.AutoSparse(di.AutoFiniteDifferences()), x)
     with pytest.raises(di.DiffifaceValueError, match=r"shape \(3, 3\).*\(6, 8\)"):

@@ -252,3 +252,108 @@ def test_a_sparse_preparation_exposes_its_pattern_and_colors():
     assert len(hprep.column_colors) == n
     with pytest.raises(di.DiffifaceTypeError, match=r"only a preparation .* AutoSparse"):
         _ = di.prepare_jacobian(_banded(np), FD, x).ncolors
+
+
+# ---- 5. reach: has_aux, chunk_size, pytree x -------------------------------------------
+def _given_or_global(dense, pattern):
+    """AutoSparse over ``dense``: global detection where it has it, else the pattern."""
+    if dense in GLOBAL:
+        return di.AutoSparse(dense)
+    return di.AutoSparse(dense, sparsity_detector=pattern)
+
+
+@pytest.mark.parametrize("dense", DENSE, ids=repr)
+def test_has_aux(dense):
+    n, x0 = 8, np.linspace(-1.0, 1.5, 8)
+    x, rosenbrock, banded = native(dense, x0), _rosenbrock(xp(dense)), _banded(xp(dense))
+
+    def f(x):
+        return rosenbrock(x), {"twice": 2 * x}
+
+    def g(x):
+        y = banded(x)
+        return y, y.sum()
+
+    sparse = _given_or_global(dense, _tri(n))
+    tol = 1e-6 if dense.framework == "finite_differences" else 1e-12
+    for _ in range(2):  # (the kept plan, then a warm call)
+        h, aux = di.hessian(f, sparse, x, has_aux=True)
+        np.testing.assert_allclose(
+            to_numpy(densify(h)), to_numpy(densify(di.hessian(rosenbrock, sparse, x)))
+        )
+        np.testing.assert_allclose(to_numpy(aux["twice"]), 2 * x0)
+        (y, grad, h), aux = di.value_gradient_and_hessian(f, sparse, x, has_aux=True)
+        np.testing.assert_allclose(float(to_numpy(y)), float(to_numpy(rosenbrock(x))))
+        np.testing.assert_allclose(
+            to_numpy(grad), to_numpy(di.gradient(rosenbrock, dense, x)), rtol=tol
+        )
+    scale = np.abs(_rosenbrock_hessian(x0)).max()
+    np.testing.assert_allclose(to_numpy(densify(h)), _rosenbrock_hessian(x0), atol=tol * scale)
+    prep = di.prepare_hessian(f, sparse, x, has_aux=True)
+    h, aux = di.hessian(f, sparse, x, prep=prep, has_aux=True)
+    np.testing.assert_allclose(to_numpy(densify(h)), _rosenbrock_hessian(x0), atol=tol * scale)
+    sparse = _given_or_global(dense, _tri(n)[1:-1] | np.eye(n - 2, n, k=2, dtype=bool))
+    j, total = di.jacobian(g, sparse, x, has_aux=True)
+    np.testing.assert_allclose(to_numpy(densify(j)), _banded_jacobian(x0), atol=tol)
+    np.testing.assert_allclose(float(to_numpy(total)), float(to_numpy(banded(x)).sum()))
+
+
+@pytest.mark.parametrize("dense", DENSE, ids=repr)
+def test_chunk_size_gives_the_same_matrix(dense):
+    n, x0 = 10, np.linspace(-1.0, 1.5, 10)
+    x, rosenbrock, banded = native(dense, x0), _rosenbrock(xp(dense)), _banded(xp(dense))
+    hs = _given_or_global(dense, _tri(n))
+    js = _given_or_global(dense, _tri(n)[1:-1] | np.eye(n - 2, n, k=2, dtype=bool))
+    h, j = (
+        to_numpy(densify(a)) for a in (di.hessian(rosenbrock, hs, x), di.jacobian(banded, js, x))
+    )
+    for k in (1, 2, 5):
+        np.testing.assert_allclose(
+            to_numpy(densify(di.hessian(rosenbrock, hs, x, chunk_size=k))), h
+        )
+        np.testing.assert_allclose(to_numpy(densify(di.jacobian(banded, js, x, chunk_size=k))), j)
+    tol = 1e-6 if dense.framework == "finite_differences" else 1e-12
+    np.testing.assert_allclose(j, _banded_jacobian(x0), atol=tol)
+    with pytest.raises(di.DiffifaceValueError, match="chunk_size"):
+        di.jacobian(banded, js, x, chunk_size=0)
+
+
+@pytest.mark.parametrize("dense", DENSE, ids=repr)
+def test_pytree_x(dense):
+    ns = xp(dense)
+    a0, b0 = np.linspace(0.5, 1.5, 4), np.linspace(-1.0, 1.0, 3)
+    x = {"a": native(dense, a0), "b": native(dense, b0)}
+    v0 = np.concatenate([a0, b0])
+    rosenbrock, banded = _rosenbrock(ns), _banded(ns)
+    cat = (
+        (lambda t: ns.cat([t["a"], t["b"]]))
+        if dense.framework == "torch"
+        else (lambda t: ns.concatenate([t["a"], t["b"]]))
+    )
+
+    def f(t):
+        return rosenbrock(cat(t))
+
+    def g(t):
+        return banded(cat(t))
+
+    tol = 1e-6 if dense.framework == "finite_differences" else 1e-12
+    hs = _given_or_global(dense, _tri(7))
+    want_h = _rosenbrock_hessian(v0)
+    for _ in range(2):
+        y, grad, h = di.value_gradient_and_hessian(f, hs, x)
+        np.testing.assert_allclose(
+            float(to_numpy(y)), float(to_numpy(rosenbrock(native(dense, v0))))
+        )
+        np.testing.assert_allclose(to_numpy(densify(h)), want_h, atol=tol * np.abs(want_h).max())
+        want_g = to_numpy(di.gradient(rosenbrock, dense, native(dense, v0)))
+        for key, part in (("a", slice(0, 4)), ("b", slice(4, 7))):
+            np.testing.assert_allclose(to_numpy(grad[key]), want_g[part], rtol=tol, atol=tol)
+    js = _given_or_global(dense, _tri(7)[1:-1] | np.eye(5, 7, k=2, dtype=bool))
+    j = to_numpy(densify(di.jacobian(g, js, x)))
+    dense_j = di.jacobian(g, dense, x)  # (columns: x's leaves end to end)
+    np.testing.assert_allclose(j, np.hstack([to_numpy(dense_j["a"]), to_numpy(dense_j["b"])]))
+    np.testing.assert_allclose(j, _banded_jacobian(v0), atol=tol)
+    prep = di.prepare_jacobian(g, js, x)
+    np.testing.assert_allclose(to_numpy(densify(di.jacobian(g, js, x, prep=prep))), j)
+    assert prep.sparsity_pattern.shape == (5, 7) and prep.ncolors == 3

@@ -251,9 +251,7 @@ def _tolerance(plan, prob, xs, ctx, v, combo, mat, got, want) -> np.ndarray:
     if coarser is not None:
         coarse = coarser(prob, dtype, prob.scalar)
         noise = np.abs(plan._product(coarse, prob, xs, ctx, v, combo) - got)
-        values = np.asarray(d.to_numpy(prob.flat()(xs, *ctx)), dtype=np.float64)
-        size = float(np.max(np.abs(values), initial=0.0))  # (f's values: their rounding)
-        noise = noise + d.rounding(prob, dtype, prob.scalar) * (size + scale)
+        noise = noise + d.rounding(prob, xs, ctx, prob.scalar, scale)
         tol = tol + 10 * (1 + np.diff(mat.indptr)) * noise
     return tol
 

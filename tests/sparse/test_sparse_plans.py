@@ -357,3 +357,35 @@ def test_pytree_x(dense):
     prep = di.prepare_jacobian(g, js, x)
     np.testing.assert_allclose(to_numpy(densify(di.jacobian(g, js, x, prep=prep))), j)
     assert prep.sparsity_pattern.shape == (5, 7) and prep.ncolors == 3
+
+
+@pytest.mark.skipif(not HAVE["jax"], reason="needs jax")
+def test_finite_differences_over_an_ad_gradient_takes_hvps_per_color(monkeypatch):
+    """second_order(AutoFiniteDifferences(), AutoJax()): the sparse Hessian differences
+    the exact inner gradient along the colors (not f's values per nonzero), and strict's
+    tolerance follows its one level of differences."""
+    import jax.numpy as jnp
+
+    from diffiface.operators import fd_over
+
+    n, x = 12, np.linspace(-1.0, 1.5, 12)
+    over = di.second_order(di.AutoFiniteDifferences(), di.AutoJax())
+    rosenbrock, gradients = _rosenbrock(jnp), [0]
+    real = fd_over.value_and_gradient
+
+    def counted(*args, **kwargs):
+        gradients[0] += 1
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(fd_over, "value_and_gradient", counted)
+    want = _rosenbrock_hessian(x)
+    for strict in (False, True):
+        sparse = di.AutoSparse(over, sparsity_detector=_tri(n), strict=strict)
+        gradients[0] = 0
+        h = di.hessian(rosenbrock, sparse, x)
+        np.testing.assert_allclose(h.toarray(), want, atol=1e-7 * np.abs(want).max())
+        if not strict:  # the gradient at x, and two per color (central)
+            assert gradients[0] == 1 + 2 * 3
+    missing = _tri(n) & ~np.eye(n, k=1, dtype=bool) & ~np.eye(n, k=-1, dtype=bool)
+    with pytest.raises(di.DiffifaceValueError, match="outside the sparsity pattern"):
+        di.hessian(rosenbrock, di.AutoSparse(over, sparsity_detector=missing, strict=True), x)

@@ -367,13 +367,15 @@ class FiniteDifferencesImpl(BackendImpl):
             step = self._outer_step(prob, dtype) if second else self._rel_step(prob, dtype)
         return FiniteDifferencesImpl(AutoFiniteDifferences(self.method, 2 * step))
 
-    def rounding(self, prob, dtype: np.dtype, second: bool) -> float:
-        """The rounding error of a result relative to the size of f's values: eps over
-        the product of the relative steps (one level, or two for ``second`` order)."""
+    def rounding(self, prob, xs: tuple, ctx: tuple, second: bool, scale: np.ndarray):
+        """The rounding error of a result per element: eps over the product of the
+        relative steps (one level, or two for ``second`` order), times the size of f's
+        values and ``scale`` (the sizes of the result's terms)."""
+        dtype = np.result_type(*xs)
         first = self._rel_step(prob, dtype)
-        return float(np.finfo(dtype).eps) / (
-            first * self._outer_step(prob, dtype) if second else first
-        )
+        steps = first * self._outer_step(prob, dtype) if second else first
+        size = float(np.max(np.abs(self._eval(prob.flat(), xs, ctx)), initial=0.0))
+        return float(np.finfo(dtype).eps) / steps * (size + scale)
 
     @_operator("second")
     def sparse_hessian_nonzeros(self, prob, xs, ctx, pattern, gradient: bool):

@@ -92,8 +92,14 @@ class FiniteDifferencesOver:
         return self.gradient_and_hvp(prob, xs, vs, ctx, combo)[1]
 
     def gradient_and_hvps(self, prob, xs, vss, ctx, combo):
-        out = [self.gradient_and_hvp(prob, xs, vs, ctx, combo) for vs in vss]
-        return out[0][0], [h for _, h in out]
+        """The gradient once and an hvp per direction: 1 + 2k inner gradients (central),
+        where k hvps would take the gradient at x k times."""
+        tree = not prob.single
+        grad = self._inner(prob, value_and_gradient, 1, tree)
+        g, hvs = self.fd.value_and_jvps(grad, xs, vss, ())
+        if not tree:
+            return (g,), [(hv,) for hv in hvs]
+        return _split(g, xs), [_split(hv, xs) for hv in hvs]
 
     def hessian(self, prob, xs, ctx, combo):
         return self.value_gradient_and_hessian(prob, xs, ctx, combo)[2]

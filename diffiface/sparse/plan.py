@@ -10,9 +10,11 @@ import numpy as np
 import scipy.sparse as sp
 
 from .._arrays import numpy_dtype
+from .._cache import weak_callable
 from .._errors import DiffifaceValueError
 from ..core import convert, direction
 from ..core.backend import SLOW, size
+from ..core.problem import Problem
 from . import coloring as col
 from . import detect
 from .formats import Format, framework_module, native_index, take
@@ -172,8 +174,8 @@ class SparsePlan:
         """``run(x) -> (f(x) or the gradient, nonzeros)`` for a prepared call on one
         native array without contexts: the backend's compiled passes called as they
         are (without the value where the operator returns none), else ``run``.
-        ``weak`` (an unprepared call's kept plan): the compiled passes only, which
-        hold f weakly, or None."""
+        ``weak`` (an unprepared call's kept plan): the compiled passes, or ``run`` on
+        a problem, each holding f weakly (None where f cannot be)."""
         kind, d = self.kind, self.d
         own = getattr(d, "compressed", None)
         if own is not None and self.way(kind)[0]:
@@ -188,8 +190,13 @@ class SparsePlan:
                     return out if out is not None else self.run(prob, (x,), (), kind, combo)
 
                 return direct
-        if weak:
-            return None
+        if weak:  # the general passes on a problem that holds f weakly
+            f = weak_callable(prob.f)
+            if f is None:
+                return None
+            prob = Problem(
+                prob.op, prob.backend, prob.impl, f, prob.treedef, True, prob.scalar, prob.aux
+            )
         return lambda x: self.run(prob, (x,), (), kind, combo)
 
     # ---- strict: no nonzero outside the pattern ------------------------------

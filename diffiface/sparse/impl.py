@@ -143,7 +143,7 @@ class SparseImpl:
     def sparse_hessian(self, c, either, value: bool, chunk_size=None) -> tuple:
         """(f(x), g, H) with H sparse; ``either(run)`` runs ``run(combo)`` in the second-order
         combination (reverse over reverse where f has no forward mode)."""
-        outer, (c, raveled) = c, _one_array(c)
+        outer, (c, tree) = c, _one_array(c)
         prob, xs, ctx = c.prob, c.xs, c.ctx
         plan = self._plan(c, c.combo)
         g, data = either(lambda combo: plan.hessian(prob, xs, ctx, combo, chunk_size))
@@ -153,7 +153,7 @@ class SparseImpl:
         if value:
             y = c.back(_value(prob.flat()(xs, *ctx)))
         if g is not None:
-            g = c.like_x(g) if raveled is None else outer.like_x(_leaves(raveled.split(g[0])))
+            g = c.like_x(g) if tree is None else outer.like_x(_leaves(tree.split(g[0])))
         return y, g, self._out(c, plan, data)
 
     def _plan(self, c, combo, value=None) -> SparsePlan:

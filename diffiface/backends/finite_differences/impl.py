@@ -182,19 +182,23 @@ class FiniteDifferencesImpl(BackendImpl):
 
     @_operator("first")
     def value_and_jvps(self, prob, xs, vss, ctx):
-        """f(x) once and the jvps along ``vss``: 1 + 2k evaluations central, 1 + k
-        one-sided (the compressed passes of a sparse Jacobian, one per color)."""
+        """f(x) once (where wanted: ``_valued``) and the jvps along ``vss``: 1 + 2k
+        evaluations central, 1 + k one-sided (a sparse Jacobian's passes, one per
+        color), 2k for plain central jvps."""
         fn = prob.flat()
-        y = self._eval(fn, xs, ctx)
+        y = self._eval(fn, xs, ctx) if self._valued(prob) else None
         return y, [self._jvp(prob, fn, xs, vs, ctx, y)[1] for vs in vss]
+
+    def _valued(self, prob) -> bool:
+        """A jvp evaluates f(x): a plain jvp by central differences does not need it
+        (unless f's aux is wanted: it is f's at x)."""
+        return prob.op != "jvp" or self.method != "central" or prob.aux
 
     @_operator("first")
     def _jvp(self, prob, fn, xs, vs, ctx, y=None):
-        """(f(x), J v) of ``fn`` (``prob.flat()``); a plain jvp by central differences
-        gives None for f(x), which its 2 evaluations do not need (unless f's aux is
-        wanted: it is f's at x). ``y``: f(x), known already."""
-        value = prob.op != "jvp" or self.method != "central" or prob.aux  # (aux: at x)
-        if y is None and value:
+        """(f(x), J v) of ``fn`` (``prob.flat()``); None for f(x) where it is not
+        wanted (``_valued``). ``y``: f(x), known already."""
+        if y is None and self._valued(prob):
             y = self._eval(fn, xs, ctx)
         scale = _abs_max(vs)
         if scale == 0.0:

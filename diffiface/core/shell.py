@@ -25,7 +25,6 @@ from collections.abc import Callable
 from typing import Any
 
 from .. import _checks, _config, _finite
-from .._backend_types import AutoSparse
 from .._contexts import Constant, FixedParams, unfix
 from .._tangents import Tangents, stacked_call
 from .._tree import TooDeep, flatten, too_deep, tree_map, unflatten
@@ -220,10 +219,8 @@ def _uncommon(op: Operator, backend, prep, chunk_size, has_aux, aux: bool):
         _checks.check_chunk_size(op.name, backend, chunk_size)
     if not aux:
         return None
-    if (
-        has_aux is not True
-        or (prep is not None and not getattr(prep, "aux", False))
-        or isinstance(backend, AutoSparse)
+    if has_aux is not True or (
+        prep is not None and not getattr(prep, "aux", False)
     ):  # (_check_aux's conditions: it raises)
         _check_aux(op, backend, prep, has_aux)
     sink = outputs.Sink()
@@ -265,7 +262,7 @@ def _cross(how: str, op: Operator, f, backend, x, t, contexts, prep, chunk_size,
 
 
 def _check_aux(op: Operator, backend, prep, has_aux) -> None:
-    """has_aux is True, and the preparation's; AutoSparse takes none."""
+    """has_aux is True, and the preparation's."""
     if prep is not None and bool(getattr(prep, "aux", False)) != bool(has_aux):
         raise _checks.DiffifaceValueError(
             f"{_checks.call_form(op.name, backend)}: has_aux={has_aux!r} differs from the "
@@ -276,12 +273,6 @@ def _check_aux(op: Operator, backend, prep, has_aux) -> None:
         raise _checks.DiffifaceTypeError(
             f"{_checks.call_form(op.name, backend)}: has_aux must be True or False, got "
             f"{has_aux!r}."
-        )
-    if isinstance(backend, AutoSparse):
-        raise _checks.DiffifaceTypeError(
-            f"{_checks.call_form(op.name, backend)}: AutoSparse does not take has_aux=True: "
-            "its sparsity detection traces f's output alone. Compute the aux in a separate "
-            "call of f, or use the dense backend (AutoSparse(...).backend) with has_aux."
         )
 
 

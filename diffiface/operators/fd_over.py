@@ -25,6 +25,9 @@ class FiniteDifferencesOver:
     """
 
     holds_call = True  # a plan of it holds f and the contexts: each call enters anew
+    # a sparse Hessian: hvps per color, each one difference of the inner gradients, not
+    # the finite-difference backend's Hessian from f's values
+    sparse_hessian_nonzeros = None
 
     def __init__(self, backend: SecondOrder, fd: Any, f: Callable, contexts: tuple):
         self.backend, self.fd, self.inner = backend, fd, backend.inner
@@ -32,6 +35,20 @@ class FiniteDifferencesOver:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.fd, name)
+
+    def coarser(self, prob, dtype, second: bool) -> FiniteDifferencesOver:
+        """This with the outer differences at twice their step (``strict``'s error
+        estimate: the inner derivative is exact, the outer difference is first order)."""
+        return FiniteDifferencesOver(
+            self.backend, self.fd.coarser(prob, dtype, False), self.f, self.contexts
+        )
+
+    def rounding(self, prob, xs: tuple, ctx: tuple, second: bool, scale: np.ndarray):
+        """The rounding of one level of differences of the inner gradient (see the
+        backend's)."""
+        grad = self._inner(prob, value_and_gradient, 1)
+        with outputs.Sink():  # (f's aux, if any: not wanted here)
+            return self.fd.rounding(grad, xs, (), False, scale)
 
     def _inner(self, prob, op: Callable, index: int, tree: bool = False) -> Problem:
         """A NumPy problem x -> op(f, inner, x)[index] for the finite differences. Its
@@ -75,8 +92,14 @@ class FiniteDifferencesOver:
         return self.gradient_and_hvp(prob, xs, vs, ctx, combo)[1]
 
     def gradient_and_hvps(self, prob, xs, vss, ctx, combo):
-        out = [self.gradient_and_hvp(prob, xs, vs, ctx, combo) for vs in vss]
-        return out[0][0], [h for _, h in out]
+        """The gradient once and an hvp per direction: 1 + 2k inner gradients (central),
+        where k hvps would take the gradient at x k times."""
+        tree = not prob.single
+        grad = self._inner(prob, value_and_gradient, 1, tree)
+        g, hvs = self.fd.value_and_jvps(grad, xs, vss, ())
+        if not tree:
+            return (g,), [(hv,) for hv in hvs]
+        return _split(g, xs), [_split(hv, xs) for hv in hvs]
 
     def hessian(self, prob, xs, ctx, combo):
         return self.value_gradient_and_hessian(prob, xs, ctx, combo)[2]

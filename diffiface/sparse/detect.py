@@ -16,7 +16,7 @@ from .._errors import DiffifaceTypeError, DiffifaceValueError, SparsityWarning
 from ..core import direction, registry
 from ..core.backend import size
 from .formats import framework_module
-from .patterns import as_pattern
+from .patterns import as_pattern, symmetric
 
 LOCAL_POINTS = 3  # x itself and two random points near it
 
@@ -42,7 +42,7 @@ def pattern(sparse: AutoSparse, d: Any, prob: Any, x: Any, ctx: tuple, m: int, c
                 f"{what} of f at x has shape {want} (f(x) and x flattened). Pass a pattern "
                 "of that shape, or sparsity_detector='global'."
             )
-        return p
+        return symmetric(p) if hessian else p  # (one triangle of a Hessian: both)
     if det == "local":
         return local(d, prob, x, ctx, combo)
     return global_pattern(_framework(sparse.backend), prob, x, ctx)
@@ -73,8 +73,8 @@ def global_pattern(framework: str, prob: Any, x: Any, ctx: tuple) -> sp.csr_arra
         )
     x = module.as_input(x)  # (a NumPy x: finite differences over the framework)
 
-    def fn(x):
-        return f(x, *ctx)
+    def fn(x):  # (f's output alone: an aux is no part of the pattern)
+        return f(x, *ctx)[0] if prob.aux else f(x, *ctx)
 
     try:
         if prob.scalar:

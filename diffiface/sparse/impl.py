@@ -16,11 +16,15 @@ from .. import _checks
 from .._backend_types import AutoSparse, SecondOrder
 from .._cache import FunctionCache
 from .._reads import fingerprint
-from ..core import convert, registry
+from .._tree import flatten
+from ..core import convert, raveled, registry
+from ..core.backend import SLOW
 from ..core.operator import OPS, names
+from ..core.problem import Problem
+from ..core.shell import Call
 from ..core.signature import entered, leaf, one
 from ..core.traits import Traits
-from . import detect
+from . import detect, kept
 from .plan import KEY, SparsePlan
 
 # the plans of unprepared calls, weakly on f: an unprepared call keeps its plan like
@@ -54,9 +58,29 @@ class SparseImpl:
         return self if dense is self.dense else SparseImpl(self.backend, dense)
 
     def code_runner(self, prob, form: str):
-        """The dense backend's, for the other operators; none for a sparse one (its plan
-        depends on f's pattern, which another function of the code may not share)."""
-        return None if prob.op in SPARSE_OPS else self.dense.code_runner(prob, form)
+        """The dense backend's, for the other operators. For a sparse one on one array,
+        ``run(f, x)`` for a closure of prob.f's code whose cells hold what prob.f's
+        held (``kept``: the same code on equal cells computes what prob.f computes, so
+        prob.f's plan runs, kept alive here), else SLOW (the general path detects)."""
+        if prob.op not in SPARSE_OPS:
+            return self.dense.code_runner(prob, form)
+        plan = prob.fns.get(KEY)
+        cells = kept.cells(prob.f) if plan is not None and plan.kept else None
+        record = None if cells is None else cells.record()
+        if record is None or not detect.everywhere(self.backend):
+            return None
+        run = self.runner(prob, form, plan.combo)
+        if run is None:
+            return None
+        key = cells.key
+
+        def code_run(f, x):
+            now = kept.cells(f)
+            if now is None or now.key != key or not now.same_arrays(record):
+                return SLOW
+            return run(x)
+
+        return code_run
 
     def runner(self, prob, form: str, combo=None, weak: bool = False):
         """The dense backend's runner for the other operators; for a prepared sparse one,
@@ -94,13 +118,24 @@ class SparseImpl:
 
         return value_gradient_and_hessian
 
+    @staticmethod
+    def sparse_plan(probs) -> SparsePlan | None:
+        """The sparse plan a preparation's problems hold (its ``sparsity_pattern``,
+        ``ncolors``, ...), or None."""
+        for prob in probs:
+            sub = prob.fns.get(RAVELED)  # (a pytree x: the problem on its leaves)
+            plan = (prob if sub is None else sub).fns.get(KEY)
+            if plan is not None:
+                return plan
+        return None
+
     # ---- the sparse operators (called by the operators' run functions) ---------
     def sparse_jacobian(self, c, chunk_size=None) -> tuple:
-        """(f(x), J) with J sparse."""
+        """(f(x), J) with J sparse (over x's leaves end to end for a pytree x)."""
+        c, _ = _one_array(c)
         prob, xs, ctx = c.prob, c.xs, c.ctx
-        _check(c, chunk_size)
         plan = self._plan(c, None, lambda: self.dense.output_like(prob, xs, ctx))
-        y, data = plan.jacobian(prob, xs, ctx)
+        y, data = plan.jacobian(prob, xs, ctx, chunk_size)
         if self.backend.strict:
             plan.check(prob, xs, ctx, data, None)
         return c.back(y), self._out(c, plan, data)
@@ -108,27 +143,35 @@ class SparseImpl:
     def sparse_hessian(self, c, either, value: bool, chunk_size=None) -> tuple:
         """(f(x), g, H) with H sparse; ``either(run)`` runs ``run(combo)`` in the second-order
         combination (reverse over reverse where f has no forward mode)."""
+        outer, (c, tree) = c, _one_array(c)
         prob, xs, ctx = c.prob, c.xs, c.ctx
-        _check(c, chunk_size)
         plan = self._plan(c, c.combo)
-        g, data = either(lambda combo: plan.hessian(prob, xs, ctx, combo))
+        g, data = either(lambda combo: plan.hessian(prob, xs, ctx, combo, chunk_size))
         if self.backend.strict:
             plan.check(prob, xs, ctx, data, c.combo)
         y = None
         if value:
             y = c.back(_value(prob.flat()(xs, *ctx)))
-        return y, c.like_x(g), self._out(c, plan, data)
+        if g is not None:
+            g = c.like_x(g) if tree is None else outer.like_x(_leaves(tree.split(g[0])))
+        return y, g, self._out(c, plan, data)
 
     def _plan(self, c, combo, value=None) -> SparsePlan:
         """The problem's plan: a prepared problem keeps its own; an unprepared call finds
-        the plan of the last call like it (same f and what f reads, signature, contexts)."""
+        the plan of the last call like it (same f and what f reads, signature, contexts),
+        or of an earlier closure of f's code with the same cells (``kept``)."""
         prob = c.prob
         plan = prob.fns.get(KEY)
         if plan is not None:
             return plan
         key = None if prob.prepared else _key(self, c, combo)
+        code = None if key is None else kept.cells(prob.f)
         if key is not None:
             got = PLANS.peek(prob.f, key)
+            if got is None and code is not None:  # a closure made anew: its code's plan
+                got = PLANS.peek(prob.f.__code__, (*key[:-1], code.key))
+                if got is not None and not code.same_arrays(got[2]):
+                    got = None
             if got is not None and _same_values(got[0], c.ctx):
                 prob.fns[KEY] = got[1]
                 return got[1]
@@ -139,6 +182,9 @@ class SparseImpl:
         if key is not None:
             plan.kept = True
             PLANS.put(prob.f, key, (c.ctx, plan))
+            record = None if code is None else code.record()
+            if record is not None:
+                PLANS.put(prob.f.__code__, (*key[:-1], code.key), (c.ctx, plan, record))
         return plan
 
     def _out(self, c, plan: SparsePlan, data: Any) -> Any:
@@ -157,7 +203,8 @@ def _key(impl: SparseImpl, c, combo) -> tuple | None:
     if not detect.everywhere(impl.backend) or len(c.xs) != 1:
         return None
     prob, sig = c.prob, (c.kinds[0], one(c.xs[0]), entered(leaf, (), c.ctx))  # (x's type too)
-    return (KEY, impl.backend, prob.scalar, prob.aux, combo, sig, fingerprint(prob.f))
+    f = prob.f.fget() if type(prob.f) is raveled.Raveled else prob.f  # (what f reads)
+    return (KEY, impl.backend, prob.scalar, prob.aux, combo, sig, fingerprint(f))
 
 
 def _same_values(kept: tuple, ctx: tuple) -> bool:
@@ -166,13 +213,31 @@ def _same_values(kept: tuple, ctx: tuple) -> bool:
     return len(kept) == len(ctx) and all(a is b for a, b in zip(kept, ctx, strict=True))
 
 
-def _check(c, chunk_size) -> None:
+def _one_array(c) -> tuple:
+    """(c, None) for one array x; for a pytree x, (the call on x's leaves end to end,
+    its ``Raveled`` function): the sparse matrix's columns are x's leaves in order,
+    each flattened (``core.raveled``)."""
     prob = c.prob
-    if not prob.single:
-        raise _checks.not_single_array(prob.op, prob.backend, len(c.xs))
-    if chunk_size is not None:
+    if prob.single:
+        return c, None
+    if not c.xs:
         raise _checks.DiffifaceValueError(
-            f"{prob.op}(f, {prob.backend!r}, x, chunk_size={chunk_size!r}): chunk_size bounds "
-            "the memory of a dense Jacobian; a sparse one takes one pass per color already. "
-            "Leave chunk_size out."
+            f"{_checks.call_form(prob.op, prob.backend)}: x is an empty pytree, which has "
+            "no Jacobian or Hessian columns. Pass x with at least one array."
         )
+    fn, v = raveled.raveled(prob.op, prob.backend, c.impl, prob.f, prob.treedef, c.xs)
+    sub = prob.fns.get(RAVELED)  # (a prepared problem keeps its raveled problem)
+    if sub is None or sub.f is not fn:
+        sub = Problem(prob.op, prob.backend, prob.impl, fn, _LEAF, True, prob.scalar, prob.aux)
+        sub.prepared = prob.prepared
+        prob.fns[RAVELED] = sub
+    kind = convert.NATIVE if convert.NATIVE in c.kinds else min(c.kinds)
+    return Call(c.impl, sub, (v,), (kind,), c.ctx, c.combo), fn
+
+
+def _leaves(tree) -> tuple:
+    return tuple(flatten(tree)[0])
+
+
+RAVELED = "sparse raveled"
+_LEAF = flatten(0.0)[1]

@@ -67,6 +67,18 @@ def given_pattern(p) -> sp.csr_array:
         raise type(exc)(f"AutoSparse(backend, sparsity_detector=p): {exc}") from None
 
 
+def symmetric(p: sp.csr_array) -> sp.csr_array:
+    """A Hessian's pattern ``p`` with each nonzero's mirror: ``p | p.T``. A Hessian is
+    symmetric, so a pattern that holds one side of a pair (one triangle, as IPOPT-style
+    code stores it) means both; ``p`` itself where it is symmetric already."""
+    mirror = p.T.tocsr()
+    if (p != mirror).nnz == 0:
+        return p
+    out = (p + mirror).tocsr()  # (bools: True + True is True)
+    out.sort_indices()
+    return out
+
+
 def _as_scipy_or_numpy(p):
     """A framework's array (sparse, or on a device) as a scipy.sparse COO array or a
     NumPy array, as its backend package reads it; anything else as it is."""

@@ -9,9 +9,12 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
+from .._arrays import numpy_dtype
+from .._cache import weak_callable
 from .._errors import DiffifaceValueError
 from ..core import convert, direction
 from ..core.backend import SLOW, size
+from ..core.problem import Problem
 from . import coloring as col
 from . import detect
 from .formats import Format, framework_module, native_index, take
@@ -125,35 +128,43 @@ class SparsePlan:
         c = self.way(self.kind)[3]
         return sum(map(_count, c)) if isinstance(c, tuple) else _count(c)
 
+    def coloring(self) -> np.ndarray:
+        """The colors of the plan's kind (of the columns, or of the rows for "row"), a
+        copy."""
+        return self.way(self.kind)[3].copy()
+
     # ---- the compressed passes ----------------------------------------------
-    def jacobian(self, prob, xs, ctx) -> tuple:
+    def jacobian(self, prob, xs, ctx, chunk=None) -> tuple:
         """(f(x), the nonzeros in the pattern's order): where f lacks the direction of
-        the plan's kind (a custom_vjp, a lax.while_loop), the other kind from now on."""
+        the plan's kind (a custom_vjp, a lax.while_loop), the other kind from now on.
+        ``chunk``: at most that many products at a time."""
 
         def kind(k):
             def run():
                 self.kind = k
-                return self.run(prob, xs, ctx, k)
+                return self.run(prob, xs, ctx, k, None, chunk)
 
             return run
 
         return direction.run(
             self.d,
             prob,
-            lambda: self.run(prob, xs, ctx, self.kind),
+            lambda: self.run(prob, xs, ctx, self.kind, None, chunk),
             forward=kind("column"),
             reverse=kind("row"),
             fixed=(self.sparse.mode,),
         )
 
-    def hessian(self, prob, xs, ctx, combo) -> tuple:
-        """(the gradient, the Hessian's nonzeros in the pattern's order)."""
-        return self.run(prob, xs, ctx, self.kind, combo)
+    def hessian(self, prob, xs, ctx, combo, chunk=None) -> tuple:
+        """(the gradient, or None for the Hessian alone; the Hessian's nonzeros in the
+        pattern's order)."""
+        return self.run(prob, xs, ctx, self.kind, combo, chunk)
 
-    def run(self, prob, xs, ctx, kind, combo=None):
+    def run(self, prob, xs, ctx, kind, combo=None, chunk=None):
         """The compressed products and the gather: the backend's own ``compressed``
         passes (JAX: one compiled call; torch: the rows' batched backward) where it
-        gives them, else its batched jvps, vjps or hvps."""
+        gives them, else its batched jvps, vjps or hvps; with ``chunk`` (a call's
+        ``chunk_size``) those, at most ``chunk`` products at a time."""
         d = self.d
         seeds, stacked, gather, _ = self.way(kind)
         if kind == "bidirectional":
@@ -163,21 +174,35 @@ class SparsePlan:
                 return d.gradient(prob, xs, ctx), convert.zeros(d, (0,), xs[0])
             y = prob.flat()(xs, *ctx)
             return y, convert.zeros(d, (0,), y)
+        hess = kind in ("star", "acyclic")  # (hvps)
+        gradient = hess and prob.op != "hessian"  # (the Hessian alone: no g)
+        values = getattr(d, "sparse_hessian_nonzeros", None) if hess else None
+        if values is not None:  # (finite differences: from f's values, per nonzero)
+            out = values(prob, xs, ctx, self.pattern, gradient)
+            if out is not None:
+                return out
         own = getattr(d, "compressed", None)
+        if chunk is not None and chunk < len(seeds):  # (the compiled passes take all)
+            own = None
         if own is not None and self.kept:  # (compiled once per plan: kept plans only)
-            run = own(prob, ctx, _products(kind), stacked, gather, combo, self.number)
+            value = gradient or not hess
+            run = own(prob, ctx, _products(kind), stacked, gather, combo, self.number, value)
             out = None if run is None else run(xs)
             if out is not None:
                 return out
-        if kind == "column":
-            y, ts = d.value_and_jvps(prob, xs, seeds, ctx)
-            b = [t for t in ts]
-        elif kind == "row":
-            y, gss = d.value_and_vjps(prob, xs, [s for (s,) in seeds], ctx, _as_is)
-            b = [g[0] for g in gss]
-        else:
-            y, hvs = d.gradient_and_hvps(prob, xs, seeds, ctx, combo)  # y: the gradient
-            b = [h[0] for h in hvs]
+        y, b, step = None, [], len(seeds) if chunk is None else chunk
+        for start in range(0, len(seeds), step):
+            part = seeds[start : start + step]
+            if kind == "column":
+                out, ts = d.value_and_jvps(prob, xs, part, ctx)
+                b += ts
+            elif kind == "row":
+                out, gss = d.value_and_vjps(prob, xs, [s for (s,) in part], ctx, _as_is)
+                b += [g[0] for g in gss]
+            else:
+                out, hvs = d.gradient_and_hvps(prob, xs, part, ctx, combo)  # the gradient
+                b += [h[0] for h in hvs]
+            y = out if y is None else y
         if kind == "acyclic":
             return y, gather(d.concat([d.reshape(a, (-1,)) for a in b], 0))
         return y, take(d, d.stack([d.reshape(a, (-1,)) for a in b], 0), gather)  # (colors, .)
@@ -186,8 +211,8 @@ class SparsePlan:
         """``run(x) -> (f(x) or the gradient, nonzeros)`` for a prepared call on one
         native array without contexts: the backend's compiled passes called as they
         are (without the value where the operator returns none), else ``run``.
-        ``weak`` (an unprepared call's kept plan): the compiled passes only, which
-        hold f weakly, or None."""
+        ``weak`` (an unprepared call's kept plan): the compiled passes, or ``run`` on
+        a problem, each holding f weakly (None where f cannot be)."""
         kind, d = self.kind, self.d
         own = getattr(d, "compressed", None) if kind != "bidirectional" else None
         if own is not None and self.way(kind)[0]:
@@ -202,8 +227,13 @@ class SparsePlan:
                     return out if out is not None else self.run(prob, (x,), (), kind, combo)
 
                 return direct
-        if weak:
-            return None
+        if weak:  # the general passes on a problem that holds f weakly
+            f = weak_callable(prob.f)
+            if f is None:
+                return None
+            prob = Problem(
+                prob.op, prob.backend, prob.impl, f, prob.treedef, True, prob.scalar, prob.aux
+            )
         return lambda x: self.run(prob, (x,), (), kind, combo)
 
     def _both(self, prob, xs, ctx, forward: list, reverse: list, gather) -> tuple:
@@ -225,42 +255,65 @@ class SparsePlan:
     # ---- strict: no nonzero outside the pattern ------------------------------
     def check(self, prob, xs, ctx, data, combo) -> None:
         """One product along a random direction against the sparse matrix's: a nonzero
-        outside the pattern shows as a difference."""
-        d, p = self.d, self.pattern
-        m, n = p.shape
+        outside the pattern shows as a difference beyond both results' errors
+        (``_tolerance``)."""
+        p = self.pattern
         rng = np.random.default_rng(1)
-        x = xs[0]
-        vals = d.to_numpy(data)
-        eps = np.finfo(vals.dtype).eps if vals.dtype.kind == "f" else 0.0  # (rounding: float32)
-        vals = np.asarray(vals, dtype=np.float64)
+        vals = np.asarray(self.d.to_numpy(data), dtype=np.float64)
         mat = sp.csr_array((vals, p.indices, p.indptr), shape=p.shape)
         if self.kind == "row":
-            w = rng.standard_normal(m)
-            wy = d.cast(d.from_numpy(w.reshape(self.y_shape)), self.y_like)
-            _, (got,) = d.value_and_vjp(prob, xs, wy, ctx, _as_is)
-            want = mat.T @ w
-        else:
-            v = rng.standard_normal(n)
-            vx = (d.cast(d.from_numpy(v.reshape(self.x_shape)), x),)
-            if prob.scalar:
-                _, got = d.gradient_and_hvp(prob, xs, vx, ctx, combo)
-                got = got[0]
-            else:
-                _, got = d.value_and_jvp(prob, xs, vx, ctx)
-            want = mat @ v
-        got = np.asarray(d.to_numpy(got), dtype=np.float64).reshape(-1)
-        scale = np.abs(mat) @ np.abs(v) if self.kind != "row" else np.abs(mat).T @ np.abs(w)
-        tol = (1e-6 if d.framework == "finite_differences" else max(1e-9, 64 * eps)) * (1 + scale)
+            mat = mat.T.tocsr()  # (a product wᵀJ: the rows of Jᵀ)
+        v = rng.standard_normal(mat.shape[1])
+        got = self._product(self.d, prob, xs, ctx, v, combo)
+        want = mat @ v
+        tol = _tolerance(self, prob, xs, ctx, v, combo, mat, got, want)
         bad = np.flatnonzero(~(np.abs(got - want) <= tol))
         if bad.size:
             what = "Hessian" if prob.scalar else "Jacobian"
-            i = int(bad[0])
+            i = int(bad[np.argmax(np.abs(got - want)[bad] / tol[bad])])
             raise DiffifaceValueError(
                 f"{prob.op}(f, {prob.backend!r}, x): the {what} has a nonzero outside the "
                 f"sparsity pattern (a random product differs at element {i}: {got[i]:.6g} "
-                f"against {want[i]:.6g} from the pattern). The pattern is too small: use "
-                "sparsity_detector='global', or pass a pattern that holds every nonzero."
+                f"against {want[i]:.6g} from the pattern, beyond the tolerance {tol[i]:.3g}). "
+                "The pattern is too small: use sparsity_detector='global', or pass a "
+                "pattern that holds every nonzero."
             )
+
+    def _product(self, d, prob, xs, ctx, v, combo) -> np.ndarray:
+        """Jv (``v`` like x), vᵀJ (for a row plan, ``v`` like f(x)) or Hv by ``d``, as
+        float64."""
+        x = xs[0]
+        if self.kind == "row":
+            wy = d.cast(d.from_numpy(v.reshape(self.y_shape)), self.y_like)
+            _, (got,) = d.value_and_vjp(prob, xs, wy, ctx, _as_is)
+        else:
+            vx = (d.cast(d.from_numpy(v.reshape(self.x_shape)), x),)
+            if prob.scalar:
+                got = d.gradient_and_hvp(prob, xs, vx, ctx, combo)[1][0]
+            else:
+                got = d.value_and_jvp(prob, xs, vx, ctx)[1]
+        return np.asarray(d.to_numpy(got), dtype=np.float64).reshape(-1)
+
+
+def _tolerance(plan, prob, xs, ctx, v, combo, mat, got, want) -> np.ndarray:
+    """How far the random product and the pattern's may differ, per element: the rounding
+    of both (64 eps of the data's dtype times the sizes summed); and for a backend with
+    a truncation error (finite differences: ``coarser``, ``rounding``), 10 times the
+    product's error estimate (its change at twice the step, and the rounding of f's
+    values over the steps), once for the product and once per nonzero of the pattern's
+    row (each comes from a difference of its own)."""
+    d = plan.d
+    dtype = numpy_dtype(xs[0].dtype) or np.dtype(np.float64)
+    eps = float(np.finfo(np.result_type(dtype, np.float32)).eps)
+    scale = np.abs(mat) @ np.abs(v)
+    tol = 64 * eps * (scale + np.abs(got) + np.abs(want)) + np.finfo(np.float64).tiny
+    coarser = getattr(d, "coarser", None)
+    if coarser is not None:
+        coarse = coarser(prob, dtype, prob.scalar)
+        noise = np.abs(plan._product(coarse, prob, xs, ctx, v, combo) - got)
+        noise = noise + d.rounding(prob, xs, ctx, prob.scalar, scale)
+        tol = tol + 10 * (1 + np.diff(mat.indptr)) * noise
+    return tol
 
 
 class _Substitution:

@@ -110,8 +110,6 @@ def test_the_steps_a_common_call_skips_still_check_the_others(fw):
         di.gradient(fa, b, x, has_aux="yes")
     with pytest.raises(TypeError, match="prep must come from"):
         di.gradient(f, b, x, prep=object())
-    with pytest.raises(TypeError, match="AutoSparse does not take has_aux"):
-        di.jacobian(fa, di.AutoSparse(b), x, has_aux=True)
     with pytest.raises(ValueError, match="chunk_size"):
         di.jacobian(f, b, x, chunk_size=0)
     np.testing.assert_allclose(_np(di.gradient(f, b, x, prep=prep)), _ds(X), **TOL)

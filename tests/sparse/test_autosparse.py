@@ -192,13 +192,9 @@ def test_local_detection_warns():
 
 def test_errors_name_the_fix():
     x = np.linspace(0.5, 1.5, 8)
-    fd, local = di.AutoFiniteDifferences(), "local"
+    fd = di.AutoFiniteDifferences()
     with pytest.raises(di.DiffifaceValueError, match=r"shape \(3, 3\).*\(6, 8\)"):
         di.jacobian(banded, di.AutoSparse(fd, sparsity_detector=np.eye(3, dtype=bool)), x)
-    with pytest.raises(di.DiffifaceValueError, match="chunk_size"):
-        di.jacobian(banded, di.AutoSparse(fd, sparsity_detector=local), x, chunk_size=2)
-    with pytest.raises(di.DiffifaceTypeError, match="one array"):
-        di.jacobian(lambda t: t["a"] * 2, di.AutoSparse(fd, sparsity_detector=local), {"a": x})
     with pytest.raises(di.DiffifaceTypeError, match="Did you mean AutoSparse"):
         di.AutoSparse(di.AutoJax)
     with pytest.raises(di.DiffifaceTypeError, match="dense backend"):

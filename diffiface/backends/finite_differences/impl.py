@@ -181,12 +181,25 @@ class FiniteDifferencesImpl(BackendImpl):
         return run(named, f, finish, value, steps)
 
     @_operator("first")
-    def _jvp(self, prob, fn, xs, vs, ctx):
-        """(f(x), J v) of ``fn`` (``prob.flat()``); a plain jvp by central differences
-        gives None for f(x), which its 2 evaluations do not need (unless f's aux is
-        wanted: it is f's at x)."""
-        value = prob.op != "jvp" or self.method != "central" or prob.aux  # (aux: at x)
-        y = self._eval(fn, xs, ctx) if value else None
+    def value_and_jvps(self, prob, xs, vss, ctx):
+        """f(x) once (where wanted: ``_valued``) and the jvps along ``vss``: 1 + 2k
+        evaluations central, 1 + k one-sided (a sparse Jacobian's passes, one per
+        color), 2k for plain central jvps."""
+        fn = prob.flat()
+        y = self._eval(fn, xs, ctx) if self._valued(prob) else None
+        return y, [self._jvp(prob, fn, xs, vs, ctx, y)[1] for vs in vss]
+
+    def _valued(self, prob) -> bool:
+        """A jvp evaluates f(x): a plain jvp by central differences does not need it
+        (unless f's aux is wanted: it is f's at x)."""
+        return prob.op != "jvp" or self.method != "central" or prob.aux
+
+    @_operator("first")
+    def _jvp(self, prob, fn, xs, vs, ctx, y=None):
+        """(f(x), J v) of ``fn`` (``prob.flat()``); None for f(x) where it is not
+        wanted (``_valued``). ``y``: f(x), known already."""
+        if y is None and self._valued(prob):
+            y = self._eval(fn, xs, ctx)
         scale = _abs_max(vs)
         if scale == 0.0:
             return y, np.zeros_like(self._eval(fn, xs, ctx) if y is None else y)
@@ -347,6 +360,50 @@ class FiniteDifferencesImpl(BackendImpl):
             for p, m, x in zip(plus, minus, xs, strict=True)
         )
         return g, hv
+
+    def coarser(self, prob, dtype: np.dtype, second: bool) -> FiniteDifferencesImpl:
+        """This backend with twice its relative step (the default for ``dtype``; for
+        ``second`` order the outer one, for both levels): a result's change between the
+        two estimates its error (AutoSparse's ``strict`` check)."""
+        if self.step is not None:
+            step = self._checked_step(prob, dtype)
+        else:
+            step = self._outer_step(prob, dtype) if second else self._rel_step(prob, dtype)
+        return FiniteDifferencesImpl(AutoFiniteDifferences(self.method, 2 * step))
+
+    def rounding(self, prob, xs: tuple, ctx: tuple, second: bool, scale: np.ndarray):
+        """The rounding error of a result per element: eps over the product of the
+        relative steps (one level, or two for ``second`` order), times the size of f's
+        values and ``scale`` (the sizes of the result's terms)."""
+        dtype = np.result_type(*xs)
+        first = self._rel_step(prob, dtype)
+        steps = first * self._outer_step(prob, dtype) if second else first
+        size = float(np.max(np.abs(self._eval(prob.flat(), xs, ctx)), initial=0.0))
+        return float(np.finfo(dtype).eps) / steps * (size + scale)
+
+    @_operator("second")
+    def sparse_hessian_nonzeros(self, prob, xs, ctx, pattern, gradient: bool):
+        """(the gradient, or None without ``gradient``; the Hessian's entries at the
+        pattern's nonzeros, in its CSR order) from values of f at one real array x
+        (``sparse.hessian_nonzeros``: per nonzero, not two gradients per color); None
+        for a complex x."""
+        from . import sparse  # (scipy: imported on a sparse call's first use)
+
+        (x,) = xs
+        if np.iscomplexobj(x):
+            return None
+        fn, side = prob.flat(), _SIDES[self.method][0] + _SIDES[self.method][1]
+        g = self.gradient(prob, xs, ctx) if gradient else None
+        if self.step is not None:
+            rel = self._checked_step(prob, x.dtype)
+        else:
+            rel = sparse.relative_step(x.dtype, side == 0)
+
+        def evaluate(point):
+            with _Inside():
+                return fn(Moved((point,)), *ctx)
+
+        return g, sparse.hessian_nonzeros(evaluate, x, pattern, rel, side).astype(x.dtype)
 
     def value_gradient_and_hessian(self, prob, xs, ctx, combo):
         return self.chunked_hessian(prob, xs, ctx, combo, max(xs[0].size, 1))

@@ -103,14 +103,15 @@ def _pair(a, b) -> str:
     return f"{a} / {b}"
 
 
-def table(tiny: bool = False) -> dict:
+def table(mode: str = "full") -> dict:
     """The color table: header, rows and notes."""
     refs = references()
     ords = orders()
     header = ["matrix", "n", "nnz", "kind", "known", "SMC (N / LF)", "ColPack (N / LF)"]
     header += [f"diffiface {o}" for o in ords] + ["diffiface best", "≤ SMC and ColPack"]
-    rows, seconds = [], 0.0
-    for name, p, symmetric, known in matrices(tiny):
+    rows, seconds, reasons = [], 0.0, set()
+    for name, p, symmetric, known in matrices(mode):
+        reasons |= {reason for _, reason in known.values()}
         stored = refs.get(name, {})
         if stored and stored.get("nnz") != int(p.nnz):
             stored = {}  # built differently from the stored reference: not compared
@@ -132,16 +133,7 @@ def table(tiny: bool = False) -> dict:
                 + ["—" if c is None else c for c, _ in got]
                 + ["—" if best is None else best, ok]
             )
-    return {"header": header, "rows": rows, "coloring_seconds": seconds, "known": _reasons(tiny)}
-
-
-def _reasons(tiny: bool) -> list:
-    """The distinct reasons behind the known counts, for the notes under the table."""
-    seen = {}
-    for _, _, _, known in matrices(tiny):
-        for count_, reason in known.values():
-            seen.setdefault(reason, count_)
-    return sorted(seen)
+    return {"header": header, "rows": rows, "coloring_seconds": seconds, "known": sorted(reasons)}
 
 
 # ---- writing the reference file (needs asdex) -----------------------------------------
@@ -182,7 +174,7 @@ def write_reference() -> None:
     from importlib.metadata import version
 
     stored = {}
-    for name, p, symmetric, known in matrices(False):
+    for name, p, symmetric, known in matrices("full"):
         entry = {"shape": list(p.shape), "nnz": int(p.nnz), **_asdex_counts(p, symmetric)}
         entry["known"] = {k: {"colors": v[0], "reason": v[1]} for k, v in known.items()}
         stored[name] = entry
@@ -195,7 +187,7 @@ if __name__ == "__main__":
     if "--reference" in sys.argv:
         write_reference()
     else:
-        t = table(tiny="--tiny" in sys.argv)
+        t = table("tiny" if "--tiny" in sys.argv else "full")
         print(" | ".join(t["header"]))
         for r in t["rows"]:
             print(" | ".join(map(str, r)))

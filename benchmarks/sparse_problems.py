@@ -213,8 +213,19 @@ def _band_known(b: int) -> dict:
     return known
 
 
-def matrices(tiny: bool = False) -> list:
-    """(name, pattern, symmetric, known) for every matrix of the color table."""
+QUICK = ("banded", "arrowhead", "Laplacian 5-point 32x32", "random", "Brusselator N=32",
+         "Rosenbrock", "ARWHEAD", "POWELLSG", "BROYDNBD")  # fmt: skip
+
+
+def matrices(mode: str = "full") -> list:
+    """(name, pattern, symmetric, known) for every matrix of the color table: "full",
+    "quick" (a subset of full's, to compare with the same references) or "tiny"."""
+    if mode == "quick":
+        return [m for m in _matrices(False, QUICK) if m[0].startswith(QUICK) and "0.01" not in m[0]]
+    return _matrices(mode == "tiny", None)
+
+
+def _matrices(tiny: bool, only) -> list:
     n, k, grid = (60, 6, 8) if tiny else (1000, 32, 100)
     five = "5 nonzeros in a row; (i + 2j) mod 5 colors them"
     out = []
@@ -223,7 +234,7 @@ def matrices(tiny: bool = False) -> list:
     arrow_known = {"column": (n, "a dense row")}
     arrow_known |= {"star": (2, ARROW), "acyclic": (2, ARROW)}
     out.append((f"arrowhead n={n}", arrowhead(n), True, arrow_known))
-    for side in (k, grid):
+    for side in (k,) if only else (k, grid):
         lap = {"column": (5, five)}
         lap["star"] = (5, "the grid's star chromatic number (Fertin, Raspaud & Reed 2004)")
         lap["acyclic"] = (3, "the grid's acyclic chromatic number (Fertin, Raspaud & Reed 2004)")
@@ -234,14 +245,18 @@ def matrices(tiny: bool = False) -> list:
             (f"random {n // 2}x{n} d={density}", random(n // 2, n, density, 2, False), False, {})
         )
         out.append((f"random symmetric {n} d={density}", random(n, n, density, 3, True), True, {}))
-    for side in (8,) if tiny else (32, 48):
+    for side in (8,) if tiny else (32,) if only else (32, 48):
         bru = {"column": (6, "6 nonzeros in a row: a lower bound")}
         out.append(
             (f"Brusselator N={side}", detected(brusselator, 2 * side * side, False), False, bru)
         )
     out.append((f"Rosenbrock n={n}", detected(rosenbrock, n, True), True, {"star": (3, TRI)}))
     for name, f in CUTEST_HESSIANS.items():
+        if only is not None and name not in only:
+            continue
         out.append((f"{name} n={n}", detected(f, n, True), True, KNOWN_CUTEST.get(name, {})))
     for name, f in CUTEST_JACOBIANS.items():
+        if only is not None and name not in only:
+            continue
         out.append((f"{name} n={n}", detected(f, n, False), False, KNOWN_CUTEST.get(name, {})))
     return out

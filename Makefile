@@ -42,7 +42,7 @@ bench-matrix: $(VENV)/.bench
 	$(shell command -v taskset >/dev/null && echo taskset -c 0) $(BIN)/python benchmarks/matrix.py $(if $(QUICK),--quick)
 
 bench-sparse: $(VENV)/.bench
-	cd benchmarks && $(shell command -v taskset >/dev/null && echo taskset -c 0) ../$(BIN)/python sparse.py --md ../docs/sparse_results.md --png ../docs/sparse_growth.png
+	cd benchmarks && $(shell command -v taskset >/dev/null && echo taskset -c 0) ../$(BIN)/python sparse.py $(if $(QUICK),--quick,--md ../docs/sparse_results.md --png ../docs/sparse_growth.png)
 
 clean:
 	rm -rf $(VENV) build dist site .pytest_cache

@@ -19,6 +19,7 @@ import time
 import numpy as np
 from sparse_problems import matrices
 
+from diffiface._errors import DiffifaceTypeError, DiffifaceValueError
 from diffiface.sparse import coloring as col
 
 REFERENCE = pathlib.Path(__file__).with_name("sparse_reference.json")
@@ -75,9 +76,19 @@ def color_one(pattern, kind, order):
     except Exception as e:  # a kind that does not take this order: shown as "—"
         return None, f"{type(e).__name__}: {e}"
     seconds = time.perf_counter() - t0
-    if kind in ("column", "row", "star") and not col.check_coloring(pattern, got, kind):
+    if not _valid(pattern, got, kind):
         raise AssertionError(f"{kind} coloring in order {order} is not valid")
     return count(got), seconds
+
+
+def _valid(pattern, colors, kind) -> bool:
+    """check_coloring's verdict; True for a kind it does not check (yet)."""
+    try:
+        return bool(col.check_coloring(pattern, colors, kind))
+    except (DiffifaceTypeError, DiffifaceValueError):
+        if kind in ("column", "row", "star"):
+            raise
+        return True
 
 
 def references() -> dict:

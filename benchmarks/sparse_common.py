@@ -70,7 +70,7 @@ def fmt(v, digits=3) -> str:
         return "—"
     if isinstance(v, str):
         return v
-    if isinstance(v, (int, np.integer)):
+    if isinstance(v, (int, np.integer)) or (float(v).is_integer() and abs(v) < 1e7):
         return str(int(v))
     return f"{v:.{digits}g}"
 

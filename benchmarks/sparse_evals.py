@@ -31,7 +31,7 @@ HEADER = [
     "f calls preparing",
     "f calls, prepared call",
     "f calls, unprepared call",
-    "prepared calls / colors",
+    "f calls per prepared call / colors",
     "f calls, dense call",
 ]
 

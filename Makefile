@@ -42,7 +42,7 @@ bench-matrix: $(VENV)/.bench
 	$(shell command -v taskset >/dev/null && echo taskset -c 0) $(BIN)/python benchmarks/matrix.py $(if $(QUICK),--quick)
 
 bench-sparse: $(VENV)/.bench
-	cd benchmarks && $(shell command -v taskset >/dev/null && echo taskset -c 0) ../$(BIN)/python sparse.py --md ../docs/sparse_results.md --png ../docs/sparse_growth.png
+	cd benchmarks && $(shell command -v taskset >/dev/null && echo taskset -c 0) ../$(BIN)/python sparse.py $(if $(QUICK),--quick,--md ../docs/sparse_results.md --png ../docs/sparse_growth.png)
 
 # On a machine with a GPU (docs/benchmarks.md, "On a GPU"): the tests marked gpu and the
 # transfer tests, then the GPU benchmark (8 minutes at most); results in build/. It uses the Python that holds

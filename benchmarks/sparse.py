@@ -10,9 +10,15 @@ thread, medians of interleaved repeats; every result checked against the dense o
 4. Zero missed nonzeros: every global pattern against the dense Jacobian at random
    points, on every problem.
 5. How cost grows: Brusselator Jacobians for n = 1e3, 1e4, 1e5, sparse and dense.
+6. Colors against SparseMatrixColorings.jl and ColPack (sparse_colors.py).
+7. Call, unprepared call and preparation against asdex at n = 2e3, 1e4, 1e5, JAX and
+   torch (sparse_scaling.py).
+8. Evaluations of f by finite-difference sparse Hessians and Jacobians (sparse_evals.py).
 
-Run: ``taskset -c 0 python benchmarks/sparse.py [--quick] [--md docs/sparse_results.md]
-[--png docs/sparse_growth.png]``
+Run: ``taskset -c 0 python benchmarks/sparse.py [--quick | --tiny] [--md
+docs/sparse_results.md] [--png docs/sparse_growth.png]``. ``--quick`` takes smaller
+sizes and fewer matrices (about a minute of CPU); ``--tiny`` checks that every
+section runs (the tests use it); neither has meaningful timings.
 """
 
 from __future__ import annotations
@@ -29,10 +35,13 @@ import warnings
 import jax
 import jax.numpy as jnp
 import numpy as np
+import sparse_colors
+import sparse_evals
+import sparse_scaling
 import torch
+from sparse_common import colors_of, dense_of, nnz_of, point, seconds
 
 import diffiface as di
-from diffiface.sparse.plan import KEY
 from diffiface.testing._sparse import brusselator, rosenbrock
 
 jax.config.update("jax_enable_x64", True)
@@ -48,32 +57,8 @@ def row(problem, config, value, unit, target="", ok=None):
     print(f"{problem:28} {config:44} {value:12.4g} {unit:6} {target}{mark}", flush=True)
 
 
-def point(n, seed=0):
-    return np.random.default_rng(seed).uniform(0.5, 1.5, n)
-
-
 def blocked(fn):
     return lambda: jax.block_until_ready(fn())
-
-
-def seconds(fn):
-    t0 = time.perf_counter()
-    out = fn()
-    return out, time.perf_counter() - t0
-
-
-def plan_of(prep, op):
-    return prep._probs[op].fns[KEY]
-
-
-def dense_of(a):
-    if hasattr(a, "todense"):
-        a = a.todense()
-    if hasattr(a, "to_dense"):
-        a = a.to_dense()
-    if hasattr(a, "toarray"):
-        a = a.toarray()
-    return np.asarray(a)
 
 
 # ---- 1. JAX against asdex ---------------------------------------------------------
@@ -84,7 +69,7 @@ def jax_vs_asdex(name, f, n, hessian, quick):
     prepare = di.prepare_hessian if hessian else di.prepare_jacobian
     call = di.hessian if hessian else di.jacobian
     prep, t_prep = seconds(lambda: prepare(f, sparse, x))
-    ours = plan_of(prep, op)
+    ours = colors_of(prep, op)
     dense = jax.jit(jax.hessian(f) if hessian else jax.jacfwd(f))
     want = np.asarray(dense(x))
     got = dense_of(call(f, sparse, x, prep=prep))
@@ -122,11 +107,11 @@ def jax_vs_asdex(name, f, n, hessian, quick):
         theirs = theirs or _asdex_colors(colored)
         row(
             name,
-            f"colors: ours {ours.colors}, asdex {theirs}",
-            ours.colors,
+            f"colors: ours {ours}, asdex {theirs}",
+            ours,
             "",
             "≤ asdex",
-            ours.colors <= theirs,
+            ours <= theirs,
         )
         row(
             name,
@@ -192,7 +177,7 @@ def per_color(name, backend, f, n, hessian, quick):
             "sparse": lambda: di.jacobian(f, sparse, x, prep=prep),
             "one": lambda: di.jvp(f, backend, x, v, prep=one),
         }
-    colors = plan_of(prep, op).colors
+    colors = colors_of(prep, op)
     repeats = 20 if quick else 100
     got = interleaved(configs, repeats, ROUNDS, warmup=2)
     ratio = got["sparse"] / (colors * got["one"])
@@ -207,9 +192,9 @@ def _pattern(f, n, hessian):
 
 
 # ---- 4. missed nonzeros ------------------------------------------------------------
-def missed(quick):
+def missed(grid, n):
     total = 0
-    problems = [(brusselator, 2 * 16 * 16, False), (rosenbrock, 500, True)]
+    problems = [(brusselator, 2 * grid * grid, False), (rosenbrock, n, True)]
     for f, n, hessian in problems:
         for backend in (di.AutoJax(), di.AutoTorch()):
             to = jnp.asarray if backend.framework == "jax" else torch.tensor
@@ -224,9 +209,8 @@ def missed(quick):
 
 
 # ---- 5. how cost grows -------------------------------------------------------------
-def growth(quick):
+def growth(sizes, quick):
     out = []
-    sizes = (1000, 10000) if quick else (1000, 10000, 100000)
     for target in sizes:
         grid = max(3, round((target / 2) ** 0.5))
         for fw in ("jax", "torch"):
@@ -241,15 +225,16 @@ def grow_one(fw, n, quick):
     x = jnp.asarray(point(n)) if fw == "jax" else torch.tensor(point(n))
     sparse = di.AutoSparse(backend)
     prep, t_prep = seconds(lambda: di.prepare_jacobian(brusselator, sparse, x))
-    plan = plan_of(prep, "jacobian")
+    colors = colors_of(prep, "jacobian")
+    nnz = nnz_of(di.jacobian(brusselator, sparse, x, prep=prep))
 
     def call():
         return jax.block_until_ready(di.jacobian(brusselator, sparse, x, prep=prep))
 
     us = interleaved({"s": call}, 10 if quick else 30, 3, warmup=1)["s"]
-    mem = plan.colors * n * 8 + plan.pattern.nnz * 16  # the products and the result
+    mem = colors * n * 8 + nnz * 16  # the products and the result
     dense_us = None
-    if n <= 12000:  # a dense float64 Jacobian at n = 1e5 would take 80 GB
+    if n <= (12000 if not quick else 2500):  # a dense float64 Jacobian at n = 1e5 would take 80 GB
         d = jax.jit(jax.jacrev(brusselator)) if fw == "jax" else torch.func.jacrev(brusselator)
         dense_us = interleaved({"d": lambda: jax.block_until_ready(d(x))}, 3, 1, warmup=1)["d"]
     dense_txt = (
@@ -291,7 +276,55 @@ def chart(points, path):
     fig.savefig(path, dpi=100)
 
 
-def markdown(path, wall):
+SIZES = {  # Brusselator grids N, Rosenbrock n (JAX, torch), growth, scaling and evals n
+    "full": dict(grids=(32, 48), rosen=(4000, 4000), growth=(1000, 10000, 100000),
+                 scaling=(2000, 10000, 100000), evals=(100, 1000), missed=(16, 500), rounds=5),
+    "quick": dict(grids=(32,), rosen=(2000, 1000), growth=(1000,), scaling=(2000,),
+                  evals=(100,), missed=(16, 500), rounds=3),
+    "tiny": dict(grids=(6,), rosen=(50, 50), growth=(200,), scaling=(200,), evals=(50,),
+                 missed=(4, 20), rounds=1),
+}  # fmt: skip
+
+
+def table_lines(t: dict) -> list:
+    lines = ["| " + " | ".join(t["header"]) + " |", "|" + " --- |" * len(t["header"])]
+    return lines + ["| " + " | ".join(str(c) for c in r) + " |" for r in t["rows"]]
+
+
+COLORS_TEXT = """## Colors against SparseMatrixColorings.jl and ColPack
+
+Columns: the colors of every kind and order that `diffiface.sparse.coloring` offers
+(`KINDS`, `ORDERS`; "best" is the fewest), against SparseMatrixColorings.jl (SMC) in
+natural (N) and largest-first (LF) order, ColPack, and what the matrix's construction
+gives ("known"). A symmetric matrix is colored by columns and by its symmetric kinds
+(a Jacobian coloring by rows would repeat the columns'); the acyclic kinds are held to
+the star references, the bicolorings to the better of the column and row ones. "banded
+b" has b diagonals below and b above the main one. The references are stored in
+`benchmarks/sparse_reference.json` with their sources:
+
+"""
+
+
+def colors_md(t: dict) -> str:
+    sources = "\n".join(f"- **{k}**: {v}" for k, v in sparse_colors.SOURCES.items())
+    known = "\n".join(f"- {r}" for r in t["known"])
+    return (
+        COLORS_TEXT + sources + "\n\n" + "\n".join(table_lines(t)) + "\n\n"
+        "Known counts by construction:\n\n" + known + "\n\n"
+        f"diffiface's colorings took {t['coloring_seconds']:.1f} s in all.\n"
+    )
+
+
+SCALING_TEXT = """## Against asdex from 2e3 to 1e5 unknowns
+
+""" + sparse_scaling.__doc__.split("\n\n", 1)[1]
+
+EVALS_TEXT = """## Finite differences: evaluations of f
+
+""" + sparse_evals.__doc__.split("\n\n", 1)[1]
+
+
+def markdown(path, wall, cpu, tables):
     lines = [
         "| problem | configuration | value | unit | target |",
         "| --- | --- | --- | --- | --- |",
@@ -299,41 +332,70 @@ def markdown(path, wall):
     for problem, config, value, unit, target, ok in ROWS:
         mark = "" if ok is None else (" ✓" if ok else " ✗")
         lines.append(f"| {problem} | {config} | {value:.4g} | {unit} | {target}{mark} |")
+    parts = [
+        "# Sparse benchmark\n\n"
+        "Written by `benchmarks/sparse.py` (`make bench-sparse`; float64, CPU, one thread, "
+        "medians of interleaved repeats; each sparse result checked against the dense one "
+        f"or the framework's own products first). Whole run: {wall:.0f} s ({cpu:.0f} s of "
+        "CPU).\n\n"
+        "## Checks\n\n" + "\n".join(lines) + "\n\n"
+        "![sparse against dense](sparse_growth.png)\n"
+    ]
+    if "colors" in tables:
+        parts.append(colors_md(tables["colors"]))
+    if "scaling" in tables:
+        parts.append(SCALING_TEXT + "\n" + "\n".join(table_lines(tables["scaling"])) + "\n")
+    if "evals" in tables:
+        parts.append(EVALS_TEXT + "\n" + "\n".join(table_lines(tables["evals"])) + "\n")
     with open(path, "w") as fh:
-        fh.write(
-            "# Sparse benchmark\n\n"
-            "Written by `benchmarks/sparse.py` (float64, CPU, one thread, medians of "
-            "interleaved repeats; each sparse result checked against the dense one first). "
-            f"Whole run: {wall:.0f} s.\n\n" + "\n".join(lines) + "\n\n"
-            "![sparse against dense](sparse_growth.png)\n"
-        )
+        fh.write("\n".join(parts))
 
 
-def main(quick=False, md=None, png=None):
-    start = time.perf_counter()
+def checks(size: dict, quick: bool) -> list:
+    """Sections 1 to 5; returns the growth points for the chart."""
+    rosen, rosen_torch = size["rosen"]
+    for grid in size["grids"]:
+        n = 2 * grid * grid
+        jax_vs_asdex(f"Brusselator {n}", brusselator, n, False, quick)
+    jax_vs_asdex(f"Rosenbrock Hessian {rosen}", rosenbrock, rosen, True, quick)
+    n = 2 * size["grids"][0] ** 2
+    torch_vs_func(f"Brusselator {n}", brusselator, n, False, 50, quick)
+    name = f"Rosenbrock Hessian {rosen_torch}"
+    torch_vs_func(name, rosenbrock, rosen_torch, True, 30, quick)
+    if importlib.util.find_spec("autograd") is not None:
+        per_color(f"Brusselator {n}", di.AutoAutograd(), brusselator, n, False, quick)
+        name = f"Rosenbrock Hessian {rosen}"
+        per_color(name, di.AutoAutograd(), rosenbrock, rosen, True, quick)
+    per_color(f"Brusselator {n}", di.AutoFiniteDifferences(), brusselator, n, False, quick)
+    missed(*size["missed"])
+    return growth(size["growth"], quick)
+
+
+def main(mode="full", md=None, png=None):
+    """Every section at the sizes of ``mode`` ("full", "quick" or "tiny"); the tables
+    of sections 6 to 8 are returned (and written with the checks to ``md``)."""
+    start, cpu = time.perf_counter(), time.process_time()
+    size, quick = SIZES[mode], mode != "full"
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)
-        jax_vs_asdex("Brusselator 2048", brusselator, 2 * 32 * 32, False, quick)
-        jax_vs_asdex("Brusselator 4608", brusselator, 2 * 48 * 48, False, quick)
-        jax_vs_asdex("Rosenbrock Hessian 4000", rosenbrock, 4000, True, quick)
-        torch_vs_func("Brusselator 2048", brusselator, 2 * 32 * 32, False, 50, quick)
-        torch_vs_func("Rosenbrock Hessian 4000", rosenbrock, 4000, True, 30, quick)
-        if importlib.util.find_spec("autograd") is not None:
-            per_color("Brusselator 2048", di.AutoAutograd(), brusselator, 2 * 32 * 32, False, quick)
-            per_color("Rosenbrock Hessian 4000", di.AutoAutograd(), rosenbrock, 4000, True, quick)
-        per_color("Brusselator 2048", di.AutoFiniteDifferences(), brusselator, 2048, False, quick)
-        missed(quick)
-        points = growth(quick)
-    wall = time.perf_counter() - start
-    print(f"\n{wall:.0f} s")
+        points = checks(size, quick)
+        tables = {
+            "colors": sparse_colors.table(mode),
+            "scaling": sparse_scaling.table(size["scaling"], size["rounds"]),
+            "evals": sparse_evals.table(size["evals"]),
+        }
+    wall, cpu = time.perf_counter() - start, time.process_time() - cpu
+    print(f"\n{wall:.0f} s ({cpu:.0f} s of CPU)")
     if md:
-        markdown(md, wall)
+        markdown(md, wall, cpu, tables)
     if png:
         chart(points, png)
+    return tables
 
 
 if __name__ == "__main__":
     args = sys.argv[1:]
     md = args[args.index("--md") + 1] if "--md" in args else None
     png = args[args.index("--png") + 1] if "--png" in args else None
-    main(quick="--quick" in args, md=md, png=png)
+    mode = "tiny" if "--tiny" in args else "quick" if "--quick" in args else "full"
+    main(mode, md=md, png=png)

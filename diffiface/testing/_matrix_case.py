@@ -18,7 +18,7 @@ from .._arrays import framework_of
 from .._backend_types import AutoSparse
 from .._checks import DisconnectedWarning
 from .._contexts import Constant, FixedParams
-from .._errors import DiffifaceValueError, SparsityWarning
+from .._errors import DiffifaceValueError, RecompileWarning, SparsityWarning
 from ..core import registry
 from ..core.operator import FAMILY, OPS, SHAPED_LIKE_F
 from ._calls import part_shapes
@@ -137,6 +137,8 @@ class MatrixCase:
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("error", DisconnectedWarning)
+                # (the matrix makes its closures anew for each case, on purpose)
+                warnings.simplefilter("ignore", RecompileWarning)
                 if isinstance(self.backend, AutoSparse):  # a local pattern says so each call
                     warnings.simplefilter("ignore", SparsityWarning)
                 return self._run()

@@ -260,10 +260,9 @@ def run_matrix(cases: list) -> Report:
     for case in cases:
         got = case.run()
         status = "pass" if got.ok else "error" if got.raised else "fail"
-        reason = "" if got.ok else f"{case.id}: {got.message}"
-        name = short_name(case.backend)
+        name, why = short_name(case.backend), got.message
         results.append(
-            Result(name, case.id, case.spec.name, case.op, status, got.error, got.tolerance, reason)
+            Result(name, case.id, case.spec.name, case.op, status, got.error, got.tolerance, why)
         )
     return Report(results, group="scenario")
 

@@ -188,6 +188,18 @@ def check_functional_weights():
     _check_weights(functional=True)
 
 
+def check_dict_weights():
+    """The weights as a dict keyed by the Variables' paths: a pytree like the list, the
+    gradient keyed the same (the docs' alternative)."""
+    _, ops, di, b, model, params, loss, xs, ys = _weights_case(functional=False)
+    names = [w.path for w in model.trainable_variables]
+    x, y = ops.convert_to_tensor(xs), ops.convert_to_tensor(ys)
+    tree = dict(zip(names, params, strict=True))
+    g = di.gradient(lambda p: loss(list(p.values()), x, y), b, tree)
+    assert list(g) == names
+    _close(list(g.values()), _own_grad(lambda p: loss(p, x, y), params))
+
+
 def check_inputs():
     """The gradient with respect to the inputs of a functional model called directly."""
     keras, ops, di, b = _setup()

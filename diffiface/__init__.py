@@ -13,6 +13,7 @@ from ._backend_types import AbstractBackend as AbstractBackend
 from ._backend_types import AutoAutograd as AutoAutograd
 from ._backend_types import AutoFiniteDifferences as AutoFiniteDifferences
 from ._backend_types import AutoJax as AutoJax
+from ._backend_types import AutoKeras as AutoKeras
 from ._backend_types import AutoMLX as AutoMLX
 from ._backend_types import AutoSparse as AutoSparse
 from ._backend_types import AutoTorch as AutoTorch
@@ -81,6 +82,7 @@ __all__ = [
     "AutoAutograd",
     "AutoFiniteDifferences",
     "AutoJax",
+    "AutoKeras",
     "AutoMLX",
     "AutoSparse",
     "AutoTorch",

@@ -9,6 +9,7 @@ import dataclasses
 import hashlib
 import math
 import numbers
+import sys
 from typing import ClassVar
 
 import numpy as np
@@ -144,6 +145,42 @@ class AutoMLX(AbstractBackend):
 
     def __post_init__(self) -> None:
         _check_mode(self, self.mode)
+
+
+def AutoKeras(mode: str | None = None) -> AbstractBackend:
+    """The backend of Keras 3's active backend, where ``keras.ops`` code runs: ``AutoJax(mode)``
+    under ``KERAS_BACKEND=jax``, ``AutoTorch(mode)`` under ``torch``.
+
+    Keras fixes its backend when it is imported, so import keras first; the backend is
+    read from ``keras.backend.backend()`` and found among the backend types by its
+    framework's name. A Keras backend that diffiface cannot differentiate (tensorflow,
+    numpy, openvino) is an error that names the fix. Keras has no functional grad of its
+    own: see the Keras page for gradients with respect to a model's weights.
+
+    Args:
+        mode: "forward", "reverse", or None, as for the backend it resolves to.
+
+    Example (with keras imported under ``KERAS_BACKEND=jax``)::
+
+        di.AutoKeras()  # AutoJax(mode=None)
+    """
+    keras = sys.modules.get("keras")
+    if keras is None:
+        raise DiffifaceValueError(
+            "AutoKeras(): keras is not imported, so its backend is not known yet. Import "
+            "keras first (KERAS_BACKEND=jax or torch picks its backend at import), then call "
+            "AutoKeras()."
+        )
+    name = keras.backend.backend()
+    from .core.registry import FRAMEWORKS  # (the backend types, one per framework)
+
+    found = [b for b in FRAMEWORKS if b.framework == name]
+    if not found:
+        raise DiffifaceValueError(
+            f"AutoKeras(): keras runs on its {name!r} backend, which diffiface cannot "
+            "differentiate. Set KERAS_BACKEND=jax or KERAS_BACKEND=torch before importing keras."
+        )
+    return found[0](mode=mode)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -24,6 +24,7 @@ from ._check import skip_reason as skip_reason
 from ._check import tolerance as tolerance
 from ._defaults import default_scenarios as default_scenarios
 from ._matrix import consistency_matrix as consistency_matrix
+from ._matrix import run_matrix as run_matrix
 from ._report import Report as Report
 from ._report import Result as Result
 from ._scenario import OPERATORS as OPERATORS
@@ -44,6 +45,7 @@ __all__ = [
     "consistency_matrix",
     "default_scenarios",
     "namespace",
+    "run_matrix",
     "skip_reason",
     "sparse_scenarios",
     "tolerance",

@@ -20,9 +20,10 @@ from .._errors import DiffifaceValueError
 from ..core.operator import FAMILY
 from . import _matrix_builtins
 from ._calls import BASES, TREE_FAMILIES
-from ._check import SPARSE, available_backends
+from ._check import SPARSE, available_backends, short_name
 from ._kit import of
 from ._matrix_case import NODE_OPS, TANGENT, MatrixCase, Spec
+from ._report import Report, Result
 from ._scenario import SECOND
 
 # array kinds of x (and of its tangent / cotangent)
@@ -139,8 +140,9 @@ def consistency_matrix(
     batched_jacobian). JAX is left out when its x64 mode is off.
 
     Args:
-        f: ``f(x, s)``, written with :func:`~diffiface.testing.namespace` of ``s * x``
-            (``s`` may be a float, a JAX tracer, a torch tensor or an autograd box).
+        f: ``f(x, s)``, written with the Array API: ``xp = array_namespace(s * x)``
+            (``s`` may be a float, a JAX tracer, a torch tensor, an autograd box or an
+            MLX array).
             None: the built-in scenarios.
         x: the point (a NumPy float array, 0-d for a scalar ``x``).
         closed: ``closed(s)`` gives the flat closed forms at ``x`` as a dict (see
@@ -227,6 +229,42 @@ def consistency_matrix(
                         for prep in prepared:
                             cases.append(MatrixCase(spec, op, b, kind, bool(prep), context))
     return cases
+
+
+def run_matrix(cases: list) -> Report:
+    """Run the cases of :func:`consistency_matrix` and gather them in a :class:`Report`.
+
+    ``str(report)`` has a row per (backend, scenario) and a column per operator, each
+    cell the largest error against the closed forms over the array kinds, preparations
+    and calling contexts of its cases: one function's derivatives, backend by backend.
+    A failing case is named by its id in ``report.failures()`` and
+    ``report.raise_on_failure()``.
+
+    Examples:
+        >>> import numpy as np
+        >>> import diffiface as di
+        >>> from diffiface import testing
+        >>> def f(x, s):
+        ...     return (s * x**3).sum()
+        >>> x = np.array([1.0, 2.0])
+        >>> def closed(s):
+        ...     return {"jac": [3 * s * x**2], "hess": np.diag(6 * s * x)}
+        >>> cases = testing.consistency_matrix(
+        ...     f, x, closed, backends=[di.AutoFiniteDifferences()], operators=("gradient",))
+        >>> print(testing.run_matrix(cases))  # doctest: +ELLIPSIS
+        backend            scenario  gradient
+        FiniteDifferences  f         ok ...
+        12 runs, 0 failing
+    """
+    results = []
+    for case in cases:
+        got = case.run()
+        status = "pass" if got.ok else "error" if got.raised else "fail"
+        name, why = short_name(case.backend), got.message
+        results.append(
+            Result(name, case.id, case.spec.name, case.op, status, got.error, got.tolerance, why)
+        )
+    return Report(results, group="scenario")
 
 
 def _runs(backend: Any, spec: Spec) -> bool:

@@ -1,15 +1,10 @@
-"""The built-in scenarios of the consistency matrix: f(x, s), written once for every
-framework, with their closed forms (``closed(s, d=True)``: differentiated in s)."""
+"""The built-in scenarios of the consistency matrix: f(x, s), written once with the Array
+API for every framework, with their closed forms (``closed(s, d=True)``: differentiated in s)."""
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
-
-from .._arrays import framework_of
-from ._kit import kit
-from ._scenario import namespace
+from array_api_compat import array_namespace
 
 QC = np.array([[0.5, -1.0, 0.25], [1.5, 0.75, -0.5]])
 QX = np.array([[0.3, -0.7, 0.9], [-0.2, 0.45, 1.1]])
@@ -18,28 +13,27 @@ MX = np.array([[0.6, -0.4, 1.3], [-0.9, 0.2, 0.35]])
 SA = np.array([1.0, -2.0, 0.5])
 
 
-def like(c: np.ndarray, z: Any) -> Any:
-    """A NumPy constant usable with ``z`` (a torch tensor needs a tensor)."""
-    return kit(framework_of(z)).constant(c, z)
-
-
+# Array API functions: the namespace of s * x (x, or s under an outer pass, may be the
+# framework's array); a constant becomes an array of z's namespace and dtype
 def sin_quad(x, s):
     """array -> scalar: sum(sin(s x)) + s <c, x>^2 (a full, symmetric Hessian)."""
     z = s * x
-    return namespace(z).sin(z).sum() + s * (like(QC, z) * x).sum() ** 2
+    xp = array_namespace(z)
+    return xp.sum(xp.sin(z)) + s * xp.sum(xp.asarray(QC, dtype=z.dtype) * x) ** 2
 
 
 def sin_matmul(x, s):
     """array -> array: sin(s x) @ m, rows are independent samples (a non-square m)."""
     z = s * x
-    return namespace(z).sin(z) @ like(MM, z)
+    xp = array_namespace(z)
+    return xp.sin(z) @ xp.asarray(MM, dtype=z.dtype)
 
 
 def sin_scaled(x, s):
     """scalar -> array: sin(s a x)."""
     z = s * x
-    z = z * like(SA, z)
-    return namespace(z).sin(z)
+    xp = array_namespace(z)
+    return xp.sin(z * xp.asarray(SA, dtype=z.dtype))
 
 
 def quad_closed(s, d=False):

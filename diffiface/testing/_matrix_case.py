@@ -14,16 +14,16 @@ from typing import Any
 import numpy as np
 import optree
 
+from .._arrays import framework_of
 from .._backend_types import AutoSparse
 from .._checks import DisconnectedWarning
 from .._contexts import Constant, FixedParams
-from .._errors import DiffifaceValueError, SparsityWarning
+from .._errors import DiffifaceValueError, RecompileWarning, SparsityWarning
 from ..core import registry
 from ..core.operator import FAMILY, OPS, SHAPED_LIKE_F
 from ._calls import part_shapes
 from ._check import relative_error, short_name, tolerance
 from ._kit import kit
-from ._matrix_builtins import like
 from ._scenario import Scenario, is_sparse, outputs
 
 TANGENT = {name: d.tangent for name, d in OPS.items() if d.tangent is not None}
@@ -96,12 +96,14 @@ def _refs(name: str, label: str, given: dict, y: np.ndarray | None) -> dict:
 
 @dataclasses.dataclass(frozen=True)
 class MatrixResult:
-    """The outcome of one :class:`MatrixCase`: ``ok``, and why not in ``message``."""
+    """The outcome of one :class:`MatrixCase`: ``ok``, and why not in ``message``
+    (``raised``: the call raised, the message is its error)."""
 
     ok: bool
     message: str = ""
     error: float | None = None
     tolerance: float | None = None
+    raised: bool = False
 
     def __bool__(self) -> bool:
         return self.ok
@@ -135,6 +137,8 @@ class MatrixCase:
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("error", DisconnectedWarning)
+                # (the matrix makes its closures anew for each case, on purpose)
+                warnings.simplefilter("ignore", RecompileWarning)
                 if isinstance(self.backend, AutoSparse):  # a local pattern says so each call
                     warnings.simplefilter("ignore", SparsityWarning)
                 return self._run()
@@ -142,7 +146,7 @@ class MatrixCase:
             text = " ".join(str(exc).split())
             where = traceback.extract_tb(exc.__traceback__)[-1]  # where it was raised
             at = f" (raised at {os.path.basename(where.filename)}:{where.lineno})"
-            return MatrixResult(False, f"{type(exc).__name__}: {text[:400]}{at}")
+            return MatrixResult(False, f"{type(exc).__name__}: {text[:400]}{at}", raised=True)
 
     # -- the pieces ----------------------------------------------------------------------------
     @property
@@ -434,6 +438,11 @@ def _tangent_reference(ref: Scenario, op: str, u: np.ndarray) -> np.ndarray:
     if FAMILY[op] == "vjp":
         return ref.jac @ u  # <u, wᵀ J>
     return ref.hess.T @ u  # <u, H v>
+
+
+def like(c: np.ndarray, z: Any) -> Any:
+    """A NumPy constant usable with ``z`` (a torch tensor needs a tensor)."""
+    return kit(framework_of(z)).constant(c, z)
 
 
 def _reduce(outs: tuple, us: tuple) -> Any:

@@ -31,11 +31,13 @@ class Result:
 
 
 class Report:
-    """The results of :func:`~diffiface.testing.check`.
+    """The results of :func:`~diffiface.testing.check` (or of
+    :func:`~diffiface.testing.run_matrix`).
 
-    ``str(report)`` is a table: a row per (backend, scenario family), a column per
-    operator (its value_and_ variants included), each cell "ok" with the largest
-    error, "FAIL" with it, "ERROR", "skip", or "-" where the operator does not apply.
+    ``str(report)`` is a table: a row per (backend, scenario family; for the matrix,
+    scenario), a column per operator (its value_and_ variants included), each cell
+    "ok" with the largest error, "FAIL" with it, "ERROR", "skip", or "-" where the
+    operator does not apply.
 
     Examples:
         >>> r = Report([Result("FD", "s", "array->scalar", "gradient", "pass", 1e-9)],
@@ -44,9 +46,10 @@ class Report:
         (True, 1)
     """
 
-    def __init__(self, results: list, operators: tuple = ()) -> None:
+    def __init__(self, results: list, operators: tuple = (), group: str = "family") -> None:
         self.results = list(results)
         self.operators = tuple(operators) or tuple({r.operator: None for r in results})
+        self.group = group  # the heading of the rows' second column (what ``family`` holds)
 
     @property
     def ok(self) -> bool:
@@ -84,7 +87,7 @@ class Report:
         for r in self.results:
             column = FAMILY[r.operator]
             cells.setdefault((r.backend, r.family), {}).setdefault(column, []).append(r)
-        header = ["backend", "family", *columns]
+        header = ["backend", self.group, *columns]
         table = [header]
         for (backend, family), row in cells.items():
             table.append([backend, family, *(_cell(row.get(c, [])) for c in columns)])

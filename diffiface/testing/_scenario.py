@@ -1,8 +1,8 @@
 """Scenarios: a function, a point, tangents and closed-form references.
 
-A scenario's function is written once and runs on every backend's arrays: it
-takes the array namespace of its input from :func:`namespace` (NumPy,
-jax.numpy, torch or autograd.numpy). References are dense and flat (``f`` of
+A scenario's function is written once with the Array API and runs on every
+backend's arrays: ``xp = array_namespace(x)`` (array-api-compat) is NumPy,
+``jax.numpy``, torch, autograd's or MLX's namespace. References are dense and flat (``f`` of
 the flattened point): the value ``y``, the Jacobian ``jac`` (m, n), for a
 scalar output the Hessian ``hess`` (n, n), and for a scalar point the second
 derivative ``second`` (m,); every operator's expected result is derived
@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import sys
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -30,17 +31,29 @@ OPERATORS = FIRST + SECOND
 
 
 def namespace(a: Any) -> Any:
-    """The array module for ``a``: jax.numpy, torch, autograd.numpy or NumPy.
+    """Deprecated: write f with the Array API, ``xp = array_namespace(x)`` (from
+    ``array_api_compat``), which every backend's arrays answer (see the Array API page).
 
-    Scenario functions call it on their input so that one function runs on
-    every backend. It imports no framework: only those already imported are
-    asked.
+    Still the array module of ``a`` (a pytree's first leaf): jax.numpy, torch,
+    autograd.numpy, mlx.core or NumPy, as before; it imports no framework.
 
     Examples:
+        >>> import warnings
         >>> import numpy as np
-        >>> namespace(np.ones(2)).__name__
+        >>> with warnings.catch_warnings():
+        ...     warnings.simplefilter("ignore", DeprecationWarning)
+        ...     namespace(np.ones(2)).__name__
         'numpy'
     """
+    warnings.warn(
+        "diffiface.testing.namespace(x) is deprecated and will be removed: write f with the "
+        "Array API, `from array_api_compat import array_namespace; xp = array_namespace(x)` "
+        "(for a pytree x, array_namespace(*its leaves)); it runs on every backend's arrays. "
+        "On autograd its linalg is NumPy's own, which autograd cannot differentiate: call "
+        "autograd.numpy.linalg there. See docs/array-api.md.",
+        DeprecationWarning,
+        stacklevel=2,
+    )
     leaf = flatten(a)[0][0] if not hasattr(a, "shape") else a
     framework = named(framework_of(leaf))
     return np if framework is None else sys.modules[framework.numpy_module]
@@ -54,7 +67,8 @@ class Scenario:
         name: a short unique name.
         family: the group shown in the report (e.g. "array->scalar").
         f: ``f(x, *contexts)`` (or ``f(x, params, *contexts)`` with ``params``),
-            written with :func:`namespace` so that it runs on every backend.
+            written with the Array API (``xp = array_namespace(x)``) so that it runs
+            on every backend.
         x: the point: a NumPy array, a Python float, or a pytree of arrays.
         contexts: ``di.Constant`` values (NumPy leaves) passed after ``x``.
         params: when not None, the function is ``di.FixedParams(f, params)``.

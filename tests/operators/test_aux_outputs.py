@@ -15,11 +15,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from helpers import HAVE, assert_tree_close, native, to_numpy
+from helpers import HAVE, assert_tree_close, namespace, native, to_numpy
 
 import diffiface as di
 from diffiface.core.operator import OPS, of_family
-from diffiface.testing import namespace
 from diffiface.testing._calls import expected, parts, point_kind, prepare_of, tangent_args
 from diffiface.testing._scenario import OPERATORS
 

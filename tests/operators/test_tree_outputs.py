@@ -17,11 +17,10 @@ from collections import namedtuple
 
 import numpy as np
 import pytest
-from helpers import HAVE, assert_tree_close, native, to_numpy
+from helpers import HAVE, assert_tree_close, namespace, native, to_numpy
 
 import diffiface as di
 from diffiface.core.operator import OPS
-from diffiface.testing import namespace
 from diffiface.testing._calls import TREE_FAMILIES, expected, point_kind, prepare_of, tangent_args
 
 X1 = np.array([0.3, -0.7, 1.1])

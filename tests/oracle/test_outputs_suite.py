@@ -32,11 +32,18 @@ import numpy as np
 import optree
 import pytest
 from conftest import AD_BACKENDS, ALL_BACKENDS, MODED_BACKENDS
-from helpers import HAVE, assert_tree_close, native, to_numpy, tolerance, zero_or_clear_error
+from helpers import (
+    HAVE,
+    assert_tree_close,
+    namespace,
+    native,
+    to_numpy,
+    tolerance,
+    zero_or_clear_error,
+)
 
 import diffiface as di
 from diffiface.core.operator import OPS
-from diffiface.testing import namespace
 from diffiface.testing._calls import expected, point_kind, prepare_of, tangent_args
 
 if HAVE["jax"]:

@@ -25,6 +25,7 @@ NEEDS = {
     "flax": "flax",
     "AutoMLX": "mlx",
     "array_api_compat": "array_api_compat",
+    "keras": "keras",
 }
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import dataclasses
 import importlib.util
 import io
 import json
@@ -10,6 +11,7 @@ import warnings
 
 import numpy as np
 import pytest
+from array_api_compat import array_namespace
 
 import diffiface as di
 from diffiface import testing
@@ -58,7 +60,8 @@ def test_prepared_and_numpy_inputs_pass_too(backend):
 @pytest.mark.parametrize("backend", testing.available_backends(), ids=repr)
 def test_one_parametrized_test_per_backend_for_a_users_function(backend):
     def f(x):
-        return (testing.namespace(x).cos(x) * x).sum()
+        xp = array_namespace(x)
+        return xp.sum(xp.cos(x) * x)
 
     x = np.array([0.1, 0.5, -1.2])
     s = testing.Scenario("cos_x", "array->scalar", f, x)
@@ -148,3 +151,92 @@ def test_check_does_not_blame_its_own_counting_closure():
     report.raise_on_failure()  # each value against its reference
     assert not [w for w in seen if issubclass(w.category, di.RecompileWarning)]
     assert sum(r.status == "pass" for r in report.results) >= 2 * di._checks.RECOMPILE_AFTER
+
+
+def test_namespace_is_deprecated_for_array_namespace():
+    """testing.namespace still gives the module it gave, and warns toward the Array API."""
+    with pytest.warns(DeprecationWarning, match=r"array_namespace\(x\)"):
+        assert testing.namespace(np.ones(2)) is np
+    assert "namespace" in testing.__all__  # (kept until its removal)
+
+
+# an Array API function of (x, s) with its closed forms: exp(s z) z summed
+_X = np.array([[0.4, -0.5], [0.3, 1.1]])
+_Z = _X.ravel()
+
+
+def _exp_weighted(x, s):
+    xp = array_namespace(s * x)
+    return xp.sum(xp.exp(s * x) * x)
+
+
+def _closed(s):
+    e = np.exp(s * _Z)
+    return {"jac": [e * (1 + s * _Z)], "hess": np.diag(s * e * (2 + s * _Z))}
+
+
+def _d_closed(s):
+    e = np.exp(s * _Z)
+    return {
+        "y": [(_Z**2 * e).sum()],
+        "jac": [_Z * e * (2 + s * _Z)],
+        "hess": np.diag(e * (2 + 4 * s * _Z + s**2 * _Z**2)),
+    }
+
+
+def _row_names(text):
+    return {line.split()[0] for line in text.splitlines()[1:-1]}
+
+
+def test_one_array_api_function_gives_one_table_on_every_backend():
+    """check(): a user's f written once with array_namespace, every installed backend
+    (JAX, torch, autograd, MLX, finite differences), one row each, against closed forms."""
+    s = testing.Scenario("exp_weighted", "array->scalar", lambda x: _exp_weighted(x, 0.8), _X)
+    refs = _closed(0.8)
+    s = dataclasses.replace(
+        s, y=[_exp_weighted(_X, 0.8)], jac=np.array(refs["jac"]), hess=refs["hess"]
+    )
+    ops = ("gradient", "jvp", "vjp", "hvp", "hessian")
+    report = testing.check(scenarios=[s], operators=ops)
+    report.raise_on_failure()
+    names = {testing._check.short_name(b) for b in testing.available_backends()}
+    assert {r.backend for r in report.results if r.status == "pass"} == names
+    assert _row_names(str(report)) == names
+
+
+def test_run_matrix_shows_the_same_derivatives_on_every_backend():
+    """The consistency matrix of an Array API function on every installed backend, as one
+    report: a row per backend, every cell within its tolerance of the closed forms (so the
+    backends agree), plain and under outer passes (diffiface's and the framework's own)."""
+    cases = testing.consistency_matrix(
+        _exp_weighted,
+        _X,
+        _closed,
+        d_closed=_d_closed,
+        name="exp_weighted",
+        operators=("gradient", "hvp", "hessian"),
+        kinds=("C",),
+        contexts=("plain", "plain+const", "di_outer", "fw_outer", "di_tangent"),
+    )
+    report = testing.run_matrix(cases)
+    report.raise_on_failure()
+    names = {testing._check.short_name(b) for b in testing.available_backends()}
+    assert {r.backend for r in report.results} == names
+    assert {r.scenario for r in report.results} == {c.id for c in cases}  # each case reported
+    text = str(report)
+    assert text.splitlines()[0].split()[:2] == ["backend", "scenario"]
+    assert _row_names(text) == names and f"{len(cases)} runs, 0 failing" in text
+
+
+def test_run_matrix_names_a_failing_case():
+    """A wrong closed form fails its cases; the report names each by its id."""
+    wrong = lambda s: {**_closed(s), "hess": 2 * _closed(s)["hess"]}  # noqa: E731
+    fd = [di.AutoFiniteDifferences()]
+    cases = testing.consistency_matrix(
+        _exp_weighted, _X, wrong, name="exp_weighted", backends=fd, operators=("hessian",)
+    )
+    report = testing.run_matrix(cases)
+    assert not report.ok and len(report.failures()) == len(cases)
+    assert "FAIL" in str(report)
+    with pytest.raises(AssertionError, match=r"exp_weighted-hessian-FiniteDifferences-C-unprep"):
+        report.raise_on_failure()

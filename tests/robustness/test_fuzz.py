@@ -15,10 +15,9 @@ import os
 
 import numpy as np
 import pytest
-from helpers import HAVE
+from helpers import HAVE, namespace
 
 import diffiface as di
-from diffiface.testing import namespace
 
 hypothesis = pytest.importorskip("hypothesis")
 st = hypothesis.strategies

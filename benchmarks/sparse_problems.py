@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import numpy as np
 import scipy.sparse as sp
+from array_api_compat import array_namespace as namespace
 
-from diffiface.testing._scenario import namespace
 from diffiface.testing._sparse import brusselator, rosenbrock
 
 
@@ -113,7 +113,7 @@ def broydn3d(x):
     """Broyden's tridiagonal equations (x_0 = x_{n+1} = 0)."""
     xp = namespace(x)
     z = x[:1] * 0
-    left, right = xp.concatenate([z, x[:-1]]), xp.concatenate([x[1:], z])
+    left, right = xp.concat([z, x[:-1]]), xp.concat([x[1:], z])
     return (3 - 2 * x) * x - left - 2 * right + 1
 
 
@@ -121,7 +121,7 @@ def broydnbd(x):
     """Broyden's banded equations: each reads 5 neighbours below and 1 above."""
     xp = namespace(x)
     g = x * (1 + x)
-    pad = xp.concatenate([g[:5] * 0, g, g[:1] * 0])
+    pad = xp.concat([g[:5] * 0, g, g[:1] * 0])
     n = x.shape[0]
     near = sum(pad[5 + k : 5 + k + n] for k in (-5, -4, -3, -2, -1, 1))
     return x * (2 + 5 * x**2) + 1 - near

@@ -160,9 +160,16 @@ def AutoKeras(mode: str | None = None) -> AbstractBackend:
     Args:
         mode: "forward", "reverse", or None, as for the backend it resolves to.
 
-    Example (with keras imported under ``KERAS_BACKEND=jax``)::
+    Examples:
+        Keras reads ``KERAS_BACKEND`` once, at its import (run in tests/package/test_keras.py
+        and docs/keras.md, in a process of each backend):
 
-        di.AutoKeras()  # AutoJax(mode=None)
+        >>> import os
+        >>> os.environ["KERAS_BACKEND"] = "jax"  # doctest: +SKIP
+        >>> import keras  # doctest: +SKIP
+        >>> import diffiface as di
+        >>> di.AutoKeras()  # doctest: +SKIP
+        AutoJax(mode=None)
     """
     keras = sys.modules.get("keras")
     if keras is None:

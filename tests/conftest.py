@@ -82,6 +82,8 @@ MLX_COVERED = (
     "tests/scale_out/",
     "tests/bridge/",
     "tests/nested/",
+    "tests/devices/",
+    "diffiface/",  # (the doctests)
 )
 MLX_NOT_YET = pytest.mark.skip(reason="AutoMLX: not yet run in this suite (issue 30)")
 

@@ -6,14 +6,15 @@ and bidirectional AutoSparse Jacobians and substitution Hessians."""
 
 from __future__ import annotations
 
+import importlib.util
 import itertools
+import pathlib
 
 import numpy as np
 import pytest
 import scipy.sparse as sp
 from conftest import HAVE
 from helpers import native
-from sparse.test_coloring import HESSIANS, JACOBIANS, _values, arrow, banded
 
 import diffiface as di
 from diffiface._errors import DiffifaceValueError
@@ -37,6 +38,20 @@ from diffiface.sparse.coloring import (
 from diffiface.sparse.coloring._graphs import adjacency_graph
 from diffiface.sparse.coloring.orders import vertex_order
 from diffiface.sparse.plan import KEY
+
+# test_coloring.py's patterns, loaded by path: "sparse" can also name benchmarks/sparse.py
+_spec = importlib.util.spec_from_file_location(
+    "_coloring_cases", pathlib.Path(__file__).with_name("test_coloring.py")
+)
+_cases = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_cases)
+HESSIANS, JACOBIANS, _values, arrow, banded = (
+    _cases.HESSIANS,
+    _cases.JACOBIANS,
+    _cases._values,
+    _cases.arrow,
+    _cases.banded,
+)
 
 NAMED = [*ORDERS, "best"]
 

@@ -24,6 +24,7 @@ from torch.utils import _pytree as pytree
 
 from ...._errors import DiffifaceValueError, SparsityWarning
 from . import rules
+from .elementwise import Signed
 from .rules import Call, Sym
 from .table import rule_for
 
@@ -187,6 +188,8 @@ class _Interpreter:
         if rule is not None:
             try:
                 out = rule(call)
+                if isinstance(out, Signed):
+                    return Sym(meta, out.p, out.base)
                 return out.value if isinstance(out, rules.Concrete) else _wrap(meta, out)
             except rules.XDependentIndex:
                 reason = "indices computed from x"

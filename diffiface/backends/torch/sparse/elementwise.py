@@ -1,0 +1,113 @@
+"""Elementwise aten ops for the torch detector: an output element depends on the same
+element of each operand whose derivative is not zero everywhere.
+
+The classification follows SparseConnectivityTracer.jl's (``is_der1_arg_zero_global``):
+an operand in which the op is piecewise constant (the mask of a relu-style backward, the
+sign source of ``copysign``, both operands of a rounding division) carries no
+derivative. The Hessian is the Jacobian of the gradient's program, so the second-order
+classification follows from the first: relu's gradient is ``threshold_backward(g, x)``,
+constant in x, hence a zero Hessian, as JAX's detector and SparseConnectivityTracer give.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from .rules import Call, Sym, broadcast, is_float, metadata_only, movement, take_rows, union
+
+# operands (by schema name) in which the op is piecewise constant: zero derivative
+FLAT_OPERANDS = {
+    "threshold_backward": ("self",),
+    "hardtanh_backward": ("self",),
+    "leaky_relu_backward": ("self",),
+    "hardsigmoid_backward": ("self",),
+    "softshrink_backward": ("self",),
+    "hardshrink_backward": ("self",),
+    "rrelu_with_noise_backward": ("self", "noise"),
+    "copysign": ("other",),
+    "nextafter": ("other",),
+    "heaviside": ("self",),
+}
+# ops piecewise constant in every operand: the values depend on x, the derivative is zero
+FLAT_OPS = "detach sign sgn floor ceil round trunc fix floor_divide"
+
+
+def pointwise(call: Call):
+    """The union of the patterns (broadcast) of the operands with a derivative."""
+    flat = FLAT_OPERANDS.get(call.op.overloadpacket.__name__, ())
+    shape = call.out_meta().shape
+    return union([broadcast(s, shape) for s in call.syms(skip=flat)])
+
+
+def no_derivative(call: Call):
+    """detach, sign, floor, ...: the values depend on x, the derivative is zero."""
+    return None
+
+
+def fill(call: Call):
+    """``fill``: the output takes only the fill value (a 0-dim tensor or a number)."""
+    value = call.bound()["value"]
+    if isinstance(value, Sym):
+        return broadcast(value, call.out_meta().shape) if value.p is not None else None
+    return metadata_only(call)
+
+
+class Signed:
+    """A rule's pattern for a value that is ``base`` times a piecewise constant factor."""
+
+    def __init__(self, p, base):
+        self.p, self.base = p, base
+
+
+def copysign(call: Call):
+    """``copysign(a, b) = a * sign(a) * sign(b)``: a's pattern; the value remembers a,
+    so that ``copysign(a, b) / a`` (torch's own backward of copysign) is flat."""
+    base = call.bound()["self"]
+    return Signed(pointwise(call), base if isinstance(base, Sym) else None)
+
+
+def division(call: Call):
+    """div: flat with a rounding mode (floor, trunc), and for ``copysign(a, b) / a``."""
+    b = call.bound()
+    if b.get("rounding_mode") is not None:
+        return None
+    num, den = b["self"], b["other"]
+    if isinstance(num, Sym) and num.sign_of is not None and num.sign_of is den:
+        return None
+    return pointwise(call)
+
+
+def power(call: Call):
+    """pow: flat for a concrete exponent 0 (x ** 0 is 1: torch's gradient of x ** 1
+    holds it)."""
+    exponent = call.bound()["exponent"]
+    if not isinstance(exponent, (Sym, torch.Tensor)) and exponent == 0:
+        return None
+    return pointwise(call)
+
+
+def product(call: Call):
+    """mul: as pointwise, less the elements where a concrete operand is zero
+    (d(0 * y)/dy = 0, as JAX's detector)."""
+    p = pointwise(call)
+    if p is None:
+        return None
+    shape = tuple(call.out_meta().shape)
+    zero = np.zeros(shape, dtype=bool)
+    for a in call.args[:2]:
+        if isinstance(a, torch.Tensor):
+            zero |= np.broadcast_to((a.detach().cpu() == 0).numpy(), shape)
+        elif isinstance(a, (int, float)) and a == 0:
+            zero[...] = True
+    if not zero.any():
+        return p
+    return take_rows(p, np.where(zero.ravel(), -1, np.arange(zero.size)))
+
+
+def choice(call: Call):
+    """where / masked_fill: with a concrete condition each element takes the operand it
+    selects (run on index tensors); with one computed from x, the union of both."""
+    if any(isinstance(s, Sym) and not is_float(s.meta) for s in call.leaves()):
+        return pointwise(call)
+    return movement(call)

@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
+from .. import _checks
 from .._backend_types import AutoSparse
 from .._errors import DiffifaceTypeError, DiffifaceValueError, SparsityWarning
 from ..core import direction, registry
@@ -26,14 +27,20 @@ def everywhere(sparse: AutoSparse) -> bool:
     return not (isinstance(det, str) and det == "local")
 
 
-def pattern(sparse: AutoSparse, d: Any, prob: Any, x: Any, ctx: tuple, m: int, combo=None):
-    """The pattern of f's Jacobian (``m`` outputs) or, for a scalar f, of its Hessian."""
+def pattern(sparse: AutoSparse, d: Any, prob: Any, x: Any, ctx: tuple, m=None, combo=None):
+    """The pattern of f's Jacobian or, for a scalar f, of its Hessian.
+
+    ``m``: f(x)'s size where the caller has it; else a given pattern's check reads it
+    from ``d.output_like`` (JAX traces f for it). A global pattern never runs f: its rows
+    come from f's trace, where f's output is checked too."""
     hessian, n = prob.scalar, size(x)
-    want = (n, n) if hessian else (m, n)
     what = "Hessian" if hessian else "Jacobian"
     det = sparse.sparsity_detector
     if not isinstance(det, str):
         p = as_pattern(det)
+        if m is None:
+            m = size(d.output_like(prob, (x,), ctx))  # (and f's output checked)
+        want = (n, n) if hessian else (m, n)
         if p.shape != want:
             raise DiffifaceValueError(
                 f"{_form(prob)}: the given sparsity pattern has shape {p.shape}, and the "
@@ -48,7 +55,7 @@ def pattern(sparse: AutoSparse, d: Any, prob: Any, x: Any, ctx: tuple, m: int, c
 
 def global_pattern(framework: str, prob: Any, x: Any, ctx: tuple) -> sp.csr_array:
     """The pattern valid at every x, from the program f traces to."""
-    f, module = prob.f, framework_module(framework)
+    module = framework_module(framework)
     if module is None:
         raise DiffifaceTypeError(
             f"{_form(prob)}: sparsity_detector='global' reads the program f traces to, which "
@@ -57,9 +64,7 @@ def global_pattern(framework: str, prob: Any, x: Any, ctx: tuple) -> sp.csr_arra
             "pattern itself."
         )
     x = module.as_input(x)  # (a NumPy x: finite differences over the framework)
-
-    def fn(x):
-        return f(x, *ctx)
+    fn = _traced(prob, framework, ctx)
 
     try:
         if prob.scalar:
@@ -69,6 +74,24 @@ def global_pattern(framework: str, prob: Any, x: Any, ctx: tuple) -> sp.csr_arra
         if exc.args and str(exc.args[0]).startswith("sparsity detection"):
             exc.args = (f"{_form(prob)}: {exc.args[0]}", *exc.args[1:])
         raise
+
+
+def _traced(prob: Any, framework: str, ctx: tuple):
+    """f of x alone, as the detector traces it (f is never run for real here): f's
+    output checked in the trace (a scalar for a Hessian) by the problem's own check
+    where the problem is of the detector's framework."""
+    if prob.impl.traits.arrays == framework:
+        flat = prob.flat()
+        return lambda x: flat((x,), *ctx)
+    f = prob.f  # (finite differences over a JAX f, say: its checks take NumPy arrays)
+
+    def fn(x):
+        y = f(x, *ctx)
+        if prob.scalar and tuple(getattr(y, "shape", ())) != ():
+            raise _checks.not_scalar(prob.op, prob.backend, tuple(y.shape))
+        return y
+
+    return fn
 
 
 def local(d: Any, prob: Any, x: Any, ctx: tuple, combo=None) -> sp.csr_array:

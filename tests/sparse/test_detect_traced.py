@@ -92,5 +92,14 @@ def test_torch_f_never_runs_on_real_values(hessian):
 
 def test_torch_non_scalar_hessian_checked_in_the_trace():
     torch = pytest.importorskip("torch")
-    with pytest.raises(di.DiffifaceValueError, match="must return a scalar"):
-        di.sparsity_pattern(lambda x: x * 2, di.AutoTorch(), torch.zeros(3), hessian=True)
+    calls = []
+
+    def f(x):
+        calls.append(1)
+        return x * 2
+
+    with pytest.raises(di.DiffifaceValueError) as err:
+        di.sparsity_pattern(f, di.AutoTorch(), torch.zeros(3), hessian=True)
+    want = "sparsity_pattern(f, AutoTorch(mode=None), x): f must return a scalar"
+    assert str(err.value).startswith(want), str(err.value)
+    assert len(calls) == 1  # (not traced again on x's values)

@@ -22,7 +22,7 @@ from torch._decomp import decomposition_table
 from torch.fx.experimental.proxy_tensor import make_fx
 from torch.utils import _pytree as pytree
 
-from ...._errors import DiffifaceValueError, SparsityWarning
+from ...._errors import DiffifaceTypeError, DiffifaceValueError, SparsityWarning
 from . import rules
 from .elementwise import Signed
 from .rules import Call, Sym
@@ -93,6 +93,8 @@ def _trace(fn, x: torch.Tensor) -> torch.fx.GraphModule:
         gm = _make_fx(fn, x, "fake")
         if any(_data_dependent(node.meta.get("val")) for node in gm.graph.nodes):
             raise ValueError("sizes that depend on x's values")
+    except (DiffifaceTypeError, DiffifaceValueError):
+        raise  # f's output checked in the trace: not a tracing failure
     except Exception as err:  # data-dependent shapes, control flow, .item(), ...
         try:
             gm = _make_fx(fn, x, "real")

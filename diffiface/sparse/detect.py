@@ -95,15 +95,40 @@ def _traced(prob: Any, framework: str, ctx: tuple):
 
 
 def local(d: Any, prob: Any, x: Any, ctx: tuple, combo=None) -> sp.csr_array:
-    """The nonzeros of dense derivatives at x and nearby random points (may miss a
-    nonzero that is zero at all of them)."""
-    rng = np.random.default_rng(0)
-    base = d.to_numpy(x) if not d.is_traced(x) else None
-    if base is None:
+    """A superset of the derivative's nonzeros at x (a nonzero elsewhere may be missed).
+
+    JAX and torch read it in one pass: the global detector over f's derivative program
+    at x (its branches, masks and zero factors are x's). Other backends take the
+    nonzeros of dense derivatives at x and nearby random points."""
+    if d.is_traced(x):
         raise DiffifaceValueError(
             f"{_form(prob)}: sparsity_detector='local' needs x's values, and x is traced "
             "by an outer transform. Prepare outside the transform, or pass the pattern."
         )
+    module = framework_module(d.framework)
+    name = "local_hessian_pattern" if prob.scalar else "local_jacobian_pattern"
+    one = getattr(module, name, None) if prob.impl.traits.arrays == d.framework else None
+    if one is not None:
+        fn = _traced(prob, d.framework, ctx)
+        found, how = one(fn, x), "the nonzeros at x, read from f's derivative program there"
+    else:
+        found = _dense_nonzeros(d, prob, x, ctx, combo)
+        how = f"the nonzeros at x and {LOCAL_POINTS - 1} nearby points"
+    warnings.warn(
+        f"{_form(prob)}: the sparsity pattern is local ({how}); a nonzero elsewhere is "
+        "missed. Use sparsity_detector='global' (JAX, torch) or pass the pattern; "
+        "AutoSparse(..., strict=True) checks every call.",
+        SparsityWarning,
+        stacklevel=6,
+    )
+    return as_pattern(found)
+
+
+def _dense_nonzeros(d: Any, prob: Any, x: Any, ctx: tuple, combo=None) -> np.ndarray:
+    """The nonzeros of dense derivatives at x and ``LOCAL_POINTS - 1`` random points
+    near it (symmetrised for a Hessian)."""
+    rng = np.random.default_rng(0)
+    base = d.to_numpy(x)
     n = base.size
     found = None
     for k in range(LOCAL_POINTS):
@@ -124,17 +149,7 @@ def local(d: Any, prob: Any, x: Any, ctx: tuple, combo=None) -> sp.csr_array:
         a = np.asarray(d.to_numpy(dense)).reshape(-1, n)
         nz = (np.abs(a) > _noise(d, a)) | np.isnan(a)
         found = nz if found is None else found | nz
-    warnings.warn(
-        f"{_form(prob)}: the sparsity pattern is local (the nonzeros at x and "
-        f"{LOCAL_POINTS - 1} nearby points); a nonzero elsewhere is missed. Use "
-        "sparsity_detector='global' (JAX, torch) or pass the pattern; "
-        "AutoSparse(..., strict=True) checks every call.",
-        SparsityWarning,
-        stacklevel=6,
-    )
-    if prob.scalar:
-        found = found | found.T
-    return as_pattern(found)
+    return found | found.T if prob.scalar else found
 
 
 def _noise(d: Any, a: np.ndarray) -> float:

@@ -35,9 +35,29 @@ FLAT_OPS = "detach sign sgn floor ceil round trunc fix floor_divide"
 
 def pointwise(call: Call):
     """The union of the patterns (broadcast) of the operands with a derivative."""
-    flat = FLAT_OPERANDS.get(call.op.overloadpacket.__name__, ())
+    name = call.op.overloadpacket.__name__
+    flat = FLAT_OPERANDS.get(name, ())
     shape = call.out_meta().shape
-    return union([broadcast(s, shape) for s in call.syms(skip=flat)])
+    p = union([broadcast(s, shape) for s in call.syms(skip=flat)])
+    if p is not None and flat and name.endswith("_backward"):
+        return _masked(call, p, flat)
+    return p
+
+
+def _masked(call: Call, p, flat):
+    """A relu-style backward, ``op(g, x) = g * mask(x)``, with x known (a local
+    pattern's linearization at x): the rows where the mask is zero go."""
+    b = call.bound()
+    if any(isinstance(b.get(k), Sym) for k in flat):
+        return p
+
+    def ones(a):
+        return torch.ones(a.shape, dtype=a.meta.dtype, device=a.meta.device)
+
+    args = [ones(a) if isinstance(a, Sym) else a for a in call.args]
+    kwargs = {k: ones(v) if isinstance(v, Sym) else v for k, v in call.kwargs.items()}
+    zero = (call.op(*args, **kwargs) == 0).cpu().numpy().ravel()
+    return take_rows(p, np.where(zero, -1, np.arange(zero.size))) if zero.any() else p
 
 
 def no_derivative(call: Call):

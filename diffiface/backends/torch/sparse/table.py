@@ -88,7 +88,7 @@ _register(
 _register(
     metadata_only,
     "zeros_like ones_like full_like empty_like new_zeros new_ones new_full new_empty "
-    "new_empty_strided scalar_tensor _shape_as_tensor",
+    "new_empty_strided scalar_tensor _shape_as_tensor _new_zeros_with_same_feature_meta",
 )
 _register(
     adaptive_backward,

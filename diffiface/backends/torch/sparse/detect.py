@@ -55,7 +55,11 @@ def jacobian_pattern(fn, x: torch.Tensor) -> sp.csr_array:
             that depend on them, as boolean-mask indexing): the pattern then holds for
             the sizes and branches taken at this ``x``.
     """
-    gm = _trace(fn, x)
+    return read(_trace(fn, x), x)
+
+
+def read(gm: torch.fx.GraphModule, x: torch.Tensor) -> sp.csr_array:
+    """The Jacobian pattern of a traced graph of one input shaped like ``x``."""
     n = x.numel()
     interpreter = _Interpreter(n)
     meta = next(iter(gm.graph.find_nodes(op="placeholder"))).meta.get("val", x)
@@ -66,7 +70,7 @@ def jacobian_pattern(fn, x: torch.Tensor) -> sp.csr_array:
             f"sparsity detection widened the pattern at {ops}: each output of these ops "
             "is taken to depend on every input its operands depend on (dense from there on)",
             SparsityWarning,
-            stacklevel=2,
+            stacklevel=3,
         )
     return _canonical(out, n)
 
@@ -112,6 +116,14 @@ def _trace(fn, x: torch.Tensor) -> torch.fx.GraphModule:
             SparsityWarning,
             stacklevel=3,
         )
+    gm.graph.eliminate_dead_code()
+    return gm
+
+
+def trace_real(fn, x: torch.Tensor) -> torch.fx.GraphModule:
+    """Aten graph of ``fn`` traced on real values (each node's value at x recorded)."""
+    gm = _make_fx(fn, x, "real")
+    _RecordValues(gm).run(x)
     gm.graph.eliminate_dead_code()
     return gm
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import jax
 import scipy.sparse as sp
 
-from .detect import _canonical, jacobian_pattern
+from .detect import canonical, jacobian_pattern
 
 __all__ = ["local_hessian_pattern", "local_jacobian_pattern"]
 
@@ -26,10 +26,10 @@ def local_jacobian_pattern(fn, x) -> sp.csr_array:
     except (TypeError, ValueError, NotImplementedError):  # no reverse mode: columns
         _, lin = jax.linearize(fn, x)
         return jacobian_pattern(lin, x)
-    return _canonical(sp.csr_array(rows.T))
+    return canonical(sp.csr_array(rows.T))
 
 
 def local_hessian_pattern(fn, x) -> sp.csr_array:
     """A symmetric superset of the nonzeros of a scalar ``fn``'s Hessian at ``x``."""
     p = local_jacobian_pattern(lambda z: jax.grad(fn)(z).ravel(), x)
-    return _canonical(sp.csr_array(p + p.T))
+    return canonical(sp.csr_array(p + p.T))

@@ -87,7 +87,7 @@ def hessian_pattern(fn, x: torch.Tensor) -> sp.csr_array:
         the Jacobian pattern of ``torch.func.grad(fn)``, symmetrised.
     """
     p = jacobian_pattern(torch.func.grad(fn), x)
-    return _tidy(p + p.T)
+    return tidy(p + p.T)
 
 
 def _trace(fn, x: torch.Tensor) -> torch.fx.GraphModule:
@@ -264,10 +264,10 @@ def _canonical(out, n: int) -> sp.csr_array:
         rows, p = out.numel, out.p
     else:
         rows, p = int(np.prod(getattr(out, "shape", ()))), None
-    return rules.empty(rows, n) if p is None else _tidy(p)
+    return rules.empty(rows, n) if p is None else tidy(p)
 
 
-def _tidy(p) -> sp.csr_array:
+def tidy(p) -> sp.csr_array:
     """``p`` in canonical form: sorted indices, no duplicates, data all True."""
     p = sp.csr_array(p, dtype=bool)
     p.sum_duplicates()

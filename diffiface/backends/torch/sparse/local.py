@@ -12,7 +12,7 @@ from __future__ import annotations
 import scipy.sparse as sp
 import torch
 
-from .detect import _tidy, read, trace_real
+from .detect import read, tidy, trace_real
 
 __all__ = ["local_hessian_pattern", "local_jacobian_pattern"]
 
@@ -29,10 +29,10 @@ def local_jacobian_pattern(fn, x: torch.Tensor) -> sp.csr_array:
     except (NotImplementedError, RuntimeError):  # an op without forward-mode AD: rows
         y, pull = torch.func.vjp(fn, x)
         y = y.detach()
-        return _tidy(read(trace_real(lambda w: pull(w)[0], torch.zeros_like(y)), y).T)
+        return tidy(read(trace_real(lambda w: pull(w)[0], torch.zeros_like(y)), y).T)
 
 
 def local_hessian_pattern(fn, x: torch.Tensor) -> sp.csr_array:
     """A symmetric superset of the nonzeros of a scalar ``fn``'s Hessian at ``x``."""
     p = local_jacobian_pattern(torch.func.grad(fn), x)
-    return _tidy(p + p.T)
+    return tidy(p + p.T)

@@ -174,3 +174,22 @@ def test_torch_local_reads_a_function_without_forward_mode_through_its_pullback(
     want = np.eye(4, 5, 0, bool) | np.eye(4, 5, 1, bool)
     want[2, 2] = want[3, 4] = False  # x3 = 0 multiplies x2 and x4
     np.testing.assert_array_equal(p, want)
+
+
+@pytest.mark.parametrize("make", FRAMEWORKS)
+@pytest.mark.parametrize("name", ["banded", "brusselator", "arrow", "rosenbrock"])
+def test_local_sound_on_the_sparse_scenarios_at_random_points(make, name):
+    """diffiface.testing's sparse functions at random points: the local pattern holds
+    every nonzero of the dense float64 derivative there, within the global pattern."""
+    from diffiface.testing import _sparse
+
+    lib, backend, _, _, _, jac, hess = make()
+    f, hessian = getattr(_sparse, name), name in ("arrow", "rosenbrock")
+    rng = np.random.default_rng(1)
+    for _ in range(2):
+        xn = rng.standard_normal(18 if name == "brusselator" else 7)
+        x = lib.tensor(xn) if lib.__name__ == "torch" else lib.numpy.asarray(xn)
+        p_local, p_global = _patterns(backend, f, x, hessian)
+        dense = np.asarray((hess if hessian else jac)(f)(x)) != 0
+        assert not (dense & ~p_local).any()
+        assert not (p_local & ~p_global).any()

@@ -105,7 +105,16 @@ ELEMENTWISE = {pointwise, no_derivative, E.copysign, E.division, E.product, E.ch
 
 
 def rule_for(op):
-    """The rule for ``op`` (an OpOverload), or None when it has none."""
+    """The rule for ``op`` (an OpOverload), or None when it has none. A prims op (in
+    forward-mode graphs) takes the rule of the aten op of its name."""
+    if op.namespace == "prims":
+        packet = getattr(aten, op.overloadpacket.__name__, None)
+        if packet is None:
+            return None
+        rule = rule_for(getattr(packet, "Tensor", None) or getattr(packet, packet.overloads()[0]))
+        if rule in (pointwise, no_derivative, E.product):  # (positional operands only)
+            return rule
+        return pointwise if rule in ELEMENTWISE else None
     rule = RULES.get(op.overloadpacket)
     if torch.Tag.pointwise in op.tags and rule not in ELEMENTWISE:
         return pointwise

@@ -11,6 +11,7 @@ dense float64 derivative (torch.func, jax) at random points.
 from __future__ import annotations
 
 import os
+import warnings
 
 import numpy as np
 import pytest
@@ -39,6 +40,11 @@ UNARY = {
     "hardtanh": (F.hardtanh, jax.nn.hard_tanh, CROSS),
     "leaky_relu": (lambda u: F.leaky_relu(u, 0.1), lambda u: jax.nn.leaky_relu(u, 0.1), CROSS),
     "hardsigmoid": (F.hardsigmoid, jax.nn.hard_sigmoid, CROSS),
+    "rrelu_eval": (
+        lambda u: F.rrelu(u, training=False),
+        lambda u: jax.nn.leaky_relu(u, (1 / 8 + 1 / 3) / 2),
+        CROSS,
+    ),
     "softshrink": (
         lambda u: F.softshrink(u, 0.5),
         lambda u: jnp.where(u > 0.5, u - 0.5, jnp.where(u < -0.5, u + 0.5, 0.0)),
@@ -145,8 +151,10 @@ def test_hessian_patterns_exact_and_equal_across_frameworks(tf, jf, want):
     for x in _points():  # sound: the dense Hessian's nonzeros are inside
         hj = np.asarray(jax.hessian(jf)(jnp.asarray(x)))
         assert not (hj != 0)[~pt.toarray()].any()
-        try:  # torch's own Hessian agrees (it has no double backward of hardsigmoid)
-            ht = torch.func.jacrev(torch.func.jacrev(tf))(torch.tensor(x)).numpy()
+        try:  # torch's own Hessian agrees (none for hardsigmoid; rrelu's is unbatched)
+            with warnings.catch_warnings():
+                warnings.filterwarnings("ignore", "There is a performance drop", UserWarning)
+                ht = torch.func.jacrev(torch.func.jacrev(tf))(torch.tensor(x)).numpy()
         except RuntimeError:
             continue
         np.testing.assert_allclose(ht, hj, atol=1e-12)  # (copysign: rounding noise 1e-16)

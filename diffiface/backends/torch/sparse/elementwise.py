@@ -25,6 +25,7 @@ FLAT_OPERANDS = {
     "softshrink_backward": ("self",),
     "hardshrink_backward": ("self",),
     "rrelu_with_noise_backward": ("self", "noise"),
+    "rrelu_with_noise_functional": ("noise",),
     "copysign": ("other",),
     "nextafter": ("other",),
     "heaviside": ("self",),
@@ -58,6 +59,12 @@ def _masked(call: Call, p, flat):
     kwargs = {k: ones(v) if isinstance(v, Sym) else v for k, v in call.kwargs.items()}
     zero = (call.op(*args, **kwargs) == 0).cpu().numpy().ravel()
     return take_rows(p, np.where(zero, -1, np.arange(zero.size))) if zero.any() else p
+
+
+def first_output(call: Call):
+    """Ops whose first output is elementwise, the others without derivative (the noise
+    of ``rrelu_with_noise_functional``)."""
+    return [pointwise(call)] + [None] * (len(call.meta) - 1)
 
 
 def no_derivative(call: Call):

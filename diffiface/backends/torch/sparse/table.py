@@ -97,11 +97,21 @@ _register(
 )
 _register(no_derivative, E.FLAT_OPS)
 _register(E.power, "pow")
+_register(E.first_output, "rrelu_with_noise_functional")
 _register(E.copysign, "copysign")
 _register(E.division, "div")
 _register(E.product, "mul")
 _register(E.choice, "where masked_fill")
-ELEMENTWISE = {pointwise, no_derivative, E.copysign, E.division, E.product, E.choice, E.power}
+ELEMENTWISE = {
+    pointwise,
+    no_derivative,
+    E.copysign,
+    E.division,
+    E.product,
+    E.choice,
+    E.power,
+    E.first_output,
+}
 
 
 def rule_for(op):

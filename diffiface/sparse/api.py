@@ -36,7 +36,6 @@ def sparsity_pattern(f, backend: Any, x: Any, *contexts: Any, hessian: bool = Fa
                [0, 0, 1, 1]])
     """
     from ..core import crossing, registry, shell
-    from ..core.backend import size
     from .detect import pattern
 
     sparse = backend if isinstance(backend, AutoSparse) else AutoSparse(backend)
@@ -58,9 +57,7 @@ def sparsity_pattern(f, backend: Any, x: Any, *contexts: Any, hessian: bool = Fa
                 "into one array."
             )
         (xv,) = c.xs
-        m = size(c.prob.flat()(c.xs, *c.ctx))  # (and f's output checked: a scalar for hessian)
-        m = size(xv) if hessian else m
-        return pattern(sparse, impl, c.prob, xv, c.ctx, m)
+        return pattern(sparse, impl, c.prob, xv, c.ctx)  # (f traced, not run, for its size)
     except _checks.ERRORS as exc:  # the checks name the operator the pattern is for
         _checks.restate(exc, called, _checks.call_form(op, sparse), _checks.call_form(op, dense))
         raise

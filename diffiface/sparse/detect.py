@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
+from .. import _checks
 from .._arrays import named
 from .._backend_types import AutoSparse
 from .._errors import DiffifaceTypeError, DiffifaceValueError, SparsityWarning
@@ -28,14 +29,20 @@ def everywhere(sparse: AutoSparse) -> bool:
     return not (isinstance(det, str) and det == "local")
 
 
-def pattern(sparse: AutoSparse, d: Any, prob: Any, x: Any, ctx: tuple, m: int, combo=None):
-    """The pattern of f's Jacobian (``m`` outputs) or, for a scalar f, of its Hessian."""
+def pattern(sparse: AutoSparse, d: Any, prob: Any, x: Any, ctx: tuple, m=None, combo=None):
+    """The pattern of f's Jacobian or, for a scalar f, of its Hessian.
+
+    ``m``: f(x)'s size where the caller has it; else a given pattern's check reads it
+    from ``d.output_like`` (JAX traces f for it). A global pattern never runs f: its rows
+    come from f's trace, where f's output is checked too."""
     hessian, n = prob.scalar, size(x)
-    want = (n, n) if hessian else (m, n)
     what = "Hessian" if hessian else "Jacobian"
     det = sparse.sparsity_detector
     if not isinstance(det, str):
         p = as_pattern(det)
+        if m is None:
+            m = size(d.output_like(prob, (x,), ctx))  # (and f's output checked)
+        want = (n, n) if hessian else (m, n)
         if p.shape != want:
             raise DiffifaceValueError(
                 f"{_form(prob)}: the given sparsity pattern has shape {p.shape}, and the "
@@ -62,7 +69,7 @@ def detector(framework: str) -> Any:
 
 def global_pattern(framework: str, prob: Any, x: Any, ctx: tuple) -> sp.csr_array:
     """The pattern valid at every x, from the program f traces to."""
-    f, module = prob.f, detector(framework)
+    module = detector(framework)
     if module is None:
         raise DiffifaceTypeError(
             f"{_form(prob)}: sparsity detection: sparsity_detector='global' reads the "
@@ -72,9 +79,7 @@ def global_pattern(framework: str, prob: Any, x: Any, ctx: tuple) -> sp.csr_arra
             "x only), or pass the pattern itself."
         )
     x = module.as_input(x)  # (a NumPy x: finite differences over the framework)
-
-    def fn(x):  # (f's output alone: an aux is no part of the pattern)
-        return f(x, *ctx)[0] if prob.aux else f(x, *ctx)
+    fn = _traced(prob, framework, ctx)
 
     try:
         if prob.scalar:
@@ -86,16 +91,61 @@ def global_pattern(framework: str, prob: Any, x: Any, ctx: tuple) -> sp.csr_arra
         raise
 
 
+def _traced(prob: Any, framework: str, ctx: tuple):
+    """f of x alone, as the detector traces it (f is never run for real here): f's
+    output checked in the trace (a scalar for a Hessian) by the problem's own check
+    where the problem is of the detector's framework."""
+    if prob.impl.traits.arrays == framework and not prob.aux:
+        flat = prob.flat()
+        return lambda x: flat((x,), *ctx)
+    f = prob.f  # (finite differences over a JAX f, say: its checks take NumPy arrays)
+
+    def fn(x):
+        y = f(x, *ctx)
+        if prob.aux:  # (f's output alone: an aux is no part of the pattern)
+            y = y[0]
+        if prob.scalar and tuple(getattr(y, "shape", ())) != ():
+            raise _checks.not_scalar(prob.op, prob.backend, tuple(y.shape))
+        return y
+
+    return fn
+
+
 def local(d: Any, prob: Any, x: Any, ctx: tuple, combo=None) -> sp.csr_array:
-    """The nonzeros of dense derivatives at x and nearby random points (may miss a
-    nonzero that is zero at all of them)."""
-    rng = np.random.default_rng(0)
-    base = d.to_numpy(x) if not d.is_traced(x) else None
-    if base is None:
+    """A superset of the derivative's nonzeros at x (a nonzero elsewhere may be missed).
+
+    JAX and torch read it in one pass: the global detector over f's derivative program
+    at x (its branches, masks and zero factors are x's). Other backends take the
+    nonzeros of dense derivatives at x and nearby random points."""
+    if d.is_traced(x):
         raise DiffifaceValueError(
             f"{_form(prob)}: sparsity_detector='local' needs x's values, and x is traced "
             "by an outer transform. Prepare outside the transform, or pass the pattern."
         )
+    module = framework_module(d.framework)
+    name = "local_hessian_pattern" if prob.scalar else "local_jacobian_pattern"
+    one = getattr(module, name, None) if prob.impl.traits.arrays == d.framework else None
+    if one is not None:
+        fn = _traced(prob, d.framework, ctx)
+        found, how = one(fn, x), "the nonzeros at x, read from f's derivative program there"
+    else:
+        found = _dense_nonzeros(d, prob, x, ctx, combo)
+        how = f"the nonzeros at x and {LOCAL_POINTS - 1} nearby points"
+    warnings.warn(
+        f"{_form(prob)}: the sparsity pattern is local ({how}); a nonzero elsewhere is "
+        "missed. Use sparsity_detector='global' (JAX, torch) or pass the pattern; "
+        "AutoSparse(..., strict=True) checks every call.",
+        SparsityWarning,
+        stacklevel=6,
+    )
+    return as_pattern(found)
+
+
+def _dense_nonzeros(d: Any, prob: Any, x: Any, ctx: tuple, combo=None) -> np.ndarray:
+    """The nonzeros of dense derivatives at x and ``LOCAL_POINTS - 1`` random points
+    near it (symmetrised for a Hessian)."""
+    rng = np.random.default_rng(0)
+    base = d.to_numpy(x)
     n = base.size
     found = None
     for k in range(LOCAL_POINTS):
@@ -116,17 +166,7 @@ def local(d: Any, prob: Any, x: Any, ctx: tuple, combo=None) -> sp.csr_array:
         a = np.asarray(d.to_numpy(dense)).reshape(-1, n)
         nz = (np.abs(a) > _noise(d, a)) | np.isnan(a)
         found = nz if found is None else found | nz
-    warnings.warn(
-        f"{_form(prob)}: the sparsity pattern is local (the nonzeros at x and "
-        f"{LOCAL_POINTS - 1} nearby points); a nonzero elsewhere is missed. Use "
-        "sparsity_detector='global' or pass the pattern; "
-        "AutoSparse(..., strict=True) checks every call.",
-        SparsityWarning,
-        stacklevel=6,
-    )
-    if prob.scalar:
-        found = found | found.T
-    return as_pattern(found)
+    return found | found.T if prob.scalar else found
 
 
 def _noise(d: Any, a: np.ndarray) -> float:

@@ -70,7 +70,7 @@ def jacobian_pattern(fn, x) -> sp.csr_array:
     n = math.prod(spec.shape)
     outs = _Interpreter(n).run(closed.jaxpr, closed.consts, [R.identity(n)])
     rows = [v if R.is_pat(v) else R.empty(math.prod(np.shape(v)), n) for v in outs]
-    return _canonical(R.stack_rows(rows) if rows else R.empty(0, n))
+    return canonical(R.stack_rows(rows) if rows else R.empty(0, n))
 
 
 def hessian_pattern(fn, x) -> sp.csr_array:
@@ -86,10 +86,10 @@ def hessian_pattern(fn, x) -> sp.csr_array:
         A canonical, symmetric bool ``csr_array`` of shape (x.size, x.size).
     """
     p = jacobian_pattern(lambda z: jax.grad(fn)(z).ravel(), x)
-    return _canonical(sp.csr_array(p + p.T))
+    return canonical(sp.csr_array(p + p.T))
 
 
-def _canonical(p) -> sp.csr_array:
+def canonical(p) -> sp.csr_array:
     """Sorted, no duplicates, data all True, int32 indices where they fit."""
     p.sum_duplicates()
     p.sort_indices()

@@ -173,11 +173,23 @@ def _move(eqn, ins, n):
 # Elementwise, reductions, products -----------------------------------------------
 
 
+# operands (by position) in which the primitive is piecewise constant: no derivative
+_FLAT_OPERANDS = {"nextafter": (1,)}
+
+
 def elementwise(eqn, ins, n):
-    """Each output element depends on the same element of every operand (broadcast)."""
-    out_shape = eqn.outvars[0].aval.shape
-    u = union(_bcast(dep(v), a.aval.shape, out_shape) for v, a in zip(ins, eqn.invars, strict=True))
-    if u is not None and eqn.primitive.name == "mul":  # d(0 * y)/dy = 0
+    """Each output element depends on the same element of every operand (broadcast)
+    with a derivative (``x ** 0`` and nextafter's direction have none)."""
+    name, out_shape = eqn.primitive.name, eqn.outvars[0].aval.shape
+    if name == "integer_pow" and eqn.params["y"] == 0:
+        return [None] * len(eqn.outvars)
+    flat = _FLAT_OPERANDS.get(name, ())
+    u = union(
+        _bcast(dep(v), a.aval.shape, out_shape)
+        for k, (v, a) in enumerate(zip(ins, eqn.invars, strict=True))
+        if k not in flat
+    )
+    if u is not None and name == "mul":  # d(0 * y)/dy = 0
         zero = np.zeros(out_shape, bool)
         for v in ins:
             if not is_pat(v):

@@ -7,3 +7,5 @@ from .formats import Format as Format
 from .formats import as_input as as_input
 from .formats import index as index
 from .formats import scatter as scatter
+from .local import local_hessian_pattern as local_hessian_pattern
+from .local import local_jacobian_pattern as local_jacobian_pattern

@@ -22,8 +22,9 @@ from torch._decomp import decomposition_table
 from torch.fx.experimental.proxy_tensor import make_fx
 from torch.utils import _pytree as pytree
 
-from ...._errors import DiffifaceValueError, SparsityWarning
+from ...._errors import DiffifaceTypeError, DiffifaceValueError, SparsityWarning
 from . import rules
+from .elementwise import Signed
 from .rules import Call, Sym
 from .table import rule_for
 
@@ -54,7 +55,11 @@ def jacobian_pattern(fn, x: torch.Tensor) -> sp.csr_array:
             that depend on them, as boolean-mask indexing): the pattern then holds for
             the sizes and branches taken at this ``x``.
     """
-    gm = _trace(fn, x)
+    return read(_trace(fn, x), x)
+
+
+def read(gm: torch.fx.GraphModule, x: torch.Tensor) -> sp.csr_array:
+    """The Jacobian pattern of a traced graph of one input shaped like ``x``."""
     n = x.numel()
     interpreter = _Interpreter(n)
     meta = next(iter(gm.graph.find_nodes(op="placeholder"))).meta.get("val", x)
@@ -66,7 +71,7 @@ def jacobian_pattern(fn, x: torch.Tensor) -> sp.csr_array:
             f"sparsity detection widened the pattern at {ops}: each output of these ops "
             "is taken to depend on every input its operands depend on (dense from there on)",
             SparsityWarning,
-            stacklevel=2,
+            stacklevel=3,
         )
     return _canonical(out, n)
 
@@ -83,7 +88,7 @@ def hessian_pattern(fn, x: torch.Tensor) -> sp.csr_array:
         the Jacobian pattern of ``torch.func.grad(fn)``, symmetrised.
     """
     p = jacobian_pattern(torch.func.grad(fn), x)
-    return _tidy(p + p.T)
+    return tidy(p + p.T)
 
 
 def _trace(fn, x: torch.Tensor) -> torch.fx.GraphModule:
@@ -93,6 +98,8 @@ def _trace(fn, x: torch.Tensor) -> torch.fx.GraphModule:
         gm = _make_fx(fn, x, "fake")
         if any(_data_dependent(node.meta.get("val")) for node in gm.graph.nodes):
             raise ValueError("sizes that depend on x's values")
+    except (DiffifaceTypeError, DiffifaceValueError):
+        raise  # f's output checked in the trace: not a tracing failure
     except Exception as err:  # data-dependent shapes, control flow, .item(), ...
         try:
             gm = _make_fx(fn, x, "real")
@@ -110,6 +117,14 @@ def _trace(fn, x: torch.Tensor) -> torch.fx.GraphModule:
             SparsityWarning,
             stacklevel=3,
         )
+    gm.graph.eliminate_dead_code()
+    return gm
+
+
+def trace_real(fn, x: torch.Tensor) -> torch.fx.GraphModule:
+    """Aten graph of ``fn`` traced on real values (each node's value at x recorded)."""
+    gm = _make_fx(fn, x, "real")
+    _RecordValues(gm).run(x)
     gm.graph.eliminate_dead_code()
     return gm
 
@@ -188,6 +203,8 @@ class _Interpreter:
         if rule is not None:
             try:
                 out = rule(call)
+                if isinstance(out, Signed):
+                    return Sym(meta, out.p, out.base)
                 return out.value if isinstance(out, rules.Concrete) else _wrap(meta, out)
             except rules.XDependentIndex:
                 reason = "indices computed from x"
@@ -248,10 +265,10 @@ def _canonical(out, n: int) -> sp.csr_array:
         rows, p = out.numel, out.p
     else:
         rows, p = int(np.prod(getattr(out, "shape", ()))), None
-    return rules.empty(rows, n) if p is None else _tidy(p)
+    return rules.empty(rows, n) if p is None else tidy(p)
 
 
-def _tidy(p) -> sp.csr_array:
+def tidy(p) -> sp.csr_array:
     """``p`` in canonical form: sorted indices, no duplicates, data all True."""
     p = sp.csr_array(p, dtype=bool)
     p.sum_duplicates()

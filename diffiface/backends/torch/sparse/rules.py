@@ -38,13 +38,16 @@ class Sym:
         meta: a (fake) tensor with the value's shape, dtype and strides.
         p: bool csr ``(numel, n)``: the derivative dependence; None when there is none
             (integer or bool tensors, detached or random values).
+        sign_of: a Sym this value is a piecewise constant multiple of (``copysign``'s
+            first operand), or None.
     """
 
-    __slots__ = ("meta", "p")
+    __slots__ = ("meta", "p", "sign_of")
 
-    def __init__(self, meta, p=None):
+    def __init__(self, meta, p=None, sign_of=None):
         self.meta = meta
         self.p = p if is_float(meta) else None
+        self.sign_of = sign_of
 
     @property
     def shape(self):
@@ -81,9 +84,15 @@ class Call:
                 out[arg.name] = arg.default_value
         return pytree.tree_map(_cpu, out)
 
-    def syms(self) -> list[Sym]:
-        """The operands that carry a derivative dependence."""
-        leaves = pytree.tree_leaves((self.args, self.kwargs))
+    def leaves(self) -> list:
+        return pytree.tree_leaves((self.args, self.kwargs))
+
+    def syms(self, skip=()) -> list[Sym]:
+        """The operands that carry a derivative dependence (less those named in ``skip``)."""
+        if skip:
+            leaves = pytree.tree_leaves([v for k, v in self.bound().items() if k not in skip])
+        else:
+            leaves = self.leaves()
         return [a for a in leaves if isinstance(a, Sym) and a.p is not None]
 
     def out_meta(self):
@@ -179,21 +188,6 @@ def dense_rows(syms, rows: int, n: int) -> sp.csr_array:
 
 
 # --- rules --------------------------------------------------------------------------
-
-
-def pointwise(call: Call):
-    """Elementwise ops: the union of the operands' patterns after broadcasting."""
-    shape = call.out_meta().shape
-    parts = [broadcast(s, shape) for s in call.syms()]
-    return union(parts)
-
-
-def fill(call: Call):
-    """``fill``: the output takes only the fill value (a 0-dim tensor or a number)."""
-    value = call.bound()["value"]
-    if isinstance(value, Sym):
-        return broadcast(value, call.out_meta().shape) if value.p is not None else None
-    return metadata_only(call)
 
 
 def _index_tensor(sym_meta, offset: int, strided: bool) -> torch.Tensor:
@@ -452,109 +446,20 @@ def scatter_like(call: Call):
     return union(parts)
 
 
-def _conv_edges(ishape, weight, stride, padding, dilation, groups, masked=True):
-    """Flat (out, in, weight) indices of every multiply-add of a convolution.
-
-    Found by convolving the input's index tensor with one-hot kernels (one per tap);
-    taps where a concrete weight is zero are left out when ``masked``.
-    """
-    wshape = tuple(weight.shape)
-    nsp = len(wshape) - 2
-    nb, nc = ishape[:2]
-    no, ncg, ksize = wshape[0], wshape[1], wshape[2:]
-    nk = math.prod(ksize)
-    src = torch.arange(1, math.prod(ishape) + 1, dtype=torch.float64).view(ishape)
-    onehot = torch.eye(nk, dtype=torch.float64).view(nk, 1, *ksize).repeat(nc, 1, *[1] * nsp)
-    taps = aten.convolution(src, onehot, None, stride, padding, dilation, False, [0] * nsp, nc)
-    npos = math.prod(taps.shape[2:])
-    taps = taps.reshape(nb, nc, nk, npos)
-    if isinstance(weight, Sym) or not masked:
-        mask = torch.ones(no, ncg, nk, dtype=torch.bool)
-    else:
-        mask = weight.reshape(no, ncg, nk) != 0
-    o, c, k = mask.nonzero(as_tuple=True)
-    tap = taps[:, (o // (no // groups)) * ncg + c, k, :]  # (batch, edge, position)
-    b, e, q = (tap > 0).nonzero(as_tuple=True)
-    out = (b * no + o[e]) * npos + q
-    w = (o[e] * ncg + c[e]) * nk + k[e]
-    inn = tap[b, e, q].long() - 1
-    return out.numpy(), inn.numpy(), w.numpy(), (nb, no, npos)
-
-
-def _sel(rows, cols, nrows, sym):
-    """``select`` for a Sym operand (None for a concrete one)."""
-    if not isinstance(sym, Sym) or sym.p is None:
-        return None
-    return select(rows, cols, (nrows, sym.numel), sym.p)
-
-
-def _conv_args(b, pool: bool):
-    """(input shape (batched), weight, stride, padding, dilation, groups) of a conv/pool."""
-    src = b["self"] if pool else b["input"]
-    shape = tuple(src.shape)
-    if not pool:
-        if b["transposed"]:
-            raise NotImplementedError("transposed convolution")
-        return shape, b["weight"], b["stride"], b["padding"], b["dilation"], b["groups"]
-    k = list(b["kernel_size"])
-    nsp = len(k)
-    shape = shape if len(shape) == nsp + 2 else (1, *shape)
-    pad = b["padding"]
-    pad = [pad] * nsp if isinstance(pad, int) else list(pad) * (nsp if len(pad) == 1 else 1)
-    stride = list(b["stride"]) or k
-    weight = torch.ones(shape[1], 1, *k, dtype=torch.float64)
-    return shape, weight, stride, pad, [1] * nsp, shape[1]
-
-
-def convolution(call: Call):
-    """convolution / avg_pool: each output sums its window (through nonzero weights)."""
-    b = call.bound()
-    pool = "pool" in call.op.overloadpacket.__name__
-    shape, weight, *rest = _conv_args(b, pool)
-    out, inn, w, (nb, no, npos) = _conv_edges(shape, weight, *rest)
-    rows = nb * no * npos
-    if rows != call.out_meta().numel():
-        raise NotImplementedError("output size (ceil_mode)")
-    src = b["self"] if pool else b["input"]
-    parts = [_sel(out, inn, rows, src)] + ([] if pool else [_sel(out, w, rows, weight)])
-    bias = None if pool else b["bias"]
-    if isinstance(bias, Sym) and bias.p is not None:
-        m = torch.arange(no).view(1, no, 1).expand(nb, no, npos)
-        parts.append(take_rows(bias.p, m.reshape(-1).numpy()))
-    return union(parts)
-
-
-def convolution_backward(call: Call):
-    """Gradients of a convolution / avg_pool: the forward incidence read backwards."""
-    b = call.bound()
-    pool = "pool" in call.op.overloadpacket.__name__
-    go = b["grad_output"]
-    shape, weight, *rest = _conv_args(b, pool)
-    out, inn, w, _ = _conv_edges(shape, weight, *rest)
-    n_in = math.prod(shape)
-    grad_in = union([_sel(inn, out, n_in, go), _sel(inn, w, n_in, weight)])
-    if pool:
-        return grad_in
-    out, inn, w, _ = _conv_edges(shape, weight, *rest, masked=False)
-    n_w = math.prod(weight.shape)
-    grad_w = union([_sel(w, out, n_w, go), _sel(w, inn, n_w, b["input"])])
-    grad_b = None
-    if isinstance(go, Sym) and go.p is not None:
-        grad_b = reduce(go, {0, *range(2, len(go.shape))})[0]
-    return [grad_in, grad_w, grad_b]
-
-
 def adjoint(call: Call):
-    """Backward of a data-movement op (unfold, nearest upsampling): each input element
-    sums the gradients of the output elements the forward op copied it to."""
+    """Backward of a data-movement op (unfold, nearest upsampling, replication padding):
+    each input element sums the gradients of the output elements the forward op copied
+    it to. The input's shape is an argument, or that of ``self`` (whose values the
+    gradient does not depend on)."""
     b = call.bound()
     names = list(b)
-    grad, size_name = b[names[0]], "input_sizes" if "input_sizes" in b else "input_size"
+    grad = b[names[0]]
+    size_name = next(k for k in ("input_sizes", "input_size", "self") if k in b)
     if not isinstance(grad, Sym) or grad.p is None:
         return None
     fwd = getattr(aten, call.op.overloadpacket.__name__.removesuffix("_backward")).default
     rest = [b[k] for k in names[1:] if k != size_name]  # the forward op's other arguments
-    in_shape = tuple(b[size_name])
+    in_shape = tuple(b[size_name].shape if size_name == "self" else b[size_name])
     src = torch.arange(1, math.prod(in_shape) + 1, dtype=torch.float64).view(in_shape)
     m = fwd(src, *rest).reshape(-1).long().numpy() - 1
     ok = m >= 0
@@ -571,11 +476,3 @@ def metadata_only(call: Call):
 
     args, kwargs = pytree.tree_map(sub, (call.args, call.kwargs))
     return Concrete(call.op(*args, **kwargs))
-
-
-def no_derivative(call: Call):
-    """detach, sign, floor, ...: the values depend on x, the derivative is zero."""
-    return None
-
-
-# --- registry -----------------------------------------------------------------------

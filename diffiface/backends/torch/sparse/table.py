@@ -1,26 +1,24 @@
-"""The table of aten ops and their rules (``rules``), by op
+"""The table of aten ops and their rules (``rules``, ``elementwise``), by op
 packet; ``rule_for`` also reads torch's tags (pointwise, reduction)."""
 
 from __future__ import annotations
 
 import torch
 
+from . import elementwise as E
+from .elementwise import fill, no_derivative, pointwise
 from .rules import (
     adjoint,
     along,
-    convolution,
-    convolution_backward,
-    fill,
     layer_norm,
     matmul,
     metadata_only,
     movement,
-    no_derivative,
-    pointwise,
     prefix,
     reduction,
     scatter_like,
 )
+from .windows import adaptive_backward, convolution, convolution_backward
 
 aten = torch.ops.aten
 
@@ -36,12 +34,12 @@ def _register(rule, names: str) -> None:
 
 _register(
     pointwise,
-    "_to_copy where masked_fill softplus_backward elu_backward hardtanh_backward "
+    "_to_copy softplus_backward elu_backward hardtanh_backward "
     "leaky_relu_backward log_sigmoid_forward log_sigmoid_backward native_dropout "
     "hardswish_backward hardsigmoid_backward mish_backward softshrink_backward "
     "hardshrink_backward logit_backward elu hardtanh leaky_relu softshrink hardshrink "
     "hardswish hardsigmoid mish celu selu silu logit _conj resolve_conj resolve_neg "
-    "native_dropout_backward",
+    "native_dropout_backward rrelu_with_noise_backward",
 )
 _register(fill, "fill")
 _register(
@@ -70,7 +68,11 @@ _register(
 )
 _register(layer_norm, "native_layer_norm")
 _register(convolution, "convolution avg_pool2d avg_pool3d")
-_register(convolution_backward, "convolution_backward avg_pool2d_backward avg_pool3d_backward")
+_register(
+    convolution_backward,
+    "convolution_backward avg_pool2d_backward avg_pool3d_backward "
+    "max_pool2d_with_indices_backward max_pool3d_with_indices_backward",
+)
 _register(prefix, "cumsum cumprod logcumsumexp cummax cummin")
 _register(matmul, "mm bmm addmm baddbmm mv addmv dot vdot")
 _register(scatter_like, "gather scatter scatter_add scatter_reduce index_put _unsafe_index_put")
@@ -79,20 +81,52 @@ _register(
     adjoint,
     "unfold_backward upsample_nearest1d_backward upsample_nearest2d_backward "
     "upsample_nearest3d_backward _upsample_nearest_exact1d_backward "
-    "_upsample_nearest_exact2d_backward _upsample_nearest_exact3d_backward",
+    "_upsample_nearest_exact2d_backward _upsample_nearest_exact3d_backward "
+    "replication_pad1d_backward replication_pad2d_backward replication_pad3d_backward "
+    "reflection_pad1d_backward reflection_pad2d_backward reflection_pad3d_backward",
 )
 _register(
     metadata_only,
     "zeros_like ones_like full_like empty_like new_zeros new_ones new_full new_empty "
-    "new_empty_strided scalar_tensor _shape_as_tensor",
+    "new_empty_strided scalar_tensor _shape_as_tensor _new_zeros_with_same_feature_meta",
 )
-_register(no_derivative, "detach sign sgn floor ceil round trunc")
+_register(
+    adaptive_backward,
+    "_adaptive_avg_pool2d_backward _adaptive_avg_pool3d_backward "
+    "adaptive_max_pool2d_backward adaptive_max_pool3d_backward",
+)
+_register(no_derivative, E.FLAT_OPS)
+_register(E.power, "pow")
+_register(E.first_output, "rrelu_with_noise_functional")
+_register(E.copysign, "copysign")
+_register(E.division, "div")
+_register(E.product, "mul")
+_register(E.choice, "where masked_fill")
+ELEMENTWISE = {
+    pointwise,
+    no_derivative,
+    E.copysign,
+    E.division,
+    E.product,
+    E.choice,
+    E.power,
+    E.first_output,
+}
 
 
 def rule_for(op):
-    """The rule for ``op`` (an OpOverload), or None when it has none."""
+    """The rule for ``op`` (an OpOverload), or None when it has none. A prims op (in
+    forward-mode graphs) takes the rule of the aten op of its name."""
+    if op.namespace == "prims":
+        packet = getattr(aten, op.overloadpacket.__name__, None)
+        if packet is None:
+            return None
+        rule = rule_for(getattr(packet, "Tensor", None) or getattr(packet, packet.overloads()[0]))
+        if rule in (pointwise, no_derivative, E.product):  # (positional operands only)
+            return rule
+        return pointwise if rule in ELEMENTWISE else None
     rule = RULES.get(op.overloadpacket)
-    if torch.Tag.pointwise in op.tags and rule is not no_derivative:
+    if torch.Tag.pointwise in op.tags and rule not in ELEMENTWISE:
         return pointwise
     if rule is None and torch.Tag.reduction in op.tags:
         return reduction

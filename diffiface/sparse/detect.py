@@ -95,7 +95,8 @@ def _traced(prob: Any, framework: str, ctx: tuple):
     """f of x alone, as the detector traces it (f is never run for real here): f's
     output checked in the trace (a scalar for a Hessian) by the problem's own check
     where the problem is of the detector's framework."""
-    if prob.impl.traits.arrays == framework and not prob.aux:
+    own = framework_module(framework)  # (not the NumPy tracer: NumPy's checks read values)
+    if prob.impl.traits.arrays == framework and not prob.aux and own is not None:
         flat = prob.flat()
         return lambda x: flat((x,), *ctx)
     f = prob.f  # (finite differences over a JAX f, say: its checks take NumPy arrays)

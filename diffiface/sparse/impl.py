@@ -61,7 +61,8 @@ class SparseImpl:
         """The dense backend's, for the other operators. For a sparse one on one array,
         ``run(f, x)`` for a closure of prob.f's code whose cells hold what prob.f's
         held (``kept``: the same code on equal cells computes what prob.f computes, so
-        prob.f's plan runs, kept alive here), else SLOW (the general path detects)."""
+        prob.f's plan runs, on the call's own f: no f is kept alive here), else SLOW
+        (the general path detects)."""
         if prob.op not in SPARSE_OPS:
             return self.dense.code_runner(prob, form)
         plan = prob.fns.get(KEY)
@@ -69,7 +70,18 @@ class SparseImpl:
         record = None if cells is None else cells.record()
         if record is None or not detect.everywhere(self.backend):
             return None
-        run = self.runner(prob, form, plan.combo)
+        current: list = [None]  # the call's own f: held during its call only
+
+        def calls_current(*args):
+            return current[0](*args)
+
+        stand_in = Problem(
+            prob.op, prob.backend, prob.impl, calls_current, prob.treedef, prob.single,
+            prob.scalar, prob.aux,
+        )  # fmt: skip
+        # the plan alone: passes compiled for prob.f (held weakly) would call a dead f
+        stand_in.fns[KEY], stand_in.prepared = plan, prob.prepared
+        run = self.runner(stand_in, form, plan.combo)
         if run is None:
             return None
         key = cells.key
@@ -78,7 +90,11 @@ class SparseImpl:
             now = kept.cells(f)
             if now is None or now.key != key or not now.same_arrays(record):
                 return SLOW
-            return run(x)
+            current[0] = f
+            try:
+                return run(x)
+            finally:
+                current[0] = None
 
         return code_run
 

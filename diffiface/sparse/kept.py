@@ -66,8 +66,9 @@ class Cells:
 
 
 def cells(f: Any) -> Cells | None:
-    """The cells of a plain closure ``f`` whose code's plan it may share, else None."""
-    if type(f) is not types.FunctionType or not f.__closure__:
+    """The cells of a plain function ``f`` (a closure, or one that reads only globals)
+    whose code's plan it may share, else None."""
+    if type(f) is not types.FunctionType:
         return None
     arrays: list = []
     parts = _parts(f, arrays, _DEPTH)

@@ -93,6 +93,33 @@ def test_closure_made_anew_runs_its_codes_plan(backend, plans_made):
     assert plans_made[0] == 2  # one per code, not one per object
 
 
+def _squares(x):
+    return x[1:] * x[:-1] + x[:-1] ** 2
+
+
+@pytest.mark.parametrize("backend", GLOBAL, ids=repr)
+def test_a_function_of_globals_made_anew_runs_its_codes_plan(backend, plans_made):
+    """A lambda with no cells (it reads globals only), made anew on each call, and the
+    kept plan holds none of them."""
+    import gc
+    import weakref
+
+    sparse, x0 = di.AutoSparse(backend), np.linspace(0.5, 2.0, 6)
+    x = native(backend, x0)
+    want = np.zeros((5, 6))  # d(x[i+1] x[i] + x[i]^2) / dx
+    want[np.arange(5), np.arange(5)] = x0[1:] + 2 * x0[:-1]
+    want[np.arange(5), np.arange(1, 6)] = x0[:-1]
+    refs = []
+    for _ in range(4):
+        f = lambda x: _squares(x)  # noqa: E731
+        refs.append(weakref.ref(f))
+        np.testing.assert_allclose(to_numpy(densify(di.jacobian(f, sparse, x))), want)
+    assert plans_made[0] == 1
+    del f
+    gc.collect()
+    assert all(r() is None for r in refs)
+
+
 @pytest.mark.parametrize("backend", GLOBAL, ids=repr)
 def test_closures_whose_cells_differ_get_their_own_pattern(backend, plans_made):
     sparse, x0 = di.AutoSparse(backend), np.linspace(0.5, 2.0, 6)

@@ -179,15 +179,23 @@ def AutoKeras(mode: str | None = None) -> AbstractBackend:
             "AutoKeras()."
         )
     name = keras.backend.backend()
-    from .core.registry import FRAMEWORKS  # (the backend types, one per framework)
-
-    found = [b for b in FRAMEWORKS if b.framework == name]
+    found = [b for b in _backend_types() if b.framework == name]
     if not found:
         raise DiffifaceValueError(
             f"AutoKeras(): keras runs on its {name!r} backend, which diffiface cannot "
             "differentiate. Set KERAS_BACKEND=jax or KERAS_BACKEND=torch before importing keras."
         )
     return found[0](mode=mode)
+
+
+def _backend_types() -> list:
+    """Every backend type defined so far (a backend package's own too), by subclassing."""
+    found, todo = [], list(AbstractBackend.__subclasses__())
+    while todo:
+        cls = todo.pop()
+        found.append(cls)
+        todo += cls.__subclasses__()
+    return found
 
 
 @dataclasses.dataclass(frozen=True)

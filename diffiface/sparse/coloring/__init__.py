@@ -20,8 +20,8 @@ from .acyclic import Substitution, acyclic_coloring
 from .bicoloring import bicolor_gather, bicoloring
 from .decompress import (
     KINDS,
-    _check_kind,
     check_coloring,
+    check_kind,
     column_gather,
     row_gather,
     seeds,
@@ -97,7 +97,7 @@ def coloring(
         >>> coloring(H, "star"), coloring(H, "column")
         (array([0, 1, 1, 1, 1]), array([0, 1, 2, 3, 4]))
     """
-    kind = _check_kind(kind)
+    kind = check_kind(kind)
     p = as_pattern(pattern)
     if kind == "column":
         return column_coloring(p, order)

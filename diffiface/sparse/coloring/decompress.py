@@ -142,7 +142,7 @@ def check_coloring(pattern, colors, kind="column") -> bool:
         True when the property holds.
     """
     p = as_pattern(pattern)
-    kind = _check_kind(kind)
+    kind = check_kind(kind)
     if kind == "bidirectional":
         return check_bicoloring(p, colors)
     if kind == "acyclic":
@@ -164,7 +164,7 @@ def check_coloring(pattern, colors, kind="column") -> bool:
     return bool(np.unique(keys).size == keys.size)
 
 
-def _check_kind(kind) -> str:
+def check_kind(kind) -> str:
     if not isinstance(kind, str):
         raise DiffifaceTypeError(f"kind is one of {KINDS}, got {type(kind).__name__}.")
     if kind not in KINDS:

@@ -323,16 +323,17 @@ def second_order(outer: AbstractBackend, inner: AbstractBackend) -> SecondOrder 
 
 
 _DETECTORS = ("global", "local")
-# diffiface.sparse.coloring.ORDERS and "best" (kept here: this module imports no scipy)
-_ORDERS = (
+# the vertex orders of the greedy colorings (diffiface.sparse.coloring.ORDERS: their one
+# home is here, where AutoSparse checks its argument without importing scipy)
+COLORING_ORDERS = (
     "largest_first",
     "natural",
     "random",
     "smallest_last",
     "incidence_degree",
     "dynamic_largest_first",
-    "best",
 )
+_ORDERS = (*COLORING_ORDERS, "best")
 
 
 @dataclasses.dataclass(frozen=True, eq=False, repr=False)

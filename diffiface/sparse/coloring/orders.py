@@ -14,16 +14,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from diffiface._backend_types import COLORING_ORDERS
 from diffiface._errors import DiffifaceTypeError, DiffifaceValueError
 
-ORDERS = (
-    "largest_first",
-    "natural",
-    "random",
-    "smallest_last",
-    "incidence_degree",
-    "dynamic_largest_first",
-)
+ORDERS = COLORING_ORDERS
 # "best": all of these tried, the fewest colors kept (the first on a tie)
 BEST = (
     "largest_first",

@@ -137,6 +137,10 @@ def assert_no_inner_trace(backend, aux):
             from autograd.tracer import isbox
 
             assert not isbox(leaf), type(leaf)
+        elif backend.framework == "mlx":  # (MLX shows no tracer type to look for)
+            import mlx.core as mx
+
+            assert isinstance(leaf, mx.array | np.ndarray | np.generic | float), type(leaf)
         else:
             assert isinstance(leaf, np.ndarray | np.generic | float), type(leaf)
 

@@ -189,10 +189,11 @@ def AutoKeras(mode: str | None = None) -> AbstractBackend:
 
 
 def _backend_types() -> list:
-    """Every backend type defined so far (a backend package's own too), by subclassing."""
+    """Every backend type defined so far (a backend package's own too), by subclassing,
+    breadth first: a framework's own type before a user's subclass of it."""
     found, todo = [], list(AbstractBackend.__subclasses__())
     while todo:
-        cls = todo.pop()
+        cls = todo.pop(0)
         found.append(cls)
         todo += cls.__subclasses__()
     return found

@@ -307,6 +307,11 @@ def test_auto_keras_names_the_fix_without_keras_or_on_another_backend(monkeypatc
     fake = types.SimpleNamespace(backend=types.SimpleNamespace(backend=lambda: "torch"))
     monkeypatch.setitem(sys.modules, "keras", fake)
     assert di.AutoKeras(mode="forward") == di.AutoTorch(mode="forward")
+
+    class Mine(di.AutoTorch):  # a user's subclass: AutoKeras still gives AutoTorch itself
+        pass
+
+    assert type(di.AutoKeras()) is di.AutoTorch
     with pytest.raises(di.DiffifaceValueError, match="mode must be None"):
         di.AutoKeras(mode="sideways")
 

@@ -13,7 +13,8 @@ thread, medians of interleaved repeats; every result checked against the dense o
 6. Colors against SparseMatrixColorings.jl and ColPack (sparse_colors.py).
 7. Call, unprepared call and preparation against asdex at n = 2e3, 1e4, 1e5, JAX and
    torch (sparse_scaling.py).
-8. Evaluations of f by finite-difference sparse Hessians and Jacobians (sparse_evals.py).
+8. Detection and coloring alone against asdex's, at the same sizes (sparse_detection.py).
+9. Evaluations of f by finite-difference sparse Hessians and Jacobians (sparse_evals.py).
 
 Run: ``taskset -c 0 python benchmarks/sparse.py [--quick | --tiny] [--md
 docs/sparse_results.md] [--png docs/sparse_growth.png]``. ``--quick`` takes smaller
@@ -36,6 +37,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import sparse_colors
+import sparse_detection
 import sparse_evals
 import sparse_scaling
 import torch
@@ -319,6 +321,10 @@ SCALING_TEXT = """## Against asdex from 2e3 to 1e5 unknowns
 
 """ + sparse_scaling.__doc__.split("\n\n", 1)[1]
 
+DETECTION_TEXT = """## Detection and coloring against asdex
+
+""" + sparse_detection.__doc__.split("\n\n", 1)[1]
+
 EVALS_TEXT = """## Finite differences: evaluations of f
 
 """ + sparse_evals.__doc__.split("\n\n", 1)[1]
@@ -345,6 +351,8 @@ def markdown(path, wall, cpu, tables):
         parts.append(colors_md(tables["colors"]))
     if "scaling" in tables:
         parts.append(SCALING_TEXT + "\n" + "\n".join(table_lines(tables["scaling"])) + "\n")
+    if "detection" in tables:
+        parts.append(DETECTION_TEXT + "\n" + "\n".join(table_lines(tables["detection"])) + "\n")
     if "evals" in tables:
         parts.append(EVALS_TEXT + "\n" + "\n".join(table_lines(tables["evals"])) + "\n")
     with open(path, "w") as fh:
@@ -373,7 +381,7 @@ def checks(size: dict, quick: bool) -> list:
 
 def main(mode="full", md=None, png=None):
     """Every section at the sizes of ``mode`` ("full", "quick" or "tiny"); the tables
-    of sections 6 to 8 are returned (and written with the checks to ``md``)."""
+    of sections 6 to 9 are returned (and written with the checks to ``md``)."""
     start, cpu = time.perf_counter(), time.process_time()
     size, quick = SIZES[mode], mode != "full"
     with warnings.catch_warnings():
@@ -382,6 +390,7 @@ def main(mode="full", md=None, png=None):
         tables = {
             "colors": sparse_colors.table(mode),
             "scaling": sparse_scaling.table(size["scaling"], size["rounds"]),
+            "detection": sparse_detection.table(size["scaling"], size["rounds"]),
             "evals": sparse_evals.table(size["evals"]),
         }
     wall, cpu = time.perf_counter() - start, time.process_time() - cpu

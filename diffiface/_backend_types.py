@@ -369,8 +369,9 @@ class AutoSparse(AbstractBackend):
         bidirectional: Jacobians color rows and columns together (a star bicoloring)
             and run jvps and vjps together, as DifferentiationInterface.jl's
             ``MixedMode``: a pattern with dense rows and dense columns (an arrow) takes
-            a few products where a column or row coloring takes n. Needs a backend
-            ``mode`` of None; Hessians are unchanged.
+            a few products where a column or row coloring takes n (or the better of
+            those alone, where it takes fewer). Needs a backend ``mode`` of None and
+            reverse products (not finite differences); Hessians are unchanged.
         decompression: for Hessians, "direct" (a star coloring: each nonzero read
             from one product) or "substitution" (an acyclic coloring: fewer colors,
             fewer Hessian-vector products; H recovered by solving along two-colored
@@ -478,6 +479,12 @@ class AutoSparse(AbstractBackend):
                 f"AutoSparse({b!r}, bidirectional=True): a bicoloring runs forward and "
                 f"reverse products, but the backend's mode is {self.mode!r}; use the "
                 "backend with mode=None."
+            )
+        if self.bidirectional and isinstance(self.backend, AutoFiniteDifferences):
+            raise DiffifaceValueError(
+                f"AutoSparse({b!r}, bidirectional=True): finite differences have no "
+                "reverse products (each would take a whole Jacobian, 2n evaluations of f); "
+                "leave bidirectional=False (column coloring, 1 + 2 x colors evaluations)."
             )
 
 

@@ -239,15 +239,16 @@ class SparsePlan:
     def _both(self, prob, xs, ctx, forward: list, reverse: list, gather) -> tuple:
         """A bicoloring's products: jvps along the column seeds, vjps along the row
         seeds, flattened one after the other, and the gather."""
-        d = self.d
+        d, y, parts = self.d, None, []
         if forward:
             y, ts = d.value_and_jvps(prob, xs, [(s,) for s in forward], ctx)
             parts = [d.reshape(t, (-1,)) for t in ts]
-        else:
-            y, parts = prob.flat()(xs, *ctx), []
-        if reverse:
-            _, gss = d.value_and_vjps(prob, xs, reverse, ctx, _as_is)
+        if reverse:  # f's value from the first pass that runs: f runs once
+            y_r, gss = d.value_and_vjps(prob, xs, reverse, ctx, _as_is)
+            y = y_r if y is None else y
             parts += [d.reshape(g[0], (-1,)) for g in gss]
+        if y is None:
+            y = prob.flat()(xs, *ctx)
         if not parts:
             return y, convert.zeros(d, (0,), y)
         return y, take(d, d.concat(parts, 0), gather)

@@ -24,6 +24,7 @@ import jax  # noqa: E402
 jax.config.update("jax_enable_x64", True)
 
 import sparse_colors  # noqa: E402
+import sparse_detection  # noqa: E402
 import sparse_evals  # noqa: E402
 import sparse_scaling  # noqa: E402
 
@@ -62,6 +63,7 @@ def test_the_page_has_every_section(run):
         "Checks",
         "Colors against SparseMatrixColorings.jl and ColPack",
         "Against asdex from 2e3 to 1e5 unknowns",
+        "Detection and coloring against asdex",
         "Finite differences: evaluations of f",
     }
     assert "sparse_growth.png" in md
@@ -115,6 +117,22 @@ def test_the_scaling_table_has_a_row_per_problem_and_framework(run):
             assert asdex == ["—"] * 4
         else:
             assert all(_number(c) > 0 for c in asdex)
+
+
+def test_the_detection_table_times_detection_and_coloring_apart(run):
+    tables, md = run
+    t = tables["detection"]
+    assert t["header"] == sparse_detection.HEADER
+    frameworks = [r[2] for r in t["rows"] if r[0] == "banded Jacobian"]
+    assert frameworks[:2] == ["jax", "torch"]
+    for r in t["rows"]:
+        assert _number(r[3]) > 0 and _number(r[4]) > 0  # detection, coloring
+        asdex = r[5:]
+        if r[2] != "jax" or not sparse_detection.HAVE_ASDEX:
+            assert asdex == ["—"] * 4
+        else:
+            assert all(_number(c) > 0 for c in asdex)
+    assert "## Detection and coloring against asdex" in md
 
 
 def test_the_evaluation_table_counts_calls_of_f(run):

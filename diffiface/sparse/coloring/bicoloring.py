@@ -22,7 +22,7 @@ from diffiface._errors import DiffifaceValueError
 from diffiface.sparse.patterns import as_pattern
 
 from ._graphs import check_colors, ncolors, rows_of
-from .greedy import star_coloring
+from .greedy import column_coloring, row_coloring, star_coloring
 from .orders import orders_of
 
 
@@ -104,6 +104,25 @@ def bicoloring(pattern, order="largest_first") -> tuple[np.ndarray, np.ndarray]:
         cc, rc = _cover(p, colors[:n], colors[n:])
         if best is None or ncolors(cc) + ncolors(rc) < sum(map(ncolors, best)):
             best = cc, rc
+    names = all(isinstance(o, str) for o in orders_of(order))  # not a permutation
+    return _one_side(p, best, order) if names else best
+
+
+def _one_side(p: sp.csr_array, best: tuple, order) -> tuple[np.ndarray, np.ndarray]:
+    """``best``, or a column (row) coloring alone where it takes fewer products: either
+    is a bicoloring too (no row, or no column, in a seed). One is tried only where it
+    can win: it takes at least the most nonzeros of a row (a column), and a dense row
+    would make its graph n x n."""
+    m, n = p.shape
+    total = sum(map(ncolors, best))
+    if p.nnz and np.diff(p.indptr).max() < total:
+        cc = column_coloring(p, order)
+        if ncolors(cc) < total:
+            best, total = (cc, np.full(m, -1, dtype=np.int64)), ncolors(cc)
+    if p.nnz and np.bincount(p.indices, minlength=n).max() < total:
+        rc = row_coloring(p, order)
+        if ncolors(rc) < total:
+            best = np.full(n, -1, dtype=np.int64), rc
     return best
 
 

@@ -28,6 +28,7 @@ class MLXImpl(BackendImpl):
         "mlx",
         native_kind="mlx arrays",
         output_kind="an mlx array",
+        hermitian_vjp=True,  # mx.vjp of a complex output is torch's (the Hermitian product)
         keeps_plans=True,  # unprepared runners trace f anew per call: nothing goes stale
         runs_aux=True,  # the runners of one array hand f's aux to the sink (_with_aux)
         runs_trees=True,  # they take f's pytree output per call (``trees``)

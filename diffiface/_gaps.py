@@ -98,7 +98,8 @@ KNOWN_GAPS = (
     Gap(
         "AutoMLX",
         "FixedParams' forward-over-reverse rules never run under mx.grad: every strategy "
-        "is MLX's own nesting (same derivatives). A rule would be an mx.custom_function, "
+        "is MLX's own nesting (same derivatives; has_aux=True, which the rule refuses under "
+        "an outer pass, works). A rule would be an mx.custom_function, "
         "which takes the arrays f closes over as constants (their outer derivative came "
         "out 0, measured on mlx 0.32.4), and MLX shows no tracers to find the ones an "
         "outer pass tracks, as JAX's closure_convert and torch's graph do.",

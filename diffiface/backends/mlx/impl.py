@@ -17,7 +17,8 @@ from ... import _checks
 from ..._backend_types import AutoMLX
 from ...core.backend import BackendImpl, Traits
 from ...core.registry import register
-from . import runners, second
+from . import errors, runners, second
+from .errors import float64_refused
 
 DTYPES = runners.DTYPES  # NumPy dtype -> MLX dtype (mx.array(a) alone makes float64 float32)
 
@@ -91,10 +92,10 @@ class MLXImpl(BackendImpl):
         return super().leaf_signature(a)
 
     def forward_unsupported(self, exc):
-        return isinstance(exc, RuntimeError) and "JVP not yet implemented" in str(exc)
+        return errors.lacks(exc) == errors.FORWARD
 
     def reverse_unsupported(self, exc):
-        return isinstance(exc, RuntimeError) and "VJP not yet implemented" in str(exc)
+        return errors.lacks(exc) == errors.REVERSE
 
     @staticmethod
     def protect(xs: tuple) -> tuple:
@@ -228,30 +229,11 @@ def flat(prob, ctx: tuple):
     return lambda *xs: [fn(xs, *ctx)]
 
 
-def on_cpu() -> bool:
-    return mx.default_device() == mx.cpu
-
-
-def float64_refused() -> str | None:
-    """Why float64 cannot run now: MLX has float64 on the CPU stream only."""
-    if on_cpu():
-        return None
-    return (
-        f"MLX runs float64 on the CPU only, and the default device is "
-        f"{mx.default_device()}. Set mx.set_default_device(mx.cpu) for float64 work, or "
-        "convert to float32 first (a.astype(np.float32), x.astype(mx.float32))."
-    )
-
-
 def call_f(prob, thunk):
     try:
         return thunk()
     except (TypeError, ValueError, RuntimeError) as exc:
-        if not isinstance(exc, TypeError) and "float64" in str(exc) and float64_refused():
-            raise _checks.DiffifaceValueError(
-                f"{_checks.call_form(prob.op, prob.backend)}: {float64_refused()}"
-            ) from exc
-        clear = _checks.framework_error(prob.op, prob.backend, exc)  # (None for diffiface's)
+        clear = errors.clear(prob.op, prob.backend, exc)
         if clear is not None:
             raise clear from exc
         raise

@@ -178,6 +178,17 @@ class MLXImpl(BackendImpl):
         with second.aux_dropped():
             return y, call_f(prob, lambda: second.jacobian(fn, xs[0], y, reverse))
 
+    def reverse_jacobian(self, prob, xs, ctx):
+        """f(x) and each leaf's Jacobian by rows in one vmapped pass: the reverse
+        formulation of a jvp or a derivative where f lacks forward mode (f runs twice,
+        not once per row)."""
+        if not xs:
+            return super().reverse_jacobian(prob, xs, ctx)
+        fn = flat(prob, ctx)
+        y = call_f(prob, lambda: fn(*xs)[0])
+        with second.aux_dropped():
+            return y, call_f(prob, lambda: second.reverse_jacobians(fn, xs, y))
+
     def value_and_batched_jacobian(self, prob, xs, ctx):
         """One vmapped pass over the per-sample basis repeated in every sample: rows of
         vjps or columns of jvps."""

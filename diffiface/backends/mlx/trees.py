@@ -120,7 +120,7 @@ def jacobian_of(f, returns: tuple, where: tuple, mode: str | None):
             return slow
         parts, start = [], 0
         for a in ys:
-            parts.append(jac[start : start + a.size].reshape(*a.shape, *x.shape))
+            parts.append(jac[start : start + a.size].reshape((*a.shape, *x.shape)))
             start += a.size
         jt = unflatten(box[0], parts)
         return (unflatten(box[0], ys), jt) if value else jt

@@ -49,7 +49,7 @@ def _plain(xs: tuple) -> bool:
     for x in xs:  # (a loop: no frame per leaf)
         if type(x) is not mx.array or x.dtype not in _FLOATS:
             return False
-    return True
+    return bool(xs)  # (an empty pytree, which MLX's transforms refuse: the general path's)
 
 
 def _like(ts: tuple, xs: tuple) -> bool:

@@ -133,7 +133,7 @@ def _slice_max(x):  # "[SliceUpdate] JVP for product, minimum and maximum not im
 @pytest.mark.parametrize("g", [_scatter, _cumprod, _slice_max], ids=lambda g: g.__name__[1:])
 def test_an_f_mlx_cannot_run_forward_runs_in_reverse(g):
     x = _m(X)
-    with pytest.raises(RuntimeError, match="(?i)jvp.*not"):  # (MLX itself)
+    with pytest.raises(RuntimeError, match=r"(?i)jvp.*not"):  # (MLX itself)
         mx.eval(mx.jvp(lambda x: [g(x)], [x], [x]))
     runs = [0]
 

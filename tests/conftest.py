@@ -74,7 +74,7 @@ def _auto_nests_natively(request, monkeypatch):
 MLX_COVERED = (
     "tests/operators/",
     "tests/backends/",
-    "tests/oracle/test_matrix.py",
+    "tests/oracle/",
     "tests/preparation/",
     "tests/robustness/",
     "tests/sparse/",

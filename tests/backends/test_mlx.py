@@ -174,9 +174,9 @@ def test_mlx_inside_mx_grad():
 
 
 def test_float64_off_the_cpu_is_a_clear_error(monkeypatch):
-    from diffiface.backends.mlx import impl
+    from diffiface.backends.mlx import errors
 
-    monkeypatch.setattr(impl, "on_cpu", lambda: False)
+    monkeypatch.setattr(errors, "on_cpu", lambda: False)
     with pytest.raises(di.DiffifaceValueError, match=r"float64 on the CPU only.*mx\.cpu"):
         di.gradient(_f, di.AutoMLX(), X)
     g = di.gradient(_f, di.AutoMLX(), X.astype(np.float32))  # float32 runs anywhere

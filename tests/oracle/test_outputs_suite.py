@@ -37,6 +37,7 @@ from helpers import (
     assert_tree_close,
     namespace,
     native,
+    rounding,
     to_numpy,
     tolerance,
     zero_or_clear_error,
@@ -96,8 +97,10 @@ def close(got, want, backend, order=1):
     assert_tree_close(npy(got), npy(want), rtol=t, atol=t)
 
 
-def close_aux(got, want):
-    assert_tree_close(npy(got), npy(want), rtol=AUX_TOL, atol=AUX_TOL)
+def close_aux(got, want, backend):
+    """aux against f's value at x, to rounding (MLX: its float64 accuracy)."""
+    t = rounding(backend, AUX_TOL)
+    assert_tree_close(npy(got), npy(want), rtol=t, atol=t)
 
 
 _ONCE = {}
@@ -163,14 +166,14 @@ def test_grad_and_aux_basic(backend):
     g, aux = di.gradient(_cube_and_square, backend, x, has_aux=True)
     close(g, want_g, backend)
     assert isinstance(aux, list) and len(aux) == 1
-    close_aux(aux, want_aux)
+    close_aux(aux, want_aux, backend)
     # value_and_grad: JAX's ((y, aux), g) is diffiface's ((y, g), aux)
     (want_y, want_aux2), want_g2 = once(
         "value_and_grad_aux", lambda: jax.value_and_grad(_cube_and_square, has_aux=True)(3.0)
     )
     (y, g2), aux2 = di.value_and_gradient(_cube_and_square, backend, x, has_aux=True)
     close((y, g2), (want_y, want_g2), backend)
-    close_aux(aux2, want_aux2)
+    close_aux(aux2, want_aux2, backend)
 
 
 _NOT_PAIRS = {
@@ -273,18 +276,24 @@ def _framework_outer_grad(backend, g):
 
         d = float(autograd.grad(g)(4.0))
         return d, d
+    if backend.framework == "mlx":
+        import mlx.core as mx
+
+        x = mx.array(4.0, dtype=mx.float64)
+        return float(mx.grad(g)(x)), float(mx.value_and_grad(g)(x)[1])
     d = float(jax.grad(g)(4.0))
     return d, float(jax.jit(jax.grad(g))(4.0))
 
 
 # upstream: APITest.test_grad_and_aux_nested, on each AD backend with its own outer
-# transform (jax.grad / torch.autograd.grad and torch.func.grad / autograd.grad): the aux
+# transform (jax.grad / torch.autograd.grad and torch.func.grad / autograd.grad /
+# mx.grad and mx.value_and_grad): the aux
 # of an inner di call is still differentiable by the outer pass
 @pytest.mark.parametrize("backend", AD_BACKENDS)
 @pytest.mark.parametrize("op", ["gradient", "jacobian", "value_and_gradient", "derivative"])
 def test_grad_and_aux_nested_framework_outer(backend, op):
-    m = {"jax": "jax.numpy", "torch": "torch", "autograd": "autograd.numpy"}[backend.framework]
-    ns = pytest.importorskip(m)
+    m = {"jax": "jax.numpy", "torch": "torch", "autograd": "autograd.numpy", "mlx": "mlx.core"}
+    ns = pytest.importorskip(m[backend.framework])
     call = getattr(di, op)
 
     def g(x):
@@ -293,7 +302,7 @@ def test_grad_and_aux_nested_framework_outer(backend, op):
 
     want = 3 * 16 * math.sin(4.0) + 64 * math.cos(4.0)
     for got in _framework_outer_grad(backend, g):
-        assert got == pytest.approx(want, rel=1e-12)
+        assert got == pytest.approx(want, rel=rounding(backend, 1e-12))
 
 
 def _cube_const_aux(x):
@@ -330,11 +339,11 @@ def test_grad_and_aux_no_tracers():
     _, aux = di.gradient(_identity_aux, B, 3.0, has_aux=True)
     assert isinstance(aux, dict) and sorted(aux) == ["identity", "p1"]
     assert_no_inner_trace(B, aux)
-    close_aux(aux, want)
+    close_aux(aux, want, B)
     # under jit: the values come out of the jitted function
     _, aux = jax.jit(lambda x: di.gradient(_identity_aux, B, x, has_aux=True))(3.0)
     assert_no_inner_trace(B, aux)
-    close_aux(aux, want)
+    close_aux(aux, want, B)
     # inside an outer jax.grad aux is the outer trace's value: d(p1**2)/dx = 2 (x + 1)
     outer = jax.grad(lambda x: di.gradient(_identity_aux, B, x, has_aux=True)[1]["p1"] ** 2)
     ref = jax.grad(lambda x: jax.grad(_identity_aux, has_aux=True)(x)[1]["p1"] ** 2)
@@ -351,13 +360,13 @@ def test_jacfwd_and_jacrev_and_aux_basic(backend):
     jac, aux = di.jacobian(_cube_and_square, backend, arr(backend, 3.0), has_aux=True)
     close(jac, want_jac, backend)
     assert isinstance(aux, list)
-    close_aux(aux, want_aux)
+    close_aux(aux, want_aux, backend)
     # and at a vector point, its Jacobian diagonal
     x = np.array([3.0, -1.0])
     want_jac, want_aux = once((ref, 1), lambda: jax.jit(ref(_cube_and_square, has_aux=True))(x))
     jac, aux = di.jacobian(_cube_and_square, backend, arr(backend, x), has_aux=True)
     close(jac, want_jac, backend)
-    close_aux(aux, want_aux)
+    close_aux(aux, want_aux, backend)
 
 
 # upstream: APITest.test_jvp_and_aux_basic
@@ -372,10 +381,10 @@ def test_jvp_and_aux_basic(backend):
     )
     close((p, t), (want_p, want_t), backend)
     assert isinstance(aux, list)
-    close_aux(aux, want_aux)
+    close_aux(aux, want_aux, backend)
     t2, aux2 = di.jvp(_cube_and_square, backend, arr(backend, 3.0), arr(backend, 4.0), has_aux=True)
     close(t2, want_t, backend)
-    close_aux(aux2, want_aux)
+    close_aux(aux2, want_aux, backend)
 
 
 def _affine_and_sign(x):
@@ -415,9 +424,14 @@ def _quadratic_aux(x):
 
 
 def native_like(x, a):
-    """A NumPy constant as the array kind of x (torch tensors need torch constants)."""
+    """A NumPy constant as the array kind of x (torch tensors and MLX arrays need their
+    own constants)."""
     if type(x).__module__.startswith("torch"):
         return torch.from_numpy(a)
+    if type(x).__module__.startswith("mlx"):
+        import mlx.core as mx
+
+        return mx.array(a, dtype=x.dtype)
     return a
 
 
@@ -429,14 +443,14 @@ def test_hessian_aux(backend):
     x, v = arr(backend, _X4), arr(backend, np.arange(4.0))
     h, aux = di.hessian(_quadratic_aux, backend, x, has_aux=True)
     close(h, _A44 + _A44.T, backend, order=2)
-    close_aux(aux, aux_want)
+    close_aux(aux, aux_want, backend)
     (y, g, h2), aux = di.value_gradient_and_hessian(_quadratic_aux, backend, x, has_aux=True)
     close((y, g), (_X4 @ _A44 @ _X4, (_A44 + _A44.T) @ _X4), backend)
     close(h2, _A44 + _A44.T, backend, order=2)
-    close_aux(aux, _X4)
+    close_aux(aux, _X4, backend)
     hv, aux = di.hvp(_quadratic_aux, backend, x, v, has_aux=True)
     close(hv, (_A44 + _A44.T) @ np.arange(4.0), backend, order=2)
-    close_aux(aux, _X4)
+    close_aux(aux, _X4, backend)
 
 
 # upstream: APITest.test_hessian_aux, through diffiface's explicit second-order pairs
@@ -447,10 +461,10 @@ def test_hessian_aux_second_order_pairs(outer, inner):
     h_want, aux_want = once("hessian_aux", _hessian_aux_ref)
     h, aux = di.hessian(_quadratic_aux, b, _X4, has_aux=True)
     close(h, h_want, B)
-    close_aux(aux, aux_want)
+    close_aux(aux, aux_want, B)
     hv, aux = di.hvp(_quadratic_aux, b, _X4, np.arange(4.0), has_aux=True)
     close(hv, np.asarray(h_want) @ np.arange(4.0), B)
-    close_aux(aux, aux_want)
+    close_aux(aux, aux_want, B)
 
 
 def _pair(t):
@@ -648,7 +662,7 @@ def test_vjp_cotangent_structure_errors(backend):
         di.vjp(_x_and_xx_aux, backend, x, ((x, (x, x)), x), has_aux=True)
     g, aux = di.vjp(_x_and_xx_aux, backend, x, (x, (x, x)), has_aux=True)
     close(g, 3 * np.array([1.0, 2.0]), backend)
-    close_aux(aux, np.array([1.0, 2.0]))
+    close_aux(aux, np.array([1.0, 2.0]), backend)
 
 
 # ---- every operator with has_aux, against JAX's own transforms ---------------------
@@ -735,7 +749,7 @@ def test_every_operator_has_aux_against_jax(backend, op):
             close(a, b, backend, order=2 if second else 1)
     else:
         close(got, want, backend, order=order)
-    close_aux(aux, want_aux)
+    close_aux(aux, want_aux, backend)
     assert type(aux) is type(want_aux)
     assert_no_inner_trace(backend, aux)
     if op != OPS[op].family:
@@ -743,7 +757,7 @@ def test_every_operator_has_aux_against_jax(backend, op):
     prep = prepare_of(op)(f, backend, x, *args, has_aux=True)
     got2, aux2 = call(f, backend, x, *args, prep=prep, has_aux=True)
     close(got2, got, backend, order=order)
-    close_aux(aux2, aux)
+    close_aux(aux2, aux, backend)
     with pytest.raises(di.DiffifaceValueError, match="has_aux"):
         call(f, backend, x, *args, prep=prep)
 
@@ -793,7 +807,7 @@ def _copy_pytree_aux(x):
 def test_grad_aux(backend, f):
     xt = torch_np(_XT)
     want, want_aux = torch.func.grad(f, has_aux=True)(xt)
-    close_aux(want_aux, f(xt)[1])
+    close_aux(want_aux, f(xt)[1], B)
     close(want, np.cos(_XT), B)
     if f is _sin_sum_cos:
         g, aux = di.gradient(f, backend, arr(backend, _XT), has_aux=True)
@@ -802,7 +816,7 @@ def test_grad_aux(backend, f):
         want_g, (want_y, _) = torch.func.grad_and_value(f, has_aux=True)(xt)
         (y, g), aux = di.value_and_gradient(f, backend, arr(backend, _XT), has_aux=True)
         close((y, g), (want_y, want_g), backend)
-    close_aux(aux, want_aux)
+    close_aux(aux, want_aux, backend)
 
 
 # upstream: TestGradTransform.test_vjp_aux_tensor, test_vjp_aux_pytree
@@ -820,7 +834,7 @@ def test_vjp_aux(backend, f):
     else:
         (y, g), aux = di.value_and_vjp(f, backend, x, v, has_aux=True)
         close((y, g), (out, want), backend)
-    close_aux(aux, want_aux)
+    close_aux(aux, want_aux, backend)
 
 
 # upstream: TestJvp.test_aux_tensor, TestJvp.test_aux_pytree
@@ -836,7 +850,7 @@ def test_jvp_aux(backend, f):
     else:
         (y, t), aux = di.value_and_jvp(f, backend, x, v, has_aux=True)
         close((y, t), (out, want), backend)
-    close_aux(aux, want_aux)
+    close_aux(aux, want_aux, backend)
 
 
 # upstream: TestJac.test_aux_tensor, TestJac.test_aux_pytree (jacrev and jacfwd)
@@ -853,7 +867,7 @@ def test_jac_aux(backend, f):
     else:
         (y, jac), aux = di.value_and_jacobian(f, backend, arr(backend, _XT), has_aux=True)
         close((y, jac), (_XT, want), backend)
-    close_aux(aux, want_aux)
+    close_aux(aux, want_aux, backend)
 
 
 def _aux_int(x):
@@ -911,7 +925,7 @@ def test_non_array_aux_is_returned_as_computed(backend, f):
     for _, aux in results:
         if isinstance(want, list):
             assert isinstance(aux, list) and aux[1] == "abc"
-            close_aux(aux[0], x)
+            close_aux(aux[0], x, backend)
         else:
             assert aux == want
             assert not isinstance(aux, str) or aux is want
@@ -1266,7 +1280,7 @@ def test_vmap_on_jac_pytree_output_and_aux(backend):
     jac, aux = di.batched_jacobian(_per_sample_pytree, backend, arr(backend, x), has_aux=True)
     assert isinstance(jac, dict) and isinstance(jac["c"], tuple)
     close(jac, want, backend)
-    close_aux(aux, {"norm": (x**2).sum(1)})
+    close_aux(aux, {"norm": (x**2).sum(1)}, backend)
     close(jac["s"], np.stack([np.diag(np.cos(r)) for r in x]), backend)
 
 
@@ -1286,7 +1300,7 @@ def test_hessian_aux_against_torch_func(backend):
     close(want, torch.func.hessian(lambda x: _hessian_aux_f(x)[0])(xt), B)
     h, aux = di.hessian(_hessian_aux_f, backend, arr(backend, _XT), has_aux=True)
     close(h, want, backend, order=2)
-    close_aux(aux, want_aux)
+    close_aux(aux, want_aux, backend)
     (y, g, hv), aux = di.value_gradient_and_hvp(
         _hessian_aux_f, backend, arr(backend, _XT), arr(backend, _TT), has_aux=True
     )
@@ -1296,7 +1310,7 @@ def test_hessian_aux_against_torch_func(backend):
         backend,
     )
     close(hv, want @ torch_np(_TT), backend, order=2)
-    close_aux(aux, want_aux)
+    close_aux(aux, want_aux, backend)
 
 
 # ============================================================================
@@ -1332,11 +1346,16 @@ def test_fixed_params_aux_follows_outer_pass(backend, strategy):
         p = torch.tensor(p0, dtype=torch.float64, requires_grad=True)
         (got,) = torch.autograd.grad(outer(p), p)
         got = float(got)
+    elif backend.framework == "mlx":
+        import mlx.core as mx
+
+        got = float(mx.grad(outer)(mx.array(p0, dtype=mx.float64)))
     else:
         import autograd
 
         got = float(autograd.grad(outer)(p0))
-    assert got == pytest.approx(want, rel=1e-10)
+    # (MLX: its float64 bound, absolute too: the sum cancels to 0.18 from terms near 1)
+    assert got == pytest.approx(want, rel=rounding(backend, 1e-10), abs=rounding(backend, 0.0))
 
 
 # diffiface's own rule (no upstream counterpart): forward-over-reverse replaces the inner
@@ -1349,22 +1368,26 @@ def test_fixed_params_forward_over_reverse_with_aux_is_an_error(backend):
         fp = di.FixedParams(_loss_aux, p, strategy="forward_over_reverse")
         return di.gradient(fp, backend, xb, has_aux=True)[0].sum()
 
+    # with no outer pass the call is a plain one
+    g, aux = di.gradient(
+        di.FixedParams(_loss_aux, 1.7, strategy="forward_over_reverse"), backend, xb, has_aux=True
+    )
+    close(g, 1.7 * np.sin(2 * _XT * 1.7), backend)
+    close_aux(aux, {"pre": _XT * 1.7}, backend)
     with pytest.raises(di.DiffifaceTypeError, match="has_aux=True: FixedParams"):
         if backend.framework == "jax":
             jax.grad(outer)(1.7)
         elif backend.framework == "torch":
             p = torch.tensor(1.7, dtype=torch.float64, requires_grad=True)
             torch.autograd.grad(outer(p), p)
+        elif backend.framework == "mlx":  # (a known gap: no rule runs under mx.grad)
+            import mlx.core as mx
+
+            mx.grad(outer)(mx.array(1.7, dtype=mx.float64))
         else:
             import autograd
 
             autograd.grad(outer)(1.7)
-    # with no outer pass the call is a plain one
-    g, aux = di.gradient(
-        di.FixedParams(_loss_aux, 1.7, strategy="forward_over_reverse"), backend, xb, has_aux=True
-    )
-    close(g, 1.7 * np.sin(2 * _XT * 1.7), backend)
-    close_aux(aux, {"pre": _XT * 1.7})
 
 
 _Point = collections.namedtuple("_Point", ["a", "b"])
@@ -1388,7 +1411,7 @@ def test_namedtuple_output_and_aux(backend):
     jac, aux = di.jacobian(_namedtuple_out, backend, arr(backend, _XT), has_aux=True)
     assert type(jac) is _Point and type(aux) is _Point
     close(jac, want, backend)
-    close_aux(aux, want_aux)
+    close_aux(aux, want_aux, backend)
     t, aux = di.jvp(_namedtuple_out, backend, arr(backend, _XT), arr(backend, _TT), has_aux=True)
     assert type(t) is _Point
     close(t, want_t, backend)

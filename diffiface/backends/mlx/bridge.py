@@ -29,7 +29,9 @@ import numpy as np
 from ... import _checks
 from ..._tree import flatten, unflatten
 from ...bridge import node as _bridge
-from .impl import DTYPES, float64_refused
+from . import errors
+from .errors import float64_refused
+from .impl import DTYPES
 
 
 def view(a: mx.array) -> np.ndarray:
@@ -97,8 +99,8 @@ class Kit:
         def run(*a):
             try:
                 return mx.jvp(raw, list(a[:n]), list(a[n:]))[1]
-            except RuntimeError as exc:  # e.g. scatter, the pullback of indexing
-                if "JVP not yet implemented" not in str(exc):
+            except (RuntimeError, ValueError) as exc:  # e.g. scatter, cumprod: no JVP
+                if errors.lacks(exc) != errors.FORWARD:
                     raise
                 return _jvp_by_two_vjps(raw, list(a[:n]), list(a[n:]))
 

@@ -17,7 +17,8 @@ from ... import _checks
 from ..._backend_types import AutoMLX
 from ...core.backend import BackendImpl, Traits
 from ...core.registry import register
-from . import runners, second
+from . import errors, runners, second
+from .errors import float64_refused
 
 DTYPES = runners.DTYPES  # NumPy dtype -> MLX dtype (mx.array(a) alone makes float64 float32)
 
@@ -28,6 +29,7 @@ class MLXImpl(BackendImpl):
         "mlx",
         native_kind="mlx arrays",
         output_kind="an mlx array",
+        hermitian_vjp=True,  # mx.vjp of a complex output is torch's (the Hermitian product)
         keeps_plans=True,  # unprepared runners trace f anew per call: nothing goes stale
         runs_aux=True,  # the runners of one array hand f's aux to the sink (_with_aux)
         runs_trees=True,  # they take f's pytree output per call (``trees``)
@@ -90,10 +92,10 @@ class MLXImpl(BackendImpl):
         return super().leaf_signature(a)
 
     def forward_unsupported(self, exc):
-        return isinstance(exc, RuntimeError) and "JVP not yet implemented" in str(exc)
+        return errors.lacks(exc) == errors.FORWARD
 
     def reverse_unsupported(self, exc):
-        return isinstance(exc, RuntimeError) and "VJP not yet implemented" in str(exc)
+        return errors.lacks(exc) == errors.REVERSE
 
     @staticmethod
     def protect(xs: tuple) -> tuple:
@@ -176,6 +178,17 @@ class MLXImpl(BackendImpl):
         with second.aux_dropped():
             return y, call_f(prob, lambda: second.jacobian(fn, xs[0], y, reverse))
 
+    def reverse_jacobian(self, prob, xs, ctx):
+        """f(x) and each leaf's Jacobian by rows in one vmapped pass: the reverse
+        formulation of a jvp or a derivative where f lacks forward mode (f runs twice,
+        not once per row)."""
+        if not xs:
+            return super().reverse_jacobian(prob, xs, ctx)
+        fn = flat(prob, ctx)
+        y = call_f(prob, lambda: fn(*xs)[0])
+        with second.aux_dropped():
+            return y, call_f(prob, lambda: second.reverse_jacobians(fn, xs, y))
+
     def value_and_batched_jacobian(self, prob, xs, ctx):
         """One vmapped pass over the per-sample basis repeated in every sample: rows of
         vjps or columns of jvps."""
@@ -227,30 +240,11 @@ def flat(prob, ctx: tuple):
     return lambda *xs: [fn(xs, *ctx)]
 
 
-def on_cpu() -> bool:
-    return mx.default_device() == mx.cpu
-
-
-def float64_refused() -> str | None:
-    """Why float64 cannot run now: MLX has float64 on the CPU stream only."""
-    if on_cpu():
-        return None
-    return (
-        f"MLX runs float64 on the CPU only, and the default device is "
-        f"{mx.default_device()}. Set mx.set_default_device(mx.cpu) for float64 work, or "
-        "convert to float32 first (a.astype(np.float32), x.astype(mx.float32))."
-    )
-
-
 def call_f(prob, thunk):
     try:
         return thunk()
     except (TypeError, ValueError, RuntimeError) as exc:
-        if not isinstance(exc, TypeError) and "float64" in str(exc) and float64_refused():
-            raise _checks.DiffifaceValueError(
-                f"{_checks.call_form(prob.op, prob.backend)}: {float64_refused()}"
-            ) from exc
-        clear = _checks.framework_error(prob.op, prob.backend, exc)  # (None for diffiface's)
+        clear = errors.clear(prob.op, prob.backend, exc)
         if clear is not None:
             raise clear from exc
         raise

@@ -6,8 +6,9 @@ of one array is (``runners``): ``mx.value_and_grad``, ``mx.vjp``, ``mx.jvp``, an
 
 A runner takes the plain case only: float MLX leaves, one tangent like x's leaves (the
 vjp's: like f's output, one array: the leaves form takes no pytree output), no aux and
-no second-order backend; anything else (a ``Tangents``, an error inside f, an output
-the general path must check) returns SLOW.
+no second-order backend; anything else (a ``Tangents``, an output the general path
+must check, a direction MLX lacks for f) returns SLOW. An error f raises goes on as it
+came (``errors``).
 """
 
 from __future__ import annotations
@@ -21,13 +22,10 @@ from ..._cache import weak_callable
 from ...core import direction
 from ...core.backend import SLOW
 from ...core.operator import OPS
+from . import errors
+from .errors import Unusual
 
 _FLOATS = (mx.float32, mx.float16, mx.bfloat16, mx.float64)
-
-
-class _Unusual(Exception):
-    """f's output is no float MLX array (a scalar for gradient and hvp), or unlike the
-    cotangent: the general path explains."""
 
 
 def runner(prob, combo: Any, weak: bool):
@@ -44,14 +42,14 @@ def runner(prob, combo: Any, weak: bool):
     if f is None:
         return None
     rebuild = itemgetter(0) if prob.single else prob.treedef.unflatten
-    return _MAKERS[family](f, rebuild, returns)
+    return _MAKERS[family](f, rebuild, returns, (prob.op, prob.backend))
 
 
 def _plain(xs: tuple) -> bool:
     for x in xs:  # (a loop: no frame per leaf)
         if type(x) is not mx.array or x.dtype not in _FLOATS:
             return False
-    return True
+    return bool(xs)  # (an empty pytree, which MLX's transforms refuse: the general path's)
 
 
 def _like(ts: tuple, xs: tuple) -> bool:
@@ -63,21 +61,26 @@ def _like(ts: tuple, xs: tuple) -> bool:
     return True
 
 
-def _of_leaves(f, rebuild, scalar: bool):
+def _of_leaves(f, rebuild, scalar: bool, where: tuple):
     """``fn(leaves, contexts) -> y``: f of x rebuilt from its leaves, its output checked
-    (a float MLX array; a scalar where ``scalar``)."""
+    (a float MLX array; a scalar where ``scalar``); an error f raises noted as f's."""
 
     def fn(leaves: list, contexts: tuple) -> Any:
-        y = f(rebuild(leaves), *contexts)
+        x = rebuild(leaves)
+        try:
+            y = f(x, *contexts)
+        except Exception as exc:
+            errors.note(exc, where)
+            raise
         if type(y) is not mx.array or y.dtype not in _FLOATS or (scalar and y.ndim):
-            raise _Unusual
+            raise Unusual
         return y
 
     return fn
 
 
-def _gradient(f, rebuild, returns: tuple):
-    vg = mx.value_and_grad(_of_leaves(f, rebuild, True))
+def _gradient(f, rebuild, returns: tuple, where: tuple):
+    vg = mx.value_and_grad(_of_leaves(f, rebuild, True, where))
     value = len(returns) == 2
 
     def run(xs: tuple, _: tuple, contexts: tuple) -> Any:
@@ -85,16 +88,16 @@ def _gradient(f, rebuild, returns: tuple):
             return SLOW
         try:
             y, gs = vg(list(xs), contexts)
-        except Exception:
-            return SLOW
+        except Exception as exc:
+            return errors.hand_over(exc)
         g = rebuild(gs)
         return (y, g) if value else g
 
     return run
 
 
-def _vjp(f, rebuild, returns: tuple):
-    fn = _of_leaves(f, rebuild, False)
+def _vjp(f, rebuild, returns: tuple, where: tuple):
+    fn = _of_leaves(f, rebuild, False, where)
     value = len(returns) == 2
 
     def run(xs: tuple, _: tuple, contexts: tuple, ws: tuple) -> Any:
@@ -105,21 +108,21 @@ def _vjp(f, rebuild, returns: tuple):
         def paired(*leaves: Any) -> Any:
             y = fn(list(leaves), contexts)
             if y.shape != w.shape or y.dtype != w.dtype:
-                raise _Unusual
+                raise Unusual
             return y
 
         try:
             (y,), gs = mx.vjp(paired, list(xs), [w])
-        except Exception:
-            return SLOW
+        except Exception as exc:
+            return errors.hand_over(exc)
         g = rebuild(gs)
         return (y, g) if value else g
 
     return run
 
 
-def _jvp(f, rebuild, returns: tuple):
-    fn = _of_leaves(f, rebuild, False)
+def _jvp(f, rebuild, returns: tuple, where: tuple):
+    fn = _of_leaves(f, rebuild, False, where)
     value = len(returns) == 2
 
     def run(xs: tuple, _: tuple, contexts: tuple, ts: tuple) -> Any:
@@ -127,17 +130,17 @@ def _jvp(f, rebuild, returns: tuple):
             return SLOW  # (a Tangents: k tuples of leaves)
         try:
             (y,), (t,) = mx.jvp(lambda *leaves: fn(list(leaves), contexts), list(xs), list(ts))
-        except Exception:
-            return SLOW
+        except Exception as exc:
+            return errors.hand_over(exc)
         return (y, t) if value else t
 
     return run
 
 
-def _hvp(f, rebuild, returns: tuple):
+def _hvp(f, rebuild, returns: tuple, where: tuple):
     """Reverse over reverse (a plain AutoMLX's): the pullback of the gradient along v,
     its outputs the gradient (and f's value, taken out of the same pass)."""
-    vg = mx.value_and_grad(_of_leaves(f, rebuild, True))
+    vg = mx.value_and_grad(_of_leaves(f, rebuild, True, where))
 
     def run(xs: tuple, _: tuple, contexts: tuple, vs: tuple) -> Any:
         if not _plain(xs) or not _like(vs, xs):
@@ -151,8 +154,8 @@ def _hvp(f, rebuild, returns: tuple):
 
         try:
             gs, hvs = mx.vjp(gradient, list(xs), list(vs))
-        except Exception:
-            return SLOW
+        except Exception as exc:
+            return errors.hand_over(exc)
         hv = rebuild(hvs)
         if len(returns) == 1:
             return hv

@@ -13,8 +13,9 @@ an array gets zero (the matrix's prepared cases under an outer pass caught it), 
 diffiface which arrays f reads, so it never compiles f for the user.
 
 Anything unusual (aux, a second-order backend, another operator or form, a tangent
-unlike x or a cotangent unlike f(x), an output that is no float array, an error) is the
-general path's: the runner is None, or it returns SLOW."""
+unlike x or a cotangent unlike f(x), an output that is no float array, a direction MLX
+lacks for f) is the general path's: the runner is None, or it returns SLOW. An error f
+raises goes on as it came, raised once (``errors``)."""
 
 from __future__ import annotations
 
@@ -26,10 +27,11 @@ import numpy as np
 
 from ..._cache import weak_callable
 from ..._tangents import Tangents, of_stack
-from ...core import outputs
+from ...core import direction, outputs
 from ...core.backend import SLOW
 from ...core.operator import OPS
-from . import leaves, trees
+from . import errors, leaves, trees
+from .errors import Unusual
 from .second import aux_waits, batched_jacobian, hessian, jacobian, second_derivatives
 
 _FLOATS = (mx.float32, mx.float16, mx.bfloat16, mx.float64)
@@ -56,6 +58,11 @@ def code_runner(prob, form: str):
     return None if make is None else lambda f, x, *t: make(f)(x, *t)
 
 
+# The direction each family's runner runs f in (a Jacobian's: per call)
+_DIRECTION = dict.fromkeys(("gradient", "vjp", "hvp", "hessian"), direction.REVERSE)
+_DIRECTION |= dict.fromkeys(("jvp", "derivative", "second_derivative"), direction.FORWARD)
+
+
 def _maker(prob, form: str, combo: Any):
     """``make(f) -> run`` for the calls the runners take, else None."""
     decl = OPS[prob.op]
@@ -63,14 +70,18 @@ def _maker(prob, form: str, combo: Any):
         return None
     if form not in ("array", "numpy", "python"):
         return None
+    known = direction.only(prob)  # f runs in one direction only: the general path's
+    if known is not None and _DIRECTION.get(decl.family) != known:
+        return None
     make, returns = _MAKERS.get(decl.family), decl.returns
+    where = (prob.op, prob.backend)  # (for f's errors: errors.note)
     if outputs.returns_tree(prob.f):  # (its last call returned a pytree: one MLX array x)
         make = _TREE_MAKERS.get(decl.family)
         if make is None or prob.aux or form != "array":
             return None
         if decl.family == "jacobian":
             make = functools.partial(trees.jacobian_of, mode=prob.backend.mode)
-        return lambda f: make(f, returns)
+        return lambda f: make(f, returns, where)
     if prob.aux:  # (one MLX array x, one MLX pass: aux never leaves an mx.vmap)
         if form != "array" or decl.family not in _FAMILIES[:4]:
             return None
@@ -82,22 +93,21 @@ def _maker(prob, form: str, combo: Any):
     elif decl.family == "hessian" and prob.backend.mode == "forward":
         return None  # (forward over reverse: the general path's)
     if form == "array":
-        return lambda f: make(f, returns)
+        return lambda f: make(f, returns, where)
     if form == "python":
-        return lambda f: _python_in_out(make(f, returns))
-    return lambda f: _numpy_in_out(make(f, returns))
+        return lambda f: _python_in_out(make(f, returns, where))
+    return lambda f: _numpy_in_out(make(f, returns, where))
 
 
-class _Unusual(Exception):
-    """f's output is not a float MLX array (a scalar for gradient and hvp), or a
-    cotangent is unlike it: the general path explains."""
-
-
-def _checked(f, scalar: bool):
+def _checked(f, scalar: bool, where: tuple):
     def checked(x: Any) -> Any:
-        y = f(x)
+        try:
+            y = f(x)
+        except Exception as exc:
+            errors.note(exc, where)
+            raise
         if type(y) is not mx.array or y.dtype not in _FLOATS or (scalar and y.ndim):
-            raise _Unusual
+            raise Unusual
         return y
 
     return checked
@@ -114,8 +124,8 @@ def _unlike(x: Any, t: Any) -> bool:
     )
 
 
-def _gradient(f, returns: tuple):
-    vg = mx.value_and_grad(_checked(f, True))
+def _gradient(f, returns: tuple, where: tuple):
+    vg = mx.value_and_grad(_checked(f, True, where))
     value = len(returns) == 2
 
     def run(x: Any) -> Any:
@@ -123,15 +133,15 @@ def _gradient(f, returns: tuple):
             return SLOW
         try:
             y, g = vg(x)
-        except Exception:
-            return SLOW
+        except Exception as exc:
+            return errors.hand_over(exc)
         return (y, g) if value else g
 
     return run
 
 
-def _jvp(f, returns: tuple):
-    one = _checked(f, False)
+def _jvp(f, returns: tuple, where: tuple):
+    one = _checked(f, False, where)
     value = len(returns) == 2
 
     def each(x: Any, v: Any) -> Any:
@@ -146,15 +156,15 @@ def _jvp(f, returns: tuple):
             return SLOW
         try:
             (y,), (jt,) = mx.jvp(one, [x], [t])
-        except Exception:
-            return SLOW
+        except Exception as exc:
+            return errors.hand_over(exc)
         return (y, jt) if value else jt
 
     return run
 
 
-def _vjp(f, returns: tuple):
-    one = _checked(f, False)
+def _vjp(f, returns: tuple, where: tuple):
+    one = _checked(f, False, where)
     value = len(returns) == 2
 
     def run(x: Any, w: Any) -> Any:
@@ -168,8 +178,8 @@ def _vjp(f, returns: tuple):
             return SLOW
         try:
             (y,), (g,) = mx.vjp(_paired(one, w), [x], [w])
-        except Exception:
-            return SLOW
+        except Exception as exc:
+            return errors.hand_over(exc)
         return (y, g) if value else g
 
     return run
@@ -181,17 +191,17 @@ def _paired(one, w: Any):
     def paired(x: Any) -> Any:
         y = one(x)
         if w.shape != y.shape or w.dtype != y.dtype:
-            raise _Unusual
+            raise Unusual
         return y
 
     return paired
 
 
-def _hvp(f, returns: tuple):
+def _hvp(f, returns: tuple, where: tuple):
     """Reverse over reverse: the pullback of the gradient along v (H is symmetric), its
     outputs the gradient (with the value, for value_gradient_and_hvp, from the same
     pass)."""
-    vg = mx.value_and_grad(_checked(f, True))
+    vg = mx.value_and_grad(_checked(f, True, where))
     value = len(returns) == 3
 
     def gradient(x: Any) -> list:
@@ -204,8 +214,8 @@ def _hvp(f, returns: tuple):
                 return hvs
             try:
                 y, g = vg(x)
-            except Exception:
-                return SLOW
+            except Exception as exc:
+                return errors.hand_over(exc)
             return (y, g, hvs) if value else (g, hvs)
         if _unlike(x, v):
             return SLOW
@@ -218,20 +228,20 @@ def _hvp(f, returns: tuple):
 
         try:
             (g,), (hv,) = mx.vjp(valued if value else gradient, [x], [v])
-        except Exception:
-            return SLOW
+        except Exception as exc:
+            return errors.hand_over(exc)
         return (seen[-1], g, hv) if value else (g, hv) if len(returns) > 1 else hv
 
     return run
 
 
-def _jacobian(f, returns: tuple, mode: str | None, batched: bool = False):
+def _jacobian(f, returns: tuple, where: tuple, mode: str | None, batched: bool = False):
     """f(x), then its Jacobian (``batched``: per-sample Jacobians along axis 0) as one
     ``mx.vmap`` over the unit vectors: rows of vjps (where f(x) is no larger than x, or
     mode "reverse") or columns of jvps. After a direction failed once (f indexes x: MLX
     has no JVP of scatter), every call is the general path's, which knows the direction
     f supports; so is a batched f(x) without x's batch axis (it explains)."""
-    one = _checked(f, False)
+    one = _checked(f, False, where)
     value = len(returns) == 2
     failed: list = []
     each = batched_jacobian if batched else jacobian
@@ -247,9 +257,10 @@ def _jacobian(f, returns: tuple, mode: str | None, batched: bool = False):
                 return SLOW
             reverse = mode == "reverse" or (mode is None and y.size <= x.size)
             jac = each(lambda x: [one(x)], x, y, reverse)
-        except Exception:
+        except Exception as exc:
+            slow = errors.hand_over(exc)  # (a direction MLX lacks: SLOW from now on)
             failed.append(True)
-            return SLOW
+            return slow
         return (y, jac) if value else jac
 
     return run
@@ -273,8 +284,8 @@ def _batched(each, x: Any, t: Tangents, like: Any) -> Any:
         return SLOW
     try:
         out = mx.vmap(lambda v: each(x, v))(stack)
-    except Exception:
-        return SLOW
+    except Exception as exc:
+        return errors.hand_over(exc)
     return of_stack(out) if t._stack is not None else Tangents(*out)
 
 
@@ -282,8 +293,8 @@ def _value(one, x: Any) -> Any:
     """f's value at x, or SLOW (the general path explains)."""
     try:
         return one(x)
-    except Exception:
-        return SLOW
+    except Exception as exc:
+        return errors.hand_over(exc)
 
 
 def _with_aux(make, f, returns: tuple, op: str, backend: Any):
@@ -303,7 +314,7 @@ def _with_aux(make, f, returns: tuple, op: str, backend: Any):
             box.append(a)
             return y
 
-        got = make(out, returns)(x, *t)
+        got = make(out, returns, (op, backend))(x, *t)
         if got is not SLOW and box:
             outputs.put(box[-1])
         return got
@@ -311,9 +322,9 @@ def _with_aux(make, f, returns: tuple, op: str, backend: Any):
     return run
 
 
-def _derivative(f, returns: tuple):
+def _derivative(f, returns: tuple, where: tuple):
     """f(x) and f'(x) at a scalar x: one ``mx.jvp`` along 1."""
-    one = _checked(f, False)
+    one = _checked(f, False, where)
     value = len(returns) == 2
 
     def run(x: Any) -> Any:
@@ -321,18 +332,18 @@ def _derivative(f, returns: tuple):
             return SLOW
         try:
             (y,), (d,) = mx.jvp(one, [x], [mx.ones_like(x)])
-        except Exception:
-            return SLOW
+        except Exception as exc:
+            return errors.hand_over(exc)
         return (y, d) if value else d
 
     return run
 
 
-def _second_derivative(f, returns: tuple):
+def _second_derivative(f, returns: tuple, where: tuple):
     """f(x), f'(x) and f''(x) at a scalar x: one ``mx.jvp`` of (f, its jvp), as the
     general path's (``second.second_derivatives``). After forward mode failed once (MLX
     has no JVP of scatter), every call is the general path's."""
-    one = _checked(f, False)
+    one = _checked(f, False, where)
     value = len(returns) == 3
     failed: list = []
 
@@ -341,18 +352,19 @@ def _second_derivative(f, returns: tuple):
             return SLOW
         try:
             out = second_derivatives(lambda x: [one(x)], x)
-        except Exception:
+        except Exception as exc:
+            slow = errors.hand_over(exc)  # (a direction MLX lacks: SLOW from now on)
             failed.append(True)
-            return SLOW
+            return slow
         return out if value else out[2]
 
     return run
 
 
-def _hessian(f, returns: tuple):
+def _hessian(f, returns: tuple, where: tuple):
     """f(x), the gradient and the Hessian at one array x in one vmapped pass (reverse
     over reverse, a plain AutoMLX's), as the general path's (``second.hessian``)."""
-    one = _checked(f, True)
+    one = _checked(f, True, where)
     value = len(returns) == 3
 
     def run(x: Any) -> Any:
@@ -360,8 +372,8 @@ def _hessian(f, returns: tuple):
             return SLOW
         try:
             out = hessian(lambda x: [one(x)], x, ("reverse", "reverse"))
-        except Exception:
-            return SLOW
+        except Exception as exc:
+            return errors.hand_over(exc)
         return out if value else out[2]
 
     return run

@@ -94,6 +94,21 @@ def _over_basis(each: Callable, fn: Callable, x: Any, like: Any) -> Any:
     return mx.vmap(lambda v: mx.jvp(fn, [x], [v])[1][0])(eye)
 
 
+def reverse_jacobians(fn: Callable, xs: tuple, y: Any) -> tuple:
+    """The Jacobian of ``fn`` (leaves in, one output y) in each leaf, shaped
+    ``y.shape + x.shape``: rows of vjps, one ``mx.vmap`` over the unit vectors shaped
+    like y (one by one where an aux sink is open)."""
+    if not y.size:
+        return tuple(mx.zeros((*y.shape, *x.shape), dtype=x.dtype) for x in xs)
+    if aux_waits():
+        rows = [mx.vjp(fn, list(xs), [w])[1] for w in basis(y)]
+        rows = [mx.stack([r[k] for r in rows]) for k in range(len(xs))]
+    else:
+        eye = mx.eye(y.size, dtype=y.dtype).reshape(y.size, *y.shape)
+        rows = mx.vmap(lambda w: tuple(mx.vjp(fn, list(xs), [w])[1]))(eye)
+    return tuple(r.reshape((*y.shape, *x.shape)) for r, x in zip(rows, xs, strict=True))
+
+
 def batched_jacobian(fn: Callable, x: Any, y: Any, reverse: bool) -> Any:
     """Per-sample Jacobians of ``fn`` (samples along axis 0 of x and y), of shape
     ``y.shape + x.shape[1:]``: one ``mx.vmap`` over the basis of one sample repeated
@@ -105,9 +120,9 @@ def batched_jacobian(fn: Callable, x: Any, y: Any, reverse: bool) -> Any:
     basis = mx.broadcast_to(eye, (k, b, k)).reshape(k, *like.shape)
     if reverse:  # (n_out, *x.shape): sample axis first
         rows = mx.vmap(lambda w: mx.vjp(fn, [x], [w])[1][0])(basis)
-        return mx.swapaxes(rows, 0, 1).reshape(*y.shape, *x.shape[1:])
+        return mx.swapaxes(rows, 0, 1).reshape((*y.shape, *x.shape[1:]))
     cols = mx.vmap(lambda v: mx.jvp(fn, [x], [v])[1][0])(basis).reshape(k, b, -1)
-    return mx.transpose(cols, (1, 2, 0)).reshape(*y.shape, *x.shape[1:])
+    return mx.transpose(cols, (1, 2, 0)).reshape((*y.shape, *x.shape[1:]))
 
 
 def gradient_and_hvps(fn: Callable, xs: tuple, vss: list, combo: tuple) -> tuple:

@@ -6,7 +6,7 @@ function of its output's leaves (MLX's transforms take a list of arrays out), an
 results are put back in the structure of that call's output. A leaf that is no float
 MLX array, a cotangent unlike the output, or an array output (the array runners') is
 the general path's: the runner returns SLOW, and the general path checks f's output and
-explains.
+explains. An error f raises goes on as it came (``errors``).
 """
 
 from __future__ import annotations
@@ -17,28 +17,30 @@ import mlx.core as mx
 
 from ..._tree import flatten, unflatten
 from ...core.backend import SLOW
+from . import errors
+from .errors import Unusual
 from .second import aux_waits, jacobian
 
 _FLOATS = (mx.float32, mx.float16, mx.bfloat16, mx.float64)
 
 
-class _Unusual(Exception):
-    """f's output is no pytree of float MLX arrays."""
-
-
-def _leaves_of(f, box: list):
+def _leaves_of(f, box: list, where: tuple):
     """``fn(x) -> [leaves of f(x)]``, the treedef put in ``box``."""
 
     def fn(x: Any) -> list:
-        y = f(x)
+        try:
+            y = f(x)
+        except Exception as exc:
+            errors.note(exc, where)
+            raise
         if type(y) is mx.array:
-            raise _Unusual  # (one array: the array runners')
+            raise Unusual  # (one array: the array runners')
         leaves, treedef = flatten(y)
         if not leaves:
-            raise _Unusual
+            raise Unusual
         for a in leaves:  # (a loop: no frame per leaf)
             if type(a) is not mx.array or a.dtype not in _FLOATS:
-                raise _Unusual
+                raise Unusual
         box.append(treedef)
         return leaves
 
@@ -49,7 +51,7 @@ def _plain(x: Any) -> bool:
     return type(x) is mx.array and x.dtype in _FLOATS
 
 
-def jvp(f, returns: tuple):
+def jvp(f, returns: tuple, where: tuple):
     value = len(returns) == 2
 
     def run(x: Any, t: Any) -> Any:
@@ -57,16 +59,16 @@ def jvp(f, returns: tuple):
             return SLOW
         box: list = []
         try:
-            ys, ts = mx.jvp(_leaves_of(f, box), [x], [t])
-        except Exception:
-            return SLOW
+            ys, ts = mx.jvp(_leaves_of(f, box, where), [x], [t])
+        except Exception as exc:
+            return errors.hand_over(exc)
         jt = unflatten(box[-1], ts)
         return (unflatten(box[-1], ys), jt) if value else jt
 
     return run
 
 
-def vjp(f, returns: tuple):
+def vjp(f, returns: tuple, where: tuple):
     value = len(returns) == 2
 
     def run(x: Any, w: Any) -> Any:
@@ -74,7 +76,7 @@ def vjp(f, returns: tuple):
             return SLOW
         ws, w_tree = flatten(w)
         box: list = []
-        fn = _leaves_of(f, box)
+        fn = _leaves_of(f, box, where)
 
         def paired(x: Any) -> list:
             ys = fn(x)
@@ -82,19 +84,19 @@ def vjp(f, returns: tuple):
                 type(v) is not mx.array or v.shape != a.shape or v.dtype != a.dtype
                 for a, v in zip(ys, ws, strict=True)
             ):
-                raise _Unusual
+                raise Unusual
             return ys
 
         try:
             ys, (g,) = mx.vjp(paired, [x], ws)
-        except Exception:
-            return SLOW
+        except Exception as exc:
+            return errors.hand_over(exc)
         return (unflatten(box[-1], ys), g) if value else g
 
     return run
 
 
-def jacobian_of(f, returns: tuple, mode: str | None):
+def jacobian_of(f, returns: tuple, where: tuple, mode: str | None):
     """f(x), then the Jacobian of its raveled leaves as one ``mx.vmap`` over the unit
     vectors (rows where the output is no larger than x, or mode "reverse"), split into
     one Jacobian per leaf, shaped ``leaf.shape + x.shape``, in the output's structure."""
@@ -105,19 +107,20 @@ def jacobian_of(f, returns: tuple, mode: str | None):
         if failed or not _plain(x) or not x.size or aux_waits():
             return SLOW
         box: list = []
-        fn = _leaves_of(f, box)
+        fn = _leaves_of(f, box, where)
         try:
             ys = fn(x)
             raveled = lambda x: [mx.concatenate([a.reshape(-1) for a in fn(x)])]  # noqa: E731
             y = mx.concatenate([a.reshape(-1) for a in ys])
             reverse = mode == "reverse" or (mode is None and y.size <= x.size)
             jac = jacobian(raveled, x, y, reverse)
-        except Exception:
+        except Exception as exc:
+            slow = errors.hand_over(exc)  # (a direction MLX lacks: SLOW from now on)
             failed.append(True)
-            return SLOW
+            return slow
         parts, start = [], 0
         for a in ys:
-            parts.append(jac[start : start + a.size].reshape(*a.shape, *x.shape))
+            parts.append(jac[start : start + a.size].reshape((*a.shape, *x.shape)))
             start += a.size
         jt = unflatten(box[0], parts)
         return (unflatten(box[0], ys), jt) if value else jt

@@ -57,9 +57,9 @@ def pattern(sparse: AutoSparse, d: Any, prob: Any, x: Any, ctx: tuple, m=None, c
 
 def detector(framework: str) -> Any:
     """The global detector of f written on ``framework``'s arrays: the framework's own
-    (its sparsity module: JAX's jaxpr, torch's aten graph), or, for NumPy's arrays
-    (finite differences, and autograd, whose boxes wrap them), the NumPy tracer; None
-    where there is none."""
+    (its sparsity module: JAX's jaxpr, torch's aten graph, MLX's NumPy tracer of an
+    Array API f), or, for NumPy's arrays (finite differences, and autograd, whose boxes
+    wrap them), the NumPy tracer; None where there is none."""
     fw = named(framework)
     if framework == "numpy" or (fw is not None and fw.arrays_are_numpy):
         return importlib.import_module("diffiface.sparse.numpy_trace")
@@ -73,32 +73,36 @@ def global_pattern(framework: str, prob: Any, x: Any, ctx: tuple) -> sp.csr_arra
     if module is None:
         raise DiffifaceTypeError(
             f"{_form(prob)}: sparsity detection: sparsity_detector='global' reads the "
-            "program f traces to, which JAX, torch and NumPy (autograd, finite differences) "
-            f"expose and {framework} does not. Use "
+            "program f traces to, which JAX, torch, MLX and NumPy (autograd, finite "
+            f"differences) expose and {framework} does not. Use "
             "sparsity_detector='local' (the nonzeros at x and two nearby points: valid near "
             "x only), or pass the pattern itself."
         )
     x = module.as_input(x)  # (a NumPy x: finite differences over the framework)
-    fn = _traced(prob, framework, ctx)
-
     try:
+        fn = _traced(prob, framework, ctx, module)
         if prob.scalar:
             return module.hessian_pattern(fn, x)
         return module.jacobian_pattern(fn, x)
-    except DiffifaceValueError as exc:  # the detectors' own errors: the call comes first
+    except (DiffifaceTypeError, DiffifaceValueError) as exc:  # the detectors' own: the call first
         if exc.args and str(exc.args[0]).startswith("sparsity detection"):
             exc.args = (f"{_form(prob)}: {exc.args[0]}", *exc.args[1:])
         raise
 
 
-def _traced(prob: Any, framework: str, ctx: tuple):
+def _traced(prob: Any, framework: str, ctx: tuple, module: Any):
     """f of x alone, as the detector traces it (f is never run for real here): f's
     output checked in the trace (a scalar for a Hessian) by the problem's own check
-    where the problem is of the detector's framework."""
-    own = framework_module(framework)  # (not the NumPy tracer: NumPy's checks read values)
-    if prob.impl.traits.arrays == framework and not prob.aux and own is not None:
+    where the problem is of the detector's framework and the detector traces f on that
+    framework's arrays (not on NumPy's traced array: NumPy's checks read values, MLX's
+    take MLX arrays)."""
+    numpy = getattr(module, "TRACES_NUMPY", False)  # (a framework's own, as MLX's)
+    own = module is framework_module(framework) and not numpy
+    if own and prob.impl.traits.arrays == framework and not prob.aux:
         flat = prob.flat()
         return lambda x: flat((x,), *ctx)
+    if numpy:
+        ctx = module.as_contexts(ctx)  # (its arrays as NumPy's)
     f = prob.f  # (finite differences over a JAX f, say: its checks take NumPy arrays)
 
     def fn(x):
@@ -134,7 +138,7 @@ def local(d: Any, prob: Any, x: Any, ctx: tuple, combo=None) -> sp.csr_array:
         how = f"the nonzeros at x and {LOCAL_POINTS - 1} nearby points"
     warnings.warn(
         f"{_form(prob)}: the sparsity pattern is local ({how}); a nonzero elsewhere is "
-        "missed. Use sparsity_detector='global' (JAX, torch) or pass the pattern; "
+        "missed. Use sparsity_detector='global' (the default) or pass the pattern; "
         "AutoSparse(..., strict=True) checks every call.",
         SparsityWarning,
         stacklevel=6,

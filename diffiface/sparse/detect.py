@@ -131,7 +131,7 @@ def local(d: Any, prob: Any, x: Any, ctx: tuple, combo=None) -> sp.csr_array:
     name = "local_hessian_pattern" if prob.scalar else "local_jacobian_pattern"
     one = getattr(module, name, None) if prob.impl.traits.arrays == d.framework else None
     if one is not None:
-        fn = _traced(prob, d.framework, ctx)
+        fn = _traced(prob, d.framework, ctx, module)
         found, how = one(fn, x), "the nonzeros at x, read from f's derivative program there"
     else:
         found = _dense_nonzeros(d, prob, x, ctx, combo)

@@ -227,3 +227,31 @@ def test_strict_takes_float32_rounding_on_every_framework(name):
     J = J.todense() if name == "jax" else J.to_dense() if name == "torch" else J.toarray()
     want = np.diag(3.7 * (np.cos(x32) * x32 + np.sin(x32)))
     np.testing.assert_allclose(np.asarray(J), want, rtol=2e-6, atol=2e-6)
+
+
+def _h(x, s):
+    xp = array_namespace(x)
+    return xp.sin(x * s) * x[0]
+
+
+def _h_jac(s):  # d/dx of sin(s x) x0
+    j = np.diag(s * np.cos(s * X) * X[0])
+    j[:, 0] += np.sin(s * X)
+    return j
+
+
+def test_a_context_traced_by_mx_vmap():
+    """The global detector needs a context's values: under mx.vmap (or mx.compile) an
+    unprepared call is a clear error naming the fix, and a plan prepared outside
+    serves every s (a dense result, summed, against the closed form)."""
+    x, backend = mx.array(X.astype(np.float32)), di.AutoSparse(di.AutoMLX(), dense=True)
+    s = mx.array(np.array([0.7, 1.3], np.float32))
+    with pytest.raises(di.DiffifaceValueError) as err:
+        mx.vmap(lambda s: mx.sum(di.jacobian(_h, backend, x, di.Constant(s))))(s)
+    msg = str(err.value)
+    assert msg.startswith(f"jacobian(f, {backend!r}, x): sparsity detection"), msg
+    assert "outer MLX transform" in msg and "Prepare outside" in msg, msg
+    prep = di.prepare_jacobian(_h, backend, x, di.Constant(s[0]))
+    got = mx.vmap(lambda s: mx.sum(di.jacobian(_h, backend, x, di.Constant(s), prep=prep)))(s)
+    want = [_h_jac(v).sum() for v in (0.7, 1.3)]
+    np.testing.assert_allclose(np.asarray(got), want, rtol=1e-5)

@@ -109,6 +109,9 @@ def _traced(prob: Any, framework: str, ctx: tuple, module: Any):
         y = f(x, *ctx)
         if prob.aux:  # (f's output alone: an aux is no part of the pattern)
             y = y[0]
+        if not hasattr(y, "shape") and not isinstance(y, int | float | complex | np.generic):
+            kind = prob.impl.traits.output_kind  # (a number: a constant f)
+            raise _checks.not_array(prob.op, prob.backend, y, kind)
         if prob.scalar and tuple(getattr(y, "shape", ())) != ():
             raise _checks.not_scalar(prob.op, prob.backend, tuple(y.shape))
         return y

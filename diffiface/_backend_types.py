@@ -357,11 +357,12 @@ class AutoSparse(AbstractBackend):
             vjps ("reverse"), or whichever needs fewer colors (None).
         sparsity_detector: "global" (a pattern valid for every x, read from the traced
             program: JAX's jaxpr, torch's aten graph, or the NumPy operations f makes on a
-            traced array, for autograd and finite differences), "local" (the nonzeros of dense
-            Jacobians at x and two nearby random points: valid near x only, with a
-            ``SparsityWarning``), or the pattern itself, of shape ``(f(x).size, x.size)``:
-            a ``scipy.sparse`` matrix, a torch sparse tensor, a JAX BCOO or BCSR, or a
-            2-D boolean array (kept as a boolean ``scipy.sparse.csr_array``).
+            traced array, for autograd, finite differences and an Array API f on MLX),
+            "local" (the nonzeros of dense Jacobians at x and two nearby random points:
+            valid near x only, with a ``SparsityWarning``), or the pattern itself, of
+            shape ``(f(x).size, x.size)``: a ``scipy.sparse`` matrix, a torch sparse
+            tensor, a JAX BCOO or BCSR, or a 2-D boolean array (kept as a boolean
+            ``scipy.sparse.csr_array``).
         coloring: the vertex order of the greedy coloring: "largest_first" (the
             default), "natural", "random" (seeded), "smallest_last", "incidence_degree",
             "dynamic_largest_first", or "best" (each of them, the fewest colors kept;

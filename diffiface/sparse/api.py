@@ -21,7 +21,8 @@ def sparsity_pattern(f, backend: Any, x: Any, *contexts: Any, hessian: bool = Fa
     Args:
         f: function ``f(x, *contexts)``.
         backend: a dense backend (global detection: ``AutoJax()``, ``AutoTorch()``,
-            ``AutoAutograd()``, ``AutoFiniteDifferences()``) or ``AutoSparse(...)``.
+            ``AutoAutograd()``, ``AutoFiniteDifferences()``, ``AutoMLX()``) or
+            ``AutoSparse(...)``.
         x: one array.
         *contexts: ``di.Constant(c)`` arguments.
         hessian: the pattern of the Hessian of a scalar f.

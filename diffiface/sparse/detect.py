@@ -57,9 +57,9 @@ def pattern(sparse: AutoSparse, d: Any, prob: Any, x: Any, ctx: tuple, m=None, c
 
 def detector(framework: str) -> Any:
     """The global detector of f written on ``framework``'s arrays: the framework's own
-    (its sparsity module: JAX's jaxpr, torch's aten graph), or, for NumPy's arrays
-    (finite differences, and autograd, whose boxes wrap them), the NumPy tracer; None
-    where there is none."""
+    (its sparsity module: JAX's jaxpr, torch's aten graph, MLX's NumPy tracer of an
+    Array API f), or, for NumPy's arrays (finite differences, and autograd, whose boxes
+    wrap them), the NumPy tracer; None where there is none."""
     fw = named(framework)
     if framework == "numpy" or (fw is not None and fw.arrays_are_numpy):
         return importlib.import_module("diffiface.sparse.numpy_trace")
@@ -73,38 +73,45 @@ def global_pattern(framework: str, prob: Any, x: Any, ctx: tuple) -> sp.csr_arra
     if module is None:
         raise DiffifaceTypeError(
             f"{_form(prob)}: sparsity detection: sparsity_detector='global' reads the "
-            "program f traces to, which JAX, torch and NumPy (autograd, finite differences) "
-            f"expose and {framework} does not. Use "
+            "program f traces to, which JAX, torch, MLX and NumPy (autograd, finite "
+            f"differences) expose and {framework} does not. Use "
             "sparsity_detector='local' (the nonzeros at x and two nearby points: valid near "
             "x only), or pass the pattern itself."
         )
     x = module.as_input(x)  # (a NumPy x: finite differences over the framework)
-    fn = _traced(prob, framework, ctx)
-
     try:
+        fn = _traced(prob, framework, ctx, module)
         if prob.scalar:
             return module.hessian_pattern(fn, x)
         return module.jacobian_pattern(fn, x)
-    except DiffifaceValueError as exc:  # the detectors' own errors: the call comes first
+    except (DiffifaceTypeError, DiffifaceValueError) as exc:  # the detectors' own: the call first
         if exc.args and str(exc.args[0]).startswith("sparsity detection"):
             exc.args = (f"{_form(prob)}: {exc.args[0]}", *exc.args[1:])
         raise
 
 
-def _traced(prob: Any, framework: str, ctx: tuple):
+def _traced(prob: Any, framework: str, ctx: tuple, module: Any):
     """f of x alone, as the detector traces it (f is never run for real here): f's
     output checked in the trace (a scalar for a Hessian) by the problem's own check
-    where the problem is of the detector's framework."""
-    own = framework_module(framework)  # (not the NumPy tracer: NumPy's checks read values)
-    if prob.impl.traits.arrays == framework and not prob.aux and own is not None:
+    where the problem is of the detector's framework and the detector traces f on that
+    framework's arrays (not on NumPy's traced array: NumPy's checks read values, MLX's
+    take MLX arrays)."""
+    numpy = getattr(module, "TRACES_NUMPY", False)  # (a framework's own, as MLX's)
+    own = module is framework_module(framework) and not numpy
+    if own and prob.impl.traits.arrays == framework and not prob.aux:
         flat = prob.flat()
         return lambda x: flat((x,), *ctx)
+    if numpy:
+        ctx = module.as_contexts(ctx)  # (its arrays as NumPy's)
     f = prob.f  # (finite differences over a JAX f, say: its checks take NumPy arrays)
 
     def fn(x):
         y = f(x, *ctx)
         if prob.aux:  # (f's output alone: an aux is no part of the pattern)
             y = y[0]
+        if not hasattr(y, "shape") and not isinstance(y, int | float | complex | np.generic):
+            kind = prob.impl.traits.output_kind  # (a number: a constant f)
+            raise _checks.not_array(prob.op, prob.backend, y, kind)
         if prob.scalar and tuple(getattr(y, "shape", ())) != ():
             raise _checks.not_scalar(prob.op, prob.backend, tuple(y.shape))
         return y
@@ -127,14 +134,14 @@ def local(d: Any, prob: Any, x: Any, ctx: tuple, combo=None) -> sp.csr_array:
     name = "local_hessian_pattern" if prob.scalar else "local_jacobian_pattern"
     one = getattr(module, name, None) if prob.impl.traits.arrays == d.framework else None
     if one is not None:
-        fn = _traced(prob, d.framework, ctx)
+        fn = _traced(prob, d.framework, ctx, module)
         found, how = one(fn, x), "the nonzeros at x, read from f's derivative program there"
     else:
         found = _dense_nonzeros(d, prob, x, ctx, combo)
         how = f"the nonzeros at x and {LOCAL_POINTS - 1} nearby points"
     warnings.warn(
         f"{_form(prob)}: the sparsity pattern is local ({how}); a nonzero elsewhere is "
-        "missed. Use sparsity_detector='global' (JAX, torch) or pass the pattern; "
+        "missed. Use sparsity_detector='global' (the default) or pass the pattern; "
         "AutoSparse(..., strict=True) checks every call.",
         SparsityWarning,
         stacklevel=6,

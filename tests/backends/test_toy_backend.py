@@ -170,6 +170,17 @@ def test_a_framework_without_a_bridge_is_a_clear_error():
         g(jnp.ones(2))
 
 
+def test_a_framework_without_a_global_detector_names_the_fixes():
+    """Every built-in framework has a global sparsity detector; one registered without
+    (its arrays are its own, it names no sparsity module) gets a clear error."""
+    backend = di.AutoSparse(AutoToyNewArrays())
+    with pytest.raises(di.DiffifaceTypeError) as err:
+        di.jacobian(lambda x: x * 2, backend, np.ones(3))
+    msg = str(err.value)
+    assert msg.startswith(f"jacobian(f, {backend!r}, x): sparsity detection"), msg
+    assert "toy_arrays does not" in msg and "sparsity_detector='local'" in msg, msg
+
+
 def test_the_toy_has_a_name_of_its_own_and_jax_arrays():
     """Its name keys what is its own (nested rules, messages); its arrays decide
     conversion, bridges and the testing kit (``core.registry.arrays``)."""

@@ -32,6 +32,7 @@ from diffiface.testing._sparse import (
 SCENARIOS = testing.sparse_scenarios(("float64", "float32"))
 GLOBAL = [b for b, m in ((di.AutoJax(), "jax"), (di.AutoTorch(), "torch")) if HAVE[m]]
 DENSE = [*GLOBAL, *([di.AutoAutograd()] if HAVE["autograd"] else []), di.AutoFiniteDifferences()]
+MLX = [di.AutoMLX()] if HAVE["mlx"] else []  # (global: the NumPy tracer, Array API f)
 
 
 def _np(a):
@@ -47,10 +48,10 @@ def _backends():
     """Each AutoSparse variant once, and both dtypes for the default one (compiling is
     most of the time here)."""
     out = []
-    for b in GLOBAL:
+    for b in GLOBAL + MLX:
         out += [di.AutoSparse(b), di.AutoSparse(type(b)(mode="reverse"))]
         out += [di.AutoSparse(type(b)(mode="forward"), dense=True)]
-    for b in DENSE:
+    for b in DENSE + MLX:
         out.append(di.AutoSparse(b, sparsity_detector="local"))
     return out
 

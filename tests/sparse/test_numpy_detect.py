@@ -366,11 +366,14 @@ def test_a_hessian_pattern_needs_a_scalar():
 
 
 @pytest.mark.skipif(importlib.util.find_spec("mlx") is None, reason="needs mlx")
-def test_a_backend_without_a_global_detector_names_the_others():
+def test_mlx_traces_on_the_numpy_tracer():
+    """AutoMLX has a global detector (it was an error): the NumPy tracer, given f's
+    MLX x as a traced array; no SparsityWarning (warnings are errors here)."""
     import mlx.core as mx
 
-    with pytest.raises(di.DiffifaceTypeError, match="sparsity_detector='local'"):
-        di.jacobian(lambda x: x * 2, di.AutoSparse(di.AutoMLX()), mx.ones(3))
+    J = di.jacobian(lambda x: x[::-1] * 2, di.AutoSparse(di.AutoMLX()), mx.ones(3))
+    np.testing.assert_array_equal(J.toarray(), 2 * np.eye(3)[::-1])
+    assert J.nnz == 3
 
 
 # ---- end to end: AutoSparse with its defaults -------------------------------------------

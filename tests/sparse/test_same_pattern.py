@@ -1,17 +1,19 @@
 """One f, one pattern: ``AutoSparse(backend)`` with its defaults detects the same global
 Jacobian and Hessian patterns on JAX (jaxpr), torch (aten graph), autograd and finite
-differences (the NumPy tracer), for functions written once with the Array API.
+differences (the NumPy tracer) and MLX (the NumPy tracer over an Array API f), for
+functions written once with the Array API, each given x and its constant as the
+backend's own arrays.
 
 Every pattern is checked against the dense float64 derivatives (JAX's) at random
 random points: it holds each nonzero (sound); and it equals the JAX detector's. The
-sparse values on autograd and finite differences equal the dense ones."""
+sparse values on autograd, finite differences and MLX equal the dense ones."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 from conftest import HAVE
-from helpers import native
+from helpers import MLX_FLOAT64, native
 
 import diffiface as di
 
@@ -29,6 +31,7 @@ BACKENDS = [
         (di.AutoTorch(), "torch"),
         (di.AutoAutograd(), "autograd"),
         (di.AutoFiniteDifferences(), None),
+        (di.AutoMLX(), "mlx"),
     )
 ]
 
@@ -139,17 +142,19 @@ REFERENCE = di.AutoJax()
 HESSIANS = [rosenbrock, chain, product_terms, ratios, quadratic, piecewise, dense_hessian]
 
 
-def _contexts(f):
-    return (di.Constant(BAND),) if f in (matrix, quadratic) else ()
+def _contexts(f, backend=REFERENCE):
+    """f's constant as the backend's own array (an mx.array on MLX)."""
+    return (di.Constant(native(backend, BAND)),) if f in (matrix, quadratic) else ()
 
 
 def _points():
     return [RNG.uniform(0.2, 2.0, N) * RNG.choice([-1.0, 1.0], N) for _ in range(3)]
 
 
-def _pattern(f, backend, hessian):
-    x = native(backend, np.linspace(0.3, 1.7, N))
-    return di.sparsity_pattern(f, backend, x, *_contexts(f), hessian=hessian).toarray()
+def _pattern(f, backend, hessian, dtype=np.float64):
+    x = native(backend, np.linspace(0.3, 1.7, N).astype(dtype))
+    ctx = _contexts(f, backend)
+    return di.sparsity_pattern(f, backend, x, *ctx, hessian=hessian).toarray()
 
 
 def _dense_nonzeros(f, hessian):
@@ -174,17 +179,39 @@ def test_every_backend_detects_the_same_sound_pattern(backend, hessian):
         np.testing.assert_array_equal(got, jax_pattern, err_msg=f.__name__)
 
 
-@pytest.mark.parametrize("backend", [di.AutoAutograd(), di.AutoFiniteDifferences()], ids=str)
-def test_sparse_values_on_numpy_backends_equal_the_dense_ones(backend):
-    """Autograd exactly (its AD), finite differences within their truncation error."""
-    tol = 1e-10 if backend.framework == "autograd" else 1e-5
+def test_mlx_patterns_do_not_depend_on_the_dtype():
+    """An MLX x in float32 (MLX's default) gives the float64 pattern: the tracer keeps
+    no values, and reads the dtype only to tell floats from integers."""
+    pytest.importorskip("mlx.core")
+    for hessian, fs in ((False, JACOBIANS), (True, HESSIANS)):
+        for f in fs:
+            got = _pattern(f, di.AutoMLX(), hessian, np.float32)
+            want = _pattern(f, di.AutoJax(), hessian)
+            np.testing.assert_array_equal(got, want, err_msg=f.__name__)
+
+
+NUMPY_AND_MLX = [
+    pytest.param(b, id=b.framework, marks=[] if m is None or HAVE[m] else pytest.mark.skip(m))
+    for b, m in (
+        (di.AutoAutograd(), None),
+        (di.AutoFiniteDifferences(), None),
+        (di.AutoMLX(), "mlx"),
+    )
+]
+
+
+@pytest.mark.parametrize("backend", NUMPY_AND_MLX)
+def test_sparse_values_on_numpy_tracer_backends_equal_the_dense_ones(backend):
+    """Autograd exactly (its AD), finite differences within their truncation error, MLX
+    within its float64 accuracy (its sin, cos and exp are float32-accurate)."""
+    tol = {"autograd": 1e-10, "finite_differences": 1e-5, "mlx": MLX_FLOAT64}[backend.framework]
     x = _points()[0]
     for f in JACOBIANS:
-        got = di.jacobian(f, di.AutoSparse(backend), x, *_contexts(f))
+        got = di.jacobian(f, di.AutoSparse(backend), native(backend, x), *_contexts(f, backend))
         want = di.jacobian(f, REFERENCE, native(REFERENCE, x), *_contexts(f))
         np.testing.assert_allclose(got.toarray(), want, rtol=tol, atol=tol, err_msg=f.__name__)
     for f in HESSIANS:
-        got = di.hessian(f, di.AutoSparse(backend), x, *_contexts(f))
+        got = di.hessian(f, di.AutoSparse(backend), native(backend, x), *_contexts(f, backend))
         want = di.hessian(f, REFERENCE, native(REFERENCE, x), *_contexts(f))
         scale = max(1.0, float(np.abs(want).max()))
         np.testing.assert_allclose(

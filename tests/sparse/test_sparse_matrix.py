@@ -23,6 +23,8 @@ def _backends():
         out.append(di.AutoSparse(di.AutoAutograd(), sparsity_detector="local"))
     out.append(di.AutoSparse(di.AutoFiniteDifferences()))
     out.append(di.AutoSparse(di.AutoFiniteDifferences(), sparsity_detector="local"))
+    if HAVE["mlx"]:  # (global: the NumPy tracer over the scenarios' Array API f)
+        out += [di.AutoSparse(di.AutoMLX()), di.AutoSparse(di.AutoMLX(), dense=True)]
     return out
 
 
@@ -36,6 +38,12 @@ def test_sparse_matrix(case):
 
 
 def test_the_sparse_matrix_covers_kinds_contexts_and_both_families():
+    """... and AutoSparse with its defaults on every backend."""
+    defaults = {
+        c.backend.backend.framework for c in CASES if c.backend.sparsity_detector == "global"
+    }
+    want = {"finite_differences"} | {m for m in ("jax", "torch", "autograd", "mlx") if HAVE[m]}
+    assert defaults == want
     ops = {c.op for c in CASES}
     assert ops == {"jacobian", "value_and_jacobian", "hessian", "value_gradient_and_hessian"}
     assert {c.context for c in CASES} == {"plain", "plain+const", "plain+params", "plain+module"}

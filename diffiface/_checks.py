@@ -190,10 +190,17 @@ def framework_error(op: str, backend: Any, exc: BaseException) -> DiffifaceTypeE
             "differentiate. Your x is unchanged; build a new array instead (e.g. "
             "np.concatenate, or x * mask) or use AutoJax() / AutoTorch()."
         )
-    used = next((fw.name for fw in registered() if fw.says_foreign_arrays(msg)), None)
+    used = foreign_framework(exc)
     if used is None:
         return None
     return foreign_f(op, backend, used, msg.strip().splitlines()[0])
+
+
+def foreign_framework(exc: BaseException) -> str | None:
+    """The framework whose functions, by ``exc``'s message, f called on arrays not its
+    own (None if the message says no such thing)."""
+    msg = str(exc)
+    return next((fw.name for fw in registered() if fw.says_foreign_arrays(msg)), None)
 
 
 def reraise(op: str, backend: Any, exc: TypeError) -> NoReturn:
@@ -209,14 +216,15 @@ def foreign_f(op: str, backend: Any, used: str, what: str) -> DiffifaceTypeError
     """f is written with ``used``'s functions, another framework than the backend's: the
     error that names the backend for it and the bridge (None when ``used`` is the
     backend's own framework)."""
-    own = getattr(backend, "framework", "")
+    dense = backend.backend if isinstance(backend, AutoSparse) else backend
+    own = getattr(dense, "framework", "")
     fw, mine = named(used), named(own)
     if used == own or fw is None:
         return None
     ops = "numpy" if mine is None else mine.numpy_module
     return DiffifaceTypeError(
         f"{call_form(op, backend)}: f calls {used} functions on the arrays of "
-        f"{type(backend).__name__}() ({what}). Write f with {ops} for "
+        f"{type(dense).__name__}() ({what}). Write f with {ops} for "
         f"this backend, pass {fw.backend_name}() to differentiate a {used} f, or wrap it as "
         f"di.differentiate_with(f, {fw.backend_name}()) to call it from another framework."
     )

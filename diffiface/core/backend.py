@@ -250,6 +250,14 @@ class BackendImpl(Contract, DerivedSecondOrder):
         return size(prob.flat()(xs, *ctx))
 
     def output_like(self, prob, xs: tuple, ctx: tuple) -> Any:
+        """:meth:`output_of`, where an f of another framework (often at its first call)
+        gets the error that names the backend for it."""
+        try:
+            return self.output_of(prob, xs, ctx)
+        except TypeError as exc:
+            _checks.reraise(prob.op, prob.backend, exc)
+
+    def output_of(self, prob, xs: tuple, ctx: tuple) -> Any:
         """Something with f(x)'s shape and dtype (f(x) itself, unless the framework can
         tell without running f)."""
         return prob.flat()(xs, *ctx)

@@ -34,7 +34,16 @@ def pattern(sparse: AutoSparse, d: Any, prob: Any, x: Any, ctx: tuple, m=None, c
 
     ``m``: f(x)'s size where the caller has it; else a given pattern's check reads it
     from ``d.output_like`` (JAX traces f for it). A global pattern never runs f: its rows
-    come from f's trace, where f's output is checked too."""
+    come from f's trace, where f's output is checked too. An f of another framework
+    fails in its detector: the error that names the backend for it, as the dense
+    operators give."""
+    try:
+        return _pattern(sparse, d, prob, x, ctx, m, combo)
+    except TypeError as exc:
+        _checks.reraise(prob.op, prob.backend, exc)
+
+
+def _pattern(sparse: AutoSparse, d: Any, prob: Any, x: Any, ctx: tuple, m, combo):
     hessian, n = prob.scalar, size(x)
     what = "Hessian" if hessian else "Jacobian"
     det = sparse.sparsity_detector

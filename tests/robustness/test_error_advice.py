@@ -69,6 +69,24 @@ def test_a_foreign_f_names_the_backend_for_it(backend, used, kind, op):
     np.testing.assert_allclose(to_numpy(got), want, rtol=tol, atol=tol)
 
 
+@pytest.mark.parametrize(("backend", "used", "kind"), [p for p in _cases() if p.values[2] == "own"])
+@pytest.mark.parametrize("detector", ["global", "local"])
+@pytest.mark.parametrize("op", ["jacobian", "hessian"])
+def test_a_foreign_f_under_autosparse_names_the_backend_for_it(backend, used, kind, detector, op):
+    """The sparse operators' first run of f (sizing the output, or detection) gave the
+    raw TypeError of the framework f used on autograd, finite differences, torch and
+    MLX; now the same error as the dense operators, naming the dense backend. (A sparse
+    call at f's framework's x is the crossing error: sparse calls do not cross.)"""
+    f = _sin_sum(used)
+    g = (lambda t: f(t) * 1.0) if op == "hessian" else (lambda t: f(t) + t * 0)
+    sparse = di.AutoSparse(backend, sparsity_detector=detector)
+    with pytest.raises(di.DiffifaceTypeError) as err:
+        getattr(di, op)(g, sparse, native(backend, X))
+    msg = str(err.value)
+    assert msg.startswith(f"{op}(f, {sparse!r}, x")
+    assert f"f calls {used} functions on the arrays of {type(backend).__name__}()" in msg
+
+
 @pytest.mark.parametrize("backend", ALL_BACKENDS)
 @pytest.mark.parametrize("op", ["jacobian", "value_and_jacobian", "jvp"])
 def test_an_empty_output_is_not_called_a_tuple_misuse(backend, op):

@@ -425,7 +425,7 @@ class JaxImpl(BackendImpl):
 
         return CACHE.get(prob.f, prob.key("size", static, avals), build)
 
-    def output_like(self, prob, xs, ctx):
+    def output_of(self, prob, xs, ctx):
         """f(x)'s shape and dtype from jax.eval_shape (f is traced, not run op by op)."""
         fn = prob.flat()
         return jax.eval_shape(outputs.discard(lambda xs: fn(xs, *ctx)), xs)

@@ -22,7 +22,7 @@ import mlx.core as mx
 import numpy as np
 import scipy.sparse as sp
 
-from ... import _tree
+from ... import _checks, _tree
 from ..._errors import DiffifaceTypeError, DiffifaceValueError
 from ...sparse import numpy_trace
 from .arrays import FRAMEWORK
@@ -84,6 +84,8 @@ def _on_numpy(fn):
         except (TypeError, ValueError) as exc:
             if isinstance(exc, DiffifaceTypeError | DiffifaceValueError) or not _says_mlx(exc):
                 raise
+            if _checks.foreign_framework(exc) not in (None, "mlx"):
+                raise  # a JAX or torch f: the error that names its backend
             raise DiffifaceTypeError(
                 "sparsity detection: f calls mlx.core functions on x or combines x with an "
                 "mx.array, and the global detector traces f on NumPy's traced array "

@@ -22,6 +22,7 @@ from torch._decomp import decomposition_table
 from torch.fx.experimental.proxy_tensor import make_fx
 from torch.utils import _pytree as pytree
 
+from .... import _checks
 from ...._errors import DiffifaceTypeError, DiffifaceValueError, SparsityWarning
 from . import rules
 from .elementwise import Signed
@@ -101,6 +102,8 @@ def _trace(fn, x: torch.Tensor) -> torch.fx.GraphModule:
     except (DiffifaceTypeError, DiffifaceValueError):
         raise  # f's output checked in the trace: not a tracing failure
     except Exception as err:  # data-dependent shapes, control flow, .item(), ...
+        if isinstance(err, TypeError) and _checks.foreign_framework(err) not in (None, "torch"):
+            raise  # a JAX or MLX f: the error that names its backend
         try:
             gm = _make_fx(fn, x, "real")
         except Exception:

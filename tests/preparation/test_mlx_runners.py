@@ -283,6 +283,27 @@ def test_a_pytree_output_by_the_runner(monkeypatch, op, prepared):
     _tree_close(got, (y, want) if op.startswith("value") else want)
 
 
+@pytest.mark.parametrize("mode", [None, "reverse"])
+def test_a_pytree_output_jacobian_at_a_matrix_x(monkeypatch, mode):
+    """Columns (an output larger than x) or rows, each leaf's Jacobian shaped
+    ``leaf.shape + x.shape``, against closed forms."""
+    xm = mx.array([[0.3, -0.7], [1.1, 0.4]])
+    b = di.AutoMLX(mode=mode)
+
+    def f(x):
+        return {"a": mx.sin(x) * x, "b": (x**2).sum(), "c": mx.cos(x[0])}
+
+    prep = di.prepare_jacobian(f, b, xm)
+    di.jacobian(f, b, xm, prep=prep)
+    _general_path_fails(monkeypatch)
+    got = di.jacobian(f, b, xm, prep=prep)
+    x = np.asarray(xm, dtype=np.float64)
+    da = np.diag((np.cos(x) * x + np.sin(x)).ravel()).reshape(2, 2, 2, 2)
+    dc = np.zeros((2, 2, 2))
+    dc[0, 0, 0], dc[1, 0, 1] = -np.sin(x[0, 0]), -np.sin(x[0, 1])
+    _tree_close(got, {"a": da, "b": 2 * x, "c": dc})
+
+
 def per_sample(x):
     return mx.sin(x) * x[:, :1]
 

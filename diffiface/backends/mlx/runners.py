@@ -275,8 +275,10 @@ def _batched(each, x: Any, t: Tangents, like: Any) -> Any:
     stack = t._stack
     if stack is None:
         vs = t._values
-        if any(type(v) is not mx.array for v in vs) or len({(v.shape, v.dtype) for v in vs}) > 1:
-            return SLOW
+        first = vs[0]
+        for v in vs:  # (a loop: no frame per tangent)
+            if type(v) is not mx.array or v.shape != first.shape or v.dtype != first.dtype:
+                return SLOW
         stack = mx.stack(vs)
     if type(stack) is not mx.array or stack.ndim == 0:
         return SLOW

@@ -400,9 +400,10 @@ def _numpy_in_out(run):
         if x.dtype.kind != "f" or any(type(t) is not np.ndarray for t in tangent):
             return SLOW
         out = run(_mx(x), *map(_mx, tangent))
-        if out is SLOW:
-            return SLOW
-        return tuple(map(np.asarray, out)) if type(out) is tuple else np.asarray(out)
+        if out is SLOW or type(out) is not tuple:
+            return out if out is SLOW else np.asarray(out)
+        mx.eval(out)  # (one evaluation: np.asarray evaluates each result on its own)
+        return tuple(map(np.asarray, out))
 
     return run_numpy
 
@@ -419,9 +420,10 @@ def _python_in_out(run):
         if any(type(t) is not float for t in tangent):
             return SLOW
         out = run(*(mx.array(a, dtype=mx.float32) for a in (x, *tangent)))
-        if out is SLOW:
-            return SLOW
-        return tuple(map(_python, out)) if type(out) is tuple else _python(out)
+        if out is SLOW or type(out) is not tuple:
+            return out if out is SLOW else _python(out)
+        mx.eval(out)  # (one evaluation: np.asarray evaluates each result on its own)
+        return tuple(map(_python, out))
 
     return run_python
 

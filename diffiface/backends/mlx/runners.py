@@ -365,7 +365,8 @@ def _second_derivative(f, returns: tuple, where: tuple):
 
 def _hessian(f, returns: tuple, where: tuple):
     """f(x), the gradient and the Hessian at one array x in one vmapped pass (reverse
-    over reverse, a plain AutoMLX's), as the general path's (``second.hessian``)."""
+    over reverse, a plain AutoMLX's), as the general path's (``second.hessian``); for
+    hessian, the Hessian alone."""
     one = _checked(f, True, where)
     value = len(returns) == 3
 
@@ -373,7 +374,7 @@ def _hessian(f, returns: tuple, where: tuple):
         if type(x) is not mx.array or x.dtype not in _FLOATS or not x.size:
             return SLOW
         try:
-            out = hessian(lambda x: [one(x)], x, ("reverse", "reverse"))
+            out = hessian(lambda x: [one(x)], x, ("reverse", "reverse"), value)
         except Exception as exc:
             return errors.hand_over(exc)
         return out if value else out[2]

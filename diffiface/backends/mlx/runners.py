@@ -5,12 +5,15 @@ call, as MLX's users write it (``mx.value_and_grad``, ``mx.jvp``, ``mx.vjp``, an
 traces f anew on every call: nothing kept goes stale, so unprepared calls keep plans
 too.
 
-Not ``mx.compile``: it would make a warm gradient 4x faster at n = 10 and 2x at
-n = 1e3 (benchmarks/mlx_gradient.py), but a compiled function takes the arrays f
-closes over as constants, frozen at its first call: an outer ``mx.grad`` through such
-an array gets zero (the matrix's prepared cases under an outer pass caught it), and an
-``mlx.nn`` model's parameters updated in place would be read stale. Nothing tells
-diffiface which arrays f reads, so it never compiles f for the user.
+Not ``mx.compile``: it would make a warm gradient, jvp, vjp or hvp 3-4.5x faster at
+n = 10, 1.4-2.8x at n = 1e3 and up to 1.5x at 1e6 (the matrix's "prepared (vs
+mx.compile)" rows), but a compiled function keeps what f read when traced: an array f
+closes over written in place or rebound, an ``mlx.nn`` model's updated parameters
+(stale answers) and ``mx.random``'s state (the same noise every call), and f's Python
+no longer runs (benchmarks/mlx_gradient.py counts each). ``mx.compile(..., inputs=)``
+sees new values only where f reads them through the container it is given, and
+refuses an array of it that f reads directly. Nothing tells diffiface every array f
+reads, so it never compiles f for the user.
 
 Anything unusual (aux, a second-order backend, another operator or form, a tangent
 unlike x or a cotangent unlike f(x), an output that is no float array, a direction MLX

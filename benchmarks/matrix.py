@@ -142,6 +142,20 @@ def measure(row: Row, quick: bool) -> dict:
     }
 
 
+def measured(row: Row, quick: bool) -> dict:
+    """The row's measure; a row over its target is measured twice more and the median
+    of the three ratios kept (``tries``: all three): on a shared machine another
+    process's work can land on one side (an MLX call, evaluated by a second thread on
+    the same pinned core, took 280 to 570 µs in blocks of one run)."""
+    result = measure(row, quick)
+    if result["ok"]:
+        return result
+    tries = [result, measure(row, quick), measure(row, quick)]
+    result = sorted(tries, key=lambda r: r["ratio"])[1]
+    result["tries"] = [r["ratio"] for r in tries]
+    return result
+
+
 def run(quick: bool, only: str | None) -> tuple[list, list]:
     one_thread()
     warnings.simplefilter("ignore", di.RecompileWarning)
@@ -150,7 +164,7 @@ def run(quick: bool, only: str | None) -> tuple[list, list]:
     for i, row in enumerate(todo):
         began = time.perf_counter()
         try:
-            result = measure(row, quick)
+            result = measured(row, quick)
         except Skip as exc:
             print(f"[{i + 1}/{len(todo)}] {row.name}: skipped ({exc})", flush=True)
             continue
@@ -216,8 +230,16 @@ ABOUT = [  # the section's fixed text, before the measured summary
     "the dense native. Finite differences have no framework native: their rows "
     "compare with a plain NumPy central difference. MLX rows (benchmarks/matrix_mlx.py) "
     "run float32 (MLX's float64 is CPU only) and evaluate every result (`mx.eval`, both "
-    "sides); `prepared (vs mx.compile)` compares with the native under `mx.compile`, "
-    "which diffiface never applies (it would freeze the arrays f closes over).",
+    "sides); their `Tangents(4)` natives give the 4 results as 4 arrays, as diffiface "
+    "does (MLX evaluates each row of the vmapped stack as a node of its own: 1.2x the "
+    "stacked call at n = 1e3). `prepared (vs mx.compile)` compares diffiface's prepared "
+    "call with the native under `mx.compile`, which diffiface does not apply: a compiled "
+    "function keeps what f read when traced (an array f closes over written in place or "
+    "rebound, an `mlx.nn` model's updated parameters, `mx.random`'s state) and skips f's "
+    "Python on later calls, and `mx.compile(..., inputs=...)` sees new values only where "
+    "f reads them through the container it was given (benchmarks/mlx_gradient.py counts "
+    "each case). A row over its target is measured twice more; the median of the three "
+    "ratios is shown.",
     "",
     "- Functions: `sum(sin(x) * x)` (gradient, hvp, hessian), `sin(x) * x` "
     "(jvp, vjp, jacobian, scalar x), per sample `sin(x) * x[:, :1]` on a batch of "

@@ -231,6 +231,7 @@ def _natives(row: Row, f, jit: bool = True) -> list:
     if row.fw == "mlx" and row.form == "prepared (vs mx.compile)":
         return mlx_compiled(row.op, f)
     if row.fw == "mlx":
+        variant = "tangents k" if row.form == "Tangents(4)" else variant
         return mlx_native(row.op, f, variant, tree_out=row.form == "pytree out")
     return fd_native(row.op, f)
 

@@ -283,6 +283,27 @@ def test_a_pytree_output_by_the_runner(monkeypatch, op, prepared):
     _tree_close(got, (y, want) if op.startswith("value") else want)
 
 
+@pytest.mark.parametrize("mode", [None, "reverse"])
+def test_a_pytree_output_jacobian_at_a_matrix_x(monkeypatch, mode):
+    """Columns (an output larger than x) or rows, each leaf's Jacobian shaped
+    ``leaf.shape + x.shape``, against closed forms."""
+    xm = mx.array([[0.3, -0.7], [1.1, 0.4]])
+    b = di.AutoMLX(mode=mode)
+
+    def f(x):
+        return {"a": mx.sin(x) * x, "b": (x**2).sum(), "c": mx.cos(x[0])}
+
+    prep = di.prepare_jacobian(f, b, xm)
+    di.jacobian(f, b, xm, prep=prep)
+    _general_path_fails(monkeypatch)
+    got = di.jacobian(f, b, xm, prep=prep)
+    x = np.asarray(xm, dtype=np.float64)
+    da = np.diag((np.cos(x) * x + np.sin(x)).ravel()).reshape(2, 2, 2, 2)
+    dc = np.zeros((2, 2, 2))
+    dc[0, 0, 0], dc[1, 0, 1] = -np.sin(x[0, 0]), -np.sin(x[0, 1])
+    _tree_close(got, {"a": da, "b": 2 * x, "c": dc})
+
+
 def per_sample(x):
     return mx.sin(x) * x[:, :1]
 
@@ -312,3 +333,46 @@ def test_an_outer_mlx_pass_through_a_constant_of_the_leaves_runner():
     for _ in range(3):
         got = float(mx.grad(outer)(mx.array(1.5)))
         np.testing.assert_allclose(got, 2 * 1.5 * np.cos(np.asarray(X)).sum(), rtol=TOL)
+
+
+# ---- what f closes over: read anew on every prepared call ----------------------------
+def _closing_over():
+    """f closing over an array ``a`` and a cell ``s``: (f, rebind s, MLX's own call)."""
+    a = mx.array([1.0, 2.0, -1.0])
+    s = mx.array(2.0)
+
+    def loss(x):
+        x = x["a"] if isinstance(x, dict) else x
+        return (a * s * mx.sin(x)).sum()
+
+    def field(x):
+        x = x["a"] if isinstance(x, dict) else x
+        return a * s * mx.sin(x)
+
+    def rebind():
+        nonlocal s
+        s = mx.array(-3.0)
+
+    return a, loss, field, rebind
+
+
+@pytest.mark.parametrize("tree", [False, True])
+@pytest.mark.parametrize("op", ["gradient", "jvp", "vjp", "hvp"])
+def test_prepared_calls_see_an_array_written_in_place_and_a_rebound_cell(op, tree):
+    """diffiface never compiles f (mx.compile would keep ``a`` and ``s`` as traced):
+    after ``a[0] = 5`` and ``s`` rebound, a prepared call follows, as MLX's own does."""
+    a, loss, field, rebind = _closing_over()
+    f = loss if op in ("gradient", "hvp") else field
+    wrap = (lambda v: {"a": v}) if tree else (lambda v: v)
+    args = (wrap(X),) if op == "gradient" else (wrap(X), W if op == "vjp" else wrap(V))
+    prep = getattr(di, f"prepare_{op}")(f, B, *args)
+    own = {
+        "gradient": lambda: mx.grad(loss)(X),
+        "jvp": lambda: mx.jvp(field, [X], [V])[1][0],
+        "vjp": lambda: mx.vjp(field, [X], [W])[1][0],
+        "hvp": lambda: mx.vjp(mx.grad(loss), [X], [V])[1][0],
+    }[op]
+    for change in (lambda: None, lambda: a.__setitem__(0, 5.0), rebind):
+        change()
+        got = getattr(di, op)(f, B, *args, prep=prep)
+        _close(got["a"] if isinstance(got, dict) else got, (own(),))

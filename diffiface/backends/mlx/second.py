@@ -140,11 +140,14 @@ def gradient_and_hvps(fn: Callable, xs: tuple, vss: list, combo: tuple) -> tuple
     return tuple(g), [tuple(h) for h in hvs]
 
 
-def hessian(fn: Callable, x: Any, combo: tuple) -> tuple:
+def hessian(fn: Callable, x: Any, combo: tuple, value: bool = True) -> tuple:
     """(value, gradient, H) at one array x: the Jacobian of (value, gradient) along
     every unit vector, by rows (reverse outer) or columns (forward outer), in one
     vmapped pass that also gives the value and gradient (f runs once, as
-    ``mx.vmap(mx.vjp(mx.grad(f)))`` does); one by one where an aux sink waits."""
+    ``mx.vmap(mx.vjp(mx.grad(f)))`` does); one by one where an aux sink waits.
+    ``value`` False: (None, None, H), the gradient's Jacobian alone, which spares the
+    pass along the value (MLX runs it with its zero cotangent: 1.15x the time at
+    n = 1e3, 1.4x at n = 10)."""
     outer, inner = combo
     gf = grad_of(fn, 1, inner)
     shape = (*x.shape, *x.shape)
@@ -155,8 +158,12 @@ def hessian(fn: Callable, x: Any, combo: tuple) -> tuple:
             return y, g, mx.zeros(shape, dtype=x.dtype)
         each = vjps if outer == "reverse" else jvps
         return y, g, _over_basis(each, gf, x, x).reshape(shape)
-    both = lambda x: [fn(x)[0], gf(x)[0]] if inner == "forward" else _value_and_grad(fn)(x)  # noqa: E731
     eye = mx.eye(x.size, dtype=x.dtype).reshape(x.size, *x.shape)
+    if not value:
+        each = mx.vjp if outer == "reverse" else mx.jvp
+        h = mx.vmap(lambda v: each(gf, [x], [v])[1][0])(eye)
+        return None, None, h.reshape(shape)
+    both = lambda x: [fn(x)[0], gf(x)[0]] if inner == "forward" else _value_and_grad(fn)(x)  # noqa: E731
     if outer == "reverse":
         zero = mx.zeros((), dtype=x.dtype)
         (ys, gs), (h,) = mx.vmap(lambda w: mx.vjp(both, [x], [zero, w]))(eye)

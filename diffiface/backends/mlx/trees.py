@@ -97,9 +97,10 @@ def vjp(f, returns: tuple, where: tuple):
 
 
 def jacobian_of(f, returns: tuple, where: tuple, mode: str | None):
-    """f(x), then the Jacobian of its raveled leaves as one ``mx.vmap`` over the unit
-    vectors (rows where the output is no larger than x, or mode "reverse"), split into
-    one Jacobian per leaf, shaped ``leaf.shape + x.shape``, in the output's structure."""
+    """f(x), then one Jacobian per leaf, shaped ``leaf.shape + x.shape``, in the
+    output's structure, from one ``mx.vmap`` over the unit vectors: rows of the raveled
+    leaves where the output is no larger than x (or mode "reverse"), split by rows;
+    else columns, each leaf's with x's axis last (no copy of the whole Jacobian)."""
     value = len(returns) == 2
     failed: list = []
 
@@ -110,19 +111,40 @@ def jacobian_of(f, returns: tuple, where: tuple, mode: str | None):
         fn = _leaves_of(f, box, where)
         try:
             ys = fn(x)
-            raveled = lambda x: [mx.concatenate([a.reshape(-1) for a in fn(x)])]  # noqa: E731
-            y = mx.concatenate([a.reshape(-1) for a in ys])
-            reverse = mode == "reverse" or (mode is None and y.size <= x.size)
-            jac = jacobian(raveled, x, y, reverse)
+            size = 0
+            for a in ys:  # (a loop: no frame per leaf)
+                size += a.size
+            if mode == "reverse" or (mode is None and size <= x.size):
+                parts = _rows(fn, x, ys)
+            else:
+                parts = _columns(fn, x)
         except Exception as exc:
             slow = errors.hand_over(exc)  # (a direction MLX lacks: SLOW from now on)
             failed.append(True)
             return slow
-        parts, start = [], 0
-        for a in ys:
-            parts.append(jac[start : start + a.size].reshape((*a.shape, *x.shape)))
-            start += a.size
         jt = unflatten(box[0], parts)
         return (unflatten(box[0], ys), jt) if value else jt
 
     return run
+
+
+def _rows(fn, x: Any, ys: list) -> list:
+    """Each leaf's Jacobian, from the rows of the raveled leaves' (one vmapped vjp)."""
+    raveled = lambda x: [mx.concatenate([a.reshape(-1) for a in fn(x)])]  # noqa: E731
+    jac = jacobian(raveled, x, mx.concatenate([a.reshape(-1) for a in ys]), True)
+    parts, start = [], 0
+    for a in ys:
+        parts.append(jac[start : start + a.size].reshape((*a.shape, *x.shape)))
+        start += a.size
+    return parts
+
+
+def _columns(fn, x: Any) -> list:
+    """Each leaf's Jacobian from one vmapped jvp along x's unit vectors, x's axis last
+    (``out_axes``): as ``mx.vmap(mx.jvp, out_axes=-1)`` gives it, reshaped only where x
+    has other than one axis."""
+    eye = mx.eye(x.size, dtype=x.dtype).reshape(x.size, *x.shape)
+    cols = mx.vmap(lambda v: mx.jvp(fn, [x], [v])[1], out_axes=-1)(eye)
+    if x.ndim == 1:
+        return list(cols)
+    return [c.reshape((*c.shape[:-1], *x.shape)) for c in cols]

@@ -15,7 +15,7 @@ import scipy.sparse as sp
 
 from .. import _checks
 from .._backend_types import AutoSparse, SecondOrder
-from .._cache import FunctionCache
+from .._cache import FunctionCache, weak_callable
 from .._reads import fingerprint
 from .._tree import flatten
 from ..core import convert, raveled, registry
@@ -128,17 +128,21 @@ class SparseImpl:
             if bare is None:
                 return None
             return lambda x: _slow_or(bare(x), lambda out: fmt(out[1]))
-        if weak and facts.scalar:  # (the value of f calls f itself)
-            return None
         run = plan.direct(prob, combo, weak=weak)  # (a forward failure: rows from now on)
         if run is None:
             return None
         if not facts.scalar:
             return lambda x: _slow_or(run(x), lambda out: (out[0], fmt(out[1])))
-        fn = prob.flat()
+        f = weak_callable(prob.f, weak)  # (the value: f called as the runner holds it)
+        if f is None:
+            return None
+        fn = _like(prob, f).flat()
 
         def value_gradient_and_hessian(x):
-            g, data = run(x)
+            out = run(x)
+            if out is SLOW:
+                return out
+            g, data = out
             return _value(fn((x,))), g[0], fmt(data)
 
         return value_gradient_and_hessian

@@ -4,13 +4,13 @@ finds the plan of an earlier object of its code when its cells hold the same thi
 A global pattern may depend on any value f reads besides x: a closed-over index array
 (``x[idx]``), a flag, a function it calls. So a plan is shared between two objects of
 one code only when every cell holds an equal flag (bool, int, float, complex, str,
-bytes, None, by value), the same module, class or plain module-level function, an
-array of the same type, shape and dtype with the same values (the same object, or
-equal values, compared where the array lives: a JAX or torch array on its device,
-one bool read back), or a closure whose cells pass the same test (3 levels down);
-and what the code reads from globals is the same objects. A cell holding anything
-else (a dict, a list, an object whose contents f may read) keeps the per-object path:
-detection and coloring anew.
+bytes, None, by value), the same module, class, plain module-level function or NumPy
+function (``np.sin``, ``np.concatenate``), an array of the same type, shape and dtype
+with the same values (the same object, or equal values, compared where the array
+lives: a JAX or torch array on its device, one bool read back), or a closure whose
+cells pass the same test (3 levels down); and what the code reads from globals is the
+same objects. A cell holding anything else (a dict, a list, an object whose contents f
+may read) keeps the per-object path: detection and coloring anew.
 """
 
 from __future__ import annotations
@@ -26,7 +26,8 @@ from .._reads import watch
 from .formats import framework_module
 
 _FLAGS = (bool, int, float, complex, str, bytes, type(None))
-_PLAIN = (types.FunctionType, types.BuiltinFunctionType)
+# functions kept by identity: plain ones, and NumPy's (its ufuncs and array functions)
+_PLAIN = (types.FunctionType, types.BuiltinFunctionType, np.ufunc, type(np.concatenate))
 _DEPTH = 3  # closures in cells, levels down
 
 

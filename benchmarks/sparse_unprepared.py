@@ -12,10 +12,10 @@ import os
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("XLA_FLAGS", "--xla_cpu_multi_thread_eigen=false")
 
-import numpy as np  # noqa: E402
-from sparse_common import paired  # noqa: E402
+import numpy as np
+from sparse_common import paired
 
-import diffiface as di  # noqa: E402
+import diffiface as di
 
 
 def rosen(xp):
@@ -45,12 +45,22 @@ def forms(xp, cat, native, x0):
 
         return g
 
+    def make_tree():
+        c = 100.0
+
+        def g(p):
+            x = cat([p["a"], p["b"]])
+            return (c * (x[1:] - x[:-1] ** 2) ** 2 + (1 - x[:-1]) ** 2).sum()
+
+        return g
+
     return {
         "array": (f, native(x0), False, None),
         "NumPy x": (rosen(xp), x0.copy(), False, None),  # (an f of its own: one kept plan each)
         "has_aux": (f_aux, native(x0), True, None),
         "closure per call": (None, native(x0), False, make),
         "pytree x": (f_tree, tree, False, None),
+        "pytree x, closure": (None, tree, False, make_tree),
     }
 
 
@@ -84,12 +94,19 @@ def main() -> None:
         import jax.numpy as jnp
 
         jax.config.update("jax_enable_x64", True)
-        rows.append(("JAX", configs(di.AutoSparse(di.AutoJax()), jnp, jnp.concatenate, jnp.asarray, x0)))
+        rows.append(
+            ("JAX", configs(di.AutoSparse(di.AutoJax()), jnp, jnp.concatenate, jnp.asarray, x0))
+        )
     if "torch" in a.only or not a.only:
         import torch
 
         torch.set_num_threads(1)
-        rows.append(("torch", configs(di.AutoSparse(di.AutoTorch()), torch, torch.cat, torch.from_numpy, x0)))
+        rows.append(
+            (
+                "torch",
+                configs(di.AutoSparse(di.AutoTorch()), torch, torch.cat, torch.from_numpy, x0),
+            )
+        )
     for fw, cfg in rows:
         t = paired(cfg, a.rounds)
         for name in dict.fromkeys(k[0] for k in cfg):

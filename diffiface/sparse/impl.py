@@ -63,14 +63,29 @@ class SparseImpl:
         native pytree leaves, ``run(f, *args)`` (args: the runner's) for a closure of
         prob.f's code whose cells hold what prob.f's held (``kept``: the same code on
         equal cells computes what prob.f computes, so prob.f's plan runs, on the call's
-        own f: no f is kept alive here), else SLOW (the general path detects)."""
+        own f: no f is kept alive here), else SLOW (the general path detects). Built
+        once per plan (calls of f with other signatures in turn rebuild the table's
+        entry each time)."""
         if prob.op not in SPARSE_OPS:
             return self.dense.code_runner(prob, form)
         sub = prob.fns.get(RAVELED) if form == LEAVES else prob  # (the plan's problem)
         plan = None if sub is None else sub.fns.get(KEY)
         cells = kept.cells(prob.f) if plan is not None and plan.kept else None
-        record = None if cells is None else cells.record()
-        if record is None or not detect.everywhere(self.backend):
+        if cells is None or not detect.everywhere(self.backend):
+            return None
+        memo = (prob.op, form, cells.key)
+        run = plan.code_runs.get(memo)
+        if run is None:
+            run = self._code_run(prob, form, sub, plan, cells)
+            if run is not None:
+                plan.code_runs[memo] = run
+        return run
+
+    def _code_run(self, prob, form: str, sub, plan: SparsePlan, cells: kept.Cells):
+        """``code_runner``'s runner: the plan's runner on a stand-in f that calls the
+        call's own f."""
+        record = cells.record()
+        if record is None:
             return None
         current: list = [None]  # the call's own f: held during its call only
 

@@ -7,6 +7,8 @@ backend's derivative."""
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 import scipy.sparse as sp
@@ -231,3 +233,20 @@ def test_a_warm_closure_over_a_jax_array_transfers_nothing():
     with jax.transfer_guard("disallow"):
         h = di.hessian(fs[3], sparse, x)
     np.testing.assert_allclose(densify(h), _weighted_hessian(w0, x0), rtol=1e-12)
+
+
+@pytest.mark.parametrize("dense", GLOBAL, ids=repr)
+def test_one_f_called_with_native_and_numpy_x_in_turn(dense, counts):
+    """Each signature keeps its plan; the code's runner is built once per plan, not on
+    every call that replaces the other signature's entry (JAX warned of recompiling
+    diffiface's own stand-in after five)."""
+    sparse = di.AutoSparse(dense)
+    _, f = _functions(dense)["hessian"]
+    want = _reference(dense, "hessian", f, native(dense, V0))
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always", di.RecompileWarning)
+        for _ in range(8):
+            for x in (native(dense, V0), V0.copy()):
+                _check(dense, "hessian", di.hessian(f, sparse, x), want)
+    assert counts["plans"] == 2
+    assert [str(w.message) for w in seen if w.category is di.RecompileWarning] == []

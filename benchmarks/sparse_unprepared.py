@@ -64,17 +64,21 @@ def forms(xp, cat, native, x0):
     }
 
 
-def configs(backend, xp, cat, native, x0):
+def configs(backend, xp, cat, native, x0, only="", block=lambda out: out):
+    """(form, "prepared" or "unprepared") -> a call, its result ready (``block``: JAX
+    dispatches asynchronously, so an unblocked call times its dispatch alone)."""
     out = {}
     for name, (f, x, aux, make) in forms(xp, cat, native, x0).items():
+        if only and only not in name:
+            continue
         fn = make() if make else f
         prep = di.prepare_hessian(fn, backend, x, has_aux=aux)
 
         def prepared(fn=fn, x=x, prep=prep, aux=aux):
-            return di.hessian(fn, backend, x, prep=prep, has_aux=aux)
+            return block(di.hessian(fn, backend, x, prep=prep, has_aux=aux))
 
         def unprepared(f=f, x=x, aux=aux, make=make):
-            return di.hessian(make() if make else f, backend, x, has_aux=aux)
+            return block(di.hessian(make() if make else f, backend, x, has_aux=aux))
 
         out[(name, "prepared")] = prepared
         out[(name, "unprepared")] = unprepared
@@ -85,7 +89,8 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--n", type=int, default=2000)
     ap.add_argument("--rounds", type=int, default=21)
-    ap.add_argument("--only", default="")
+    ap.add_argument("--only", default="", help="jax or torch")
+    ap.add_argument("--form", default="", help="the call forms whose name holds this")
     a = ap.parse_args()
     x0 = np.random.default_rng(0).uniform(0.5, 1.5, a.n)
     rows = []
@@ -95,7 +100,18 @@ def main() -> None:
 
         jax.config.update("jax_enable_x64", True)
         rows.append(
-            ("JAX", configs(di.AutoSparse(di.AutoJax()), jnp, jnp.concatenate, jnp.asarray, x0))
+            (
+                "JAX",
+                configs(
+                    di.AutoSparse(di.AutoJax()),
+                    jnp,
+                    jnp.concatenate,
+                    jnp.asarray,
+                    x0,
+                    a.form,
+                    jax.block_until_ready,
+                ),
+            )
         )
     if "torch" in a.only or not a.only:
         import torch
@@ -104,10 +120,13 @@ def main() -> None:
         rows.append(
             (
                 "torch",
-                configs(di.AutoSparse(di.AutoTorch()), torch, torch.cat, torch.from_numpy, x0),
+                configs(
+                    di.AutoSparse(di.AutoTorch()), torch, torch.cat, torch.from_numpy, x0, a.form
+                ),
             )
         )
     for fw, cfg in rows:
+        paired(cfg, 3)  # (a first pass warms up: its times run 2-3x the later ones)
         t = paired(cfg, a.rounds)
         for name in dict.fromkeys(k[0] for k in cfg):
             p, u = t[(name, "prepared")], t[(name, "unprepared")]

@@ -156,4 +156,4 @@ def _reads(f: types.FunctionType, parts: tuple) -> tuple:
         if len(_PAIRS) >= _MAX:
             _PAIRS.clear()
         _PAIRS[key] = pairs
-    return tuple([id(d.get(n, _MISSING)) for d, n in pairs])
+    return tuple([id(d.get(n, _MISSING)) for d, n in pairs]) if pairs else ()

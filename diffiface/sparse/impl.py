@@ -131,7 +131,7 @@ class SparseImpl:
     def _array_runner(self, prob, combo, weak: bool):
         """``runner`` on one native array."""
         plan = prob.fns.get(KEY)
-        if plan is None or self.backend.strict:
+        if plan is None or plan.contexts or self.backend.strict:
             return None
         if weak and not detect.everywhere(self.backend):  # a local pattern: its x only
             return None
@@ -163,10 +163,10 @@ class SparseImpl:
         return value_gradient_and_hessian
 
     def _leaves_runner(self, prob, combo, weak: bool):
-        """``runner`` on native pytree leaves without contexts: the one-array runner of the
-        problem on x's leaves end to end (``_one_array``) on their concatenation, a
-        gradient cut back into x's structure. It holds neither problem (a kept plan's
-        runner holds f weakly: the raveled function does)."""
+        """``runner`` on native pytree leaves (of a plan without contexts): the one-array
+        runner of the problem on x's leaves end to end (``_one_array``) on their
+        concatenation, a gradient cut back into x's structure. It holds neither problem
+        (a kept plan's runner holds f weakly: the raveled function does)."""
         sub = prob.fns.get(RAVELED)
         run = None if sub is None else self._array_runner(sub, combo, weak)
         if run is None:
@@ -174,7 +174,7 @@ class SparseImpl:
         d, split, with_g = self.dense, sub.f.split, prob.op == "value_gradient_and_hessian"
 
         def on_leaves(xs, c_leaves, values):
-            if values:  # (contexts: the general path)
+            if values:  # (a plan without contexts: calls with them take the general path)
                 return SLOW
             out = run(d.concat([d.reshape(a, (-1,)) for a in xs]))
             if not with_g or out is SLOW:

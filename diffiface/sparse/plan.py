@@ -35,6 +35,7 @@ class SparsePlan:
         self.number = next(_NUMBERS)  # names this plan's compiled passes (never reused)
         self.kept = prob.prepared  # kept for later calls: worth compiling its passes
         self.code_runs: dict = {}  # (op, form, cells' key) -> its code runner (SparseImpl's)
+        self.contexts = len(ctx)  # (runners take calls without contexts)
         n = size(x)
         m = n if prob.scalar else size(y)
         self.y_shape = None if y is None else tuple(y.shape)

@@ -142,12 +142,22 @@ class SparseImpl:
             bare = plan.direct(prob, combo, value=False, weak=weak)
             if bare is None:
                 return None
-            return lambda x: _slow_or(bare(x), lambda out: fmt(out[1]))
+
+            def matrix(x):
+                out = bare(x)
+                return out if out is SLOW else fmt(out[1])
+
+            return matrix
         run = plan.direct(prob, combo, weak=weak)  # (a forward failure: rows from now on)
         if run is None:
             return None
         if not facts.scalar:
-            return lambda x: _slow_or(run(x), lambda out: (out[0], fmt(out[1])))
+
+            def value_and_jacobian(x):
+                out = run(x)
+                return out if out is SLOW else (out[0], fmt(out[1]))
+
+            return value_and_jacobian
         f = weak_callable(prob.f, weak)  # (the value: f called as the runner holds it)
         if f is None:
             return None
@@ -264,10 +274,6 @@ def _like(prob: Problem, f: Any) -> Problem:
     return Problem(
         prob.op, prob.backend, prob.impl, f, prob.treedef, prob.single, prob.scalar, prob.aux
     )
-
-
-def _slow_or(out: Any, then: Any) -> Any:
-    return out if out is SLOW else then(out)
 
 
 def _from_numpy(d: Any, run: Any) -> Any:

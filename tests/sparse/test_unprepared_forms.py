@@ -250,3 +250,32 @@ def test_one_f_called_with_native_and_numpy_x_in_turn(dense, counts):
                 _check(dense, "hessian", di.hessian(f, sparse, x), want)
     assert counts["plans"] == 2
     assert [str(w.message) for w in seen if w.category is di.RecompileWarning] == []
+
+
+@pytest.mark.skipif(not HAVE["torch"], reason="needs torch")
+@pytest.mark.parametrize("pytree", [False, True])
+def test_a_warm_unprepared_torch_call_watches_f_no_more(pytree, monkeypatch):
+    """torch watches f's first call (``graph.Watch``); the kept runner holds f weakly
+    and keeps that fact (a weak proxy could not be keyed: every call was watched, unless
+    a dense call of f's code came first). The reference comes last for that reason."""
+    from diffiface.backends.torch import graph
+
+    dense = di.AutoTorch()
+    f, flat = _functions(dense)["hessian"]
+    x = {"a": native(dense, A0), "b": native(dense, B0)} if pytree else native(dense, V0)
+    g = f if pytree else flat
+    watched, real = [0], graph.Watch.__init__
+
+    def counted(self, *args, **kwargs):
+        watched[0] += 1
+        real(self, *args, **kwargs)
+
+    monkeypatch.setattr(graph.Watch, "__init__", counted)
+    for _ in range(3):
+        di.hessian(g, di.AutoSparse(dense), x)
+    watched[0] = 0  # (f's first call, and the kept runner's)
+    outs = [di.hessian(g, di.AutoSparse(dense), x) for _ in range(3)]
+    assert watched[0] == 0
+    want = _reference(dense, "hessian", flat, native(dense, V0))
+    for out in outs:
+        _check(dense, "hessian", out, want)

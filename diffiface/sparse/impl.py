@@ -11,10 +11,11 @@ import dataclasses
 from typing import Any
 
 import numpy as np
+import scipy.sparse as sp
 
 from .. import _checks
 from .._backend_types import AutoSparse, SecondOrder
-from .._cache import FunctionCache
+from .._cache import FunctionCache, weak_callable
 from .._reads import fingerprint
 from .._tree import flatten
 from ..core import convert, raveled, registry
@@ -22,7 +23,7 @@ from ..core.backend import SLOW
 from ..core.operator import OPS, names
 from ..core.problem import Problem
 from ..core.shell import Call
-from ..core.signature import entered, leaf, one
+from ..core.signature import ARRAY, LEAVES, NUMPY, entered, leaf, one
 from ..core.traits import Traits
 from . import detect, kept
 from .plan import KEY, SparsePlan
@@ -58,41 +59,58 @@ class SparseImpl:
         return self if dense is self.dense else SparseImpl(self.backend, dense)
 
     def code_runner(self, prob, form: str):
-        """The dense backend's, for the other operators. For a sparse one on one array,
-        ``run(f, x)`` for a closure of prob.f's code whose cells hold what prob.f's
-        held (``kept``: the same code on equal cells computes what prob.f computes, so
-        prob.f's plan runs, on the call's own f: no f is kept alive here), else SLOW
-        (the general path detects)."""
+        """The dense backend's, for the other operators. For a sparse one on one array or
+        native pytree leaves, ``run(f, *args)`` (args: the runner's) for a closure of
+        prob.f's code whose cells hold what prob.f's held (``kept``: the same code on
+        equal cells computes what prob.f computes, so prob.f's plan runs, on the call's
+        own f: no f is kept alive here), else SLOW (the general path detects). Built
+        once per plan (calls of f with other signatures in turn rebuild the table's
+        entry each time)."""
         if prob.op not in SPARSE_OPS:
             return self.dense.code_runner(prob, form)
-        plan = prob.fns.get(KEY)
+        sub = prob.fns.get(RAVELED) if form == LEAVES else prob  # (the plan's problem)
+        plan = None if sub is None else sub.fns.get(KEY)
         cells = kept.cells(prob.f) if plan is not None and plan.kept else None
-        record = None if cells is None else cells.record()
-        if record is None or not detect.everywhere(self.backend):
+        if cells is None or not detect.everywhere(self.backend):
+            return None
+        memo = (prob.op, form, cells.key)
+        run = plan.code_runs.get(memo)
+        if run is None:
+            run = self._code_run(prob, form, sub, plan, cells)
+            if run is not None:
+                plan.code_runs[memo] = run
+        return run
+
+    def _code_run(self, prob, form: str, sub, plan: SparsePlan, cells: kept.Cells):
+        """``code_runner``'s runner: the plan's runner on a stand-in f that calls the
+        call's own f."""
+        record = cells.record()
+        if record is None:
             return None
         current: list = [None]  # the call's own f: held during its call only
 
         def calls_current(*args):
             return current[0](*args)
 
-        stand_in = Problem(
-            prob.op, prob.backend, prob.impl, calls_current, prob.treedef, prob.single,
-            prob.scalar, prob.aux,
-        )  # fmt: skip
+        stand_in = own = _like(prob, calls_current)
+        if form == LEAVES:  # (its raveled problem: the same cut into leaves, of the stand-in)
+            fn = sub.f
+            cut = raveled.Raveled(lambda: calls_current, fn.treedef, fn.shapes, fn.dtypes)
+            own = stand_in.fns[RAVELED] = _like(sub, cut)
         # the plan alone: passes compiled for prob.f (held weakly) would call a dead f
-        stand_in.fns[KEY], stand_in.prepared = plan, prob.prepared
+        own.fns[KEY], own.prepared = plan, prob.prepared
         run = self.runner(stand_in, form, plan.combo)
         if run is None:
             return None
         key = cells.key
 
-        def code_run(f, x):
+        def code_run(f, *args):
             now = kept.cells(f)
             if now is None or now.key != key or not now.same_arrays(record):
                 return SLOW
             current[0] = f
             try:
-                return run(x)
+                return run(*args)
             finally:
                 current[0] = None
 
@@ -100,11 +118,20 @@ class SparseImpl:
 
     def runner(self, prob, form: str, combo=None, weak: bool = False):
         """The dense backend's runner for the other operators; for a prepared sparse one,
-        the compressed passes on one native array."""
+        the compressed passes on one native array, on a NumPy array (made native, the
+        results back as NumPy), or on native pytree leaves (those of its raveled
+        problem)."""
         if prob.op not in SPARSE_OPS:
             return self.dense.runner(prob, form, combo, weak)
+        if form == LEAVES:
+            return self._leaves_runner(prob, combo, weak)
+        run = self._array_runner(prob, combo, weak) if form in (ARRAY, NUMPY) else None
+        return run if form == ARRAY or run is None else _from_numpy(self.dense, run)
+
+    def _array_runner(self, prob, combo, weak: bool):
+        """``runner`` on one native array."""
         plan = prob.fns.get(KEY)
-        if form != "array" or plan is None or self.backend.strict:
+        if plan is None or plan.contexts or self.backend.strict:
             return None
         if weak and not detect.everywhere(self.backend):  # a local pattern: its x only
             return None
@@ -113,26 +140,59 @@ class SparseImpl:
             return None
         if len(facts.returns) == 1:  # the matrix alone
             bare = plan.direct(prob, combo, value=False, weak=weak)
-            return None if bare is None else lambda x: fmt(bare(x)[1])
-        if weak and facts.scalar:  # (the value of f calls f itself)
-            return None
+            if bare is None:
+                return None
+
+            def matrix(x):
+                out = bare(x)
+                return out if out is SLOW else fmt(out[1])
+
+            return matrix
         run = plan.direct(prob, combo, weak=weak)  # (a forward failure: rows from now on)
         if run is None:
             return None
         if not facts.scalar:
 
             def value_and_jacobian(x):
-                y, data = run(x)
-                return y, fmt(data)
+                out = run(x)
+                return out if out is SLOW else (out[0], fmt(out[1]))
 
             return value_and_jacobian
-        fn = prob.flat()
+        f = weak_callable(prob.f, weak)  # (the value: f called as the runner holds it)
+        if f is None:
+            return None
+        fn = _like(prob, f).flat()
 
         def value_gradient_and_hessian(x):
-            g, data = run(x)
+            out = run(x)
+            if out is SLOW:
+                return out
+            g, data = out
             return _value(fn((x,))), g[0], fmt(data)
 
         return value_gradient_and_hessian
+
+    def _leaves_runner(self, prob, combo, weak: bool):
+        """``runner`` on native pytree leaves (of a plan without contexts): the one-array
+        runner of the problem on x's leaves end to end (``_one_array``) on their
+        concatenation, a gradient cut back into x's structure. It holds neither problem
+        (a kept plan's runner holds f weakly: the raveled function does)."""
+        sub = prob.fns.get(RAVELED)
+        run = None if sub is None else self._array_runner(sub, combo, weak)
+        if run is None:
+            return None
+        d, split, with_g = self.dense, sub.f.split, prob.op == "value_gradient_and_hessian"
+
+        def on_leaves(xs, c_leaves, values):
+            if values:  # (a plan without contexts: calls with them take the general path)
+                return SLOW
+            out = run(d.concat([d.reshape(a, (-1,)) for a in xs]))
+            if not with_g or out is SLOW:
+                return out
+            y, g, h = out
+            return y, split(g), h
+
+        return on_leaves
 
     @staticmethod
     def sparse_plan(probs) -> SparsePlan | None:
@@ -181,11 +241,12 @@ class SparseImpl:
         if plan is not None:
             return plan
         key = None if prob.prepared else _key(self, c, combo)
-        code = None if key is None else kept.cells(prob.f)
+        user = _user_f(prob.f)
+        code = None if key is None else kept.cells(user)
         if key is not None:
             got = PLANS.peek(prob.f, key)
             if got is None and code is not None:  # a closure made anew: its code's plan
-                got = PLANS.peek(prob.f.__code__, (*key[:-1], code.key))
+                got = PLANS.peek(user.__code__, (*key[:-1], code.key))
                 if got is not None and not code.same_arrays(got[2]):
                     got = None
             if got is not None and _same_values(got[0], c.ctx):
@@ -200,12 +261,38 @@ class SparseImpl:
             PLANS.put(prob.f, key, (c.ctx, plan))
             record = None if code is None else code.record()
             if record is not None:
-                PLANS.put(prob.f.__code__, (*key[:-1], code.key), (c.ctx, plan, record))
+                PLANS.put(user.__code__, (*key[:-1], code.key), (c.ctx, plan, record))
         return plan
 
     def _out(self, c, plan: SparsePlan, data: Any) -> Any:
         out = plan.format(data)
         return c.back(out) if self.backend.dense else out
+
+
+def _like(prob: Problem, f: Any) -> Problem:
+    """A problem like ``prob`` of another f."""
+    return Problem(
+        prob.op, prob.backend, prob.impl, f, prob.treedef, prob.single, prob.scalar, prob.aux
+    )
+
+
+def _from_numpy(d: Any, run: Any) -> Any:
+    """A runner on one native array as one on a NumPy array, which it makes native as the
+    general path does (``convert.point``), its results back as NumPy (a matrix of the
+    plan's NumPy format is ``scipy.sparse`` already)."""
+
+    def back(a):
+        return a if sp.issparse(a) else convert.back(d, a, convert.NUMPY)
+
+    def from_numpy(x):
+        if d.check_numpy_dtype(x.dtype):  # (JAX's x64 is global: the general path explains)
+            return SLOW
+        out = run(d.from_numpy(x))
+        if out is SLOW:
+            return out
+        return tuple(map(back, out)) if type(out) is tuple else back(out)
+
+    return from_numpy
 
 
 def _value(y: Any) -> Any:
@@ -219,8 +306,15 @@ def _key(impl: SparseImpl, c, combo) -> tuple | None:
     if not detect.everywhere(impl.backend) or len(c.xs) != 1:
         return None
     prob, sig = c.prob, (c.kinds[0], one(c.xs[0]), entered(leaf, (), c.ctx))  # (x's type too)
-    f = prob.f.fget() if type(prob.f) is raveled.Raveled else prob.f  # (what f reads)
-    return (KEY, impl.backend, prob.scalar, prob.aux, combo, sig, fingerprint(f))
+    fn = prob.f
+    if type(fn) is raveled.Raveled:  # a pytree x: its layout too (a plan of f's code)
+        sig = (*sig, fn.treedef, tuple(fn.shapes), tuple(map(str, fn.dtypes)))
+    return (KEY, impl.backend, prob.scalar, prob.aux, combo, sig, fingerprint(_user_f(fn)))
+
+
+def _user_f(fn: Any) -> Any:
+    """The user's f of a problem's function (a pytree x's: the raveled one's f)."""
+    return fn.fget() if type(fn) is raveled.Raveled else fn
 
 
 def _same_values(kept: tuple, ctx: tuple) -> bool:

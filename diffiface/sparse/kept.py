@@ -4,12 +4,13 @@ finds the plan of an earlier object of its code when its cells hold the same thi
 A global pattern may depend on any value f reads besides x: a closed-over index array
 (``x[idx]``), a flag, a function it calls. So a plan is shared between two objects of
 one code only when every cell holds an equal flag (bool, int, float, complex, str,
-bytes, None, by value), the same module, class or plain module-level function, an
-array of the same type, shape and dtype with the same values (the same object, or
-equal values, compared on the host), or a closure whose cells pass the same test (3
-levels down); and what the code reads from globals is the same objects. A cell
-holding anything else (a dict, a list, an object whose contents f may read) keeps the
-per-object path: detection and coloring anew.
+bytes, None, by value), the same module, class, plain module-level function or NumPy
+function (``np.sin``, ``np.concatenate``), an array of the same type, shape and dtype
+with the same values (the same object, or equal values, compared where the array
+lives: a JAX or torch array on its device, one bool read back), or a closure whose
+cells pass the same test (3 levels down); and what the code reads from globals is the
+same objects. A cell holding anything else (a dict, a list, an object whose contents f
+may read) keeps the per-object path: detection and coloring anew.
 """
 
 from __future__ import annotations
@@ -22,9 +23,11 @@ import numpy as np
 
 from .. import _arrays
 from .._reads import watch
+from .formats import framework_module
 
 _FLAGS = (bool, int, float, complex, str, bytes, type(None))
-_PLAIN = (types.FunctionType, types.BuiltinFunctionType)
+# functions kept by identity: plain ones, and NumPy's (its ufuncs and array functions)
+_PLAIN = (types.FunctionType, types.BuiltinFunctionType, np.ufunc, type(np.concatenate))
 _DEPTH = 3  # closures in cells, levels down
 
 
@@ -40,29 +43,53 @@ class Cells:
         self.key, self.arrays = key, arrays
 
     def record(self) -> tuple | None:
-        """The arrays as a kept plan holds them: (weak reference or None, values on the
-        host) each; None where a value is unknown (traced)."""
+        """The arrays as a kept plan holds them: (weak reference or None, a copy of the
+        values, the framework's sparsity module that keeps and compares them on the
+        array's device, or None for a copy on the host) each; None where a value is
+        unknown (traced)."""
         out = []
         for a in self.arrays:
-            values = _arrays.values(a)
-            if values is None:
+            side = _on_device(a)
+            copy = _host_copy(a) if side is None else side.kept_copy(a)
+            if copy is None:
                 return None
             try:
                 ref = weakref.ref(a)
             except TypeError:
                 ref = None
-            out.append((ref, np.array(values, copy=True)))
+            out.append((ref, copy, side))
         return tuple(out)
 
     def same_arrays(self, record: tuple) -> bool:
-        """Its arrays are the recorded ones: the same objects, or equal values."""
-        for a, (ref, values) in zip(self.arrays, record, strict=True):
+        """Its arrays are the recorded ones: the same objects, or equal values (compared
+        where the array lives: a JAX or torch array on its device, one bool back)."""
+        for a, (ref, copy, side) in zip(self.arrays, record, strict=True):
             if ref is not None and ref() is a:
                 continue
+            if side is not None:
+                if not side.same_values(a, copy):
+                    return False
+                continue
             now = _arrays.values(a)
-            if now is None or now.dtype != values.dtype or not np.array_equal(now, values):
+            if now is None or now.dtype != copy.dtype or not np.array_equal(now, copy):
                 return False
         return True
+
+
+def _on_device(a: Any) -> Any:
+    """The sparsity module of a's framework where it keeps values on the array's device
+    (``kept_copy``, ``same_values``: JAX, torch), else None (NumPy, and frameworks
+    whose arrays are compared on the host)."""
+    if isinstance(a, np.ndarray):
+        return None
+    fw = _arrays.owner(a)
+    module = None if fw is None else framework_module(fw.name)
+    return module if hasattr(module, "kept_copy") else None
+
+
+def _host_copy(a: Any) -> np.ndarray | None:
+    values = _arrays.values(a)
+    return None if values is None else np.array(values, copy=True)
 
 
 def cells(f: Any) -> Cells | None:
@@ -129,4 +156,4 @@ def _reads(f: types.FunctionType, parts: tuple) -> tuple:
         if len(_PAIRS) >= _MAX:
             _PAIRS.clear()
         _PAIRS[key] = pairs
-    return tuple([id(d.get(n, _MISSING)) for d, n in pairs])
+    return tuple([id(d.get(n, _MISSING)) for d, n in pairs]) if pairs else ()

@@ -34,6 +34,8 @@ class SparsePlan:
         self.sparse, self.d, self.combo = sparse, d, combo
         self.number = next(_NUMBERS)  # names this plan's compiled passes (never reused)
         self.kept = prob.prepared  # kept for later calls: worth compiling its passes
+        self.code_runs: dict = {}  # (op, form, cells' key) -> its code runner (SparseImpl's)
+        self.contexts = len(ctx)  # (runners take calls without contexts)
         n = size(x)
         m = n if prob.scalar else size(y)
         self.y_shape = None if y is None else tuple(y.shape)
@@ -228,7 +230,7 @@ class SparsePlan:
 
                 return direct
         if weak:  # the general passes on a problem that holds f weakly
-            f = weak_callable(prob.f)
+            f = _weakly(prob.f)
             if f is None:
                 return None
             prob = Problem(
@@ -346,6 +348,16 @@ def _products(kind: str) -> str:
     """The products a backend's ``compressed`` passes run for a kind: an acyclic
     coloring's are a star coloring's (hvps), with a callable gather, the substitution."""
     return "star" if kind == "acyclic" else kind
+
+
+def _weakly(f: Any) -> Any:
+    """``f`` held weakly by a function of this runner's own, or None where f cannot be:
+    the facts a backend keeps per function object (torch's first-call watch of f) stick
+    to it, where a weak proxy cannot be keyed and every call would look again."""
+    proxy = weak_callable(f)
+    if proxy is None:
+        return None
+    return lambda *args: proxy(*args)
 
 
 def _or_slow(out: Any) -> Any:

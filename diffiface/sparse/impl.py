@@ -8,6 +8,7 @@ problem (a prepared problem keeps it) and then run its compressed passes.
 from __future__ import annotations
 
 import dataclasses
+import threading
 from typing import Any
 
 import numpy as np
@@ -87,10 +88,10 @@ class SparseImpl:
         record = cells.record()
         if record is None:
             return None
-        current: list = [None]  # the call's own f: held during its call only
+        current = threading.local()  # .f: the call's own f, in its thread, during its call
 
         def calls_current(*args):
-            return current[0](*args)
+            return current.f(*args)
 
         stand_in = own = _like(prob, calls_current)
         if form == LEAVES:  # (its raveled problem: the same cut into leaves, of the stand-in)
@@ -108,11 +109,11 @@ class SparseImpl:
             now = kept.cells(f)
             if now is None or now.key != key or not now.same_arrays(record):
                 return SLOW
-            current[0] = f
+            before, current.f = getattr(current, "f", None), f  # (a call within f's call)
             try:
                 return run(*args)
             finally:
-                current[0] = None
+                current.f = before
 
         return code_run
 

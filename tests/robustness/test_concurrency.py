@@ -8,7 +8,8 @@ import threading
 
 import numpy as np
 import pytest
-from helpers import HAVE
+from array_api_compat import array_namespace
+from helpers import HAVE, native, to_numpy, tolerance
 
 import diffiface as di
 from diffiface.core.operator import OPS
@@ -273,3 +274,52 @@ def test_autograd_nesting_in_threads(case):
         sys.setswitchinterval(interval)
     assert errors == []
     assert wrong == []
+
+
+def _scaled_chain(scale):
+    """A closure made anew per call: its code's sparse plan is kept, and each call runs
+    it on its own f."""
+
+    def f(x):
+        xp = array_namespace(x)
+        return scale * xp.sin(x[1:] * x[:-1])
+
+    return f
+
+
+def _dense(a):
+    for name in ("todense", "to_dense", "toarray"):
+        if hasattr(a, name):
+            a = getattr(a, name)()
+    return to_numpy(a)
+
+
+def test_sparse_closures_of_one_code_from_many_threads(backend):
+    """Unprepared sparse Jacobians of closures made anew of one code, from 8 threads: the
+    code's kept plan ran the call's own f through one slot for every thread, and a
+    thread ending its call emptied it under another ("'NoneType' object is not
+    callable", torch, 7 of 8 threads). Each call now holds its f in its own thread."""
+    x0 = np.linspace(0.1, 1.0, 60)
+    c = 2.0 * np.cos(x0[1:] * x0[:-1])
+    want = np.zeros((59, 60))
+    want[np.arange(59), np.arange(59)] = c * x0[1:]
+    want[np.arange(59), np.arange(1, 60)] = c * x0[:-1]
+    sparse, x = di.AutoSparse(backend), native(backend, x0)
+    tol = tolerance(backend, np.float64)[0]
+    np.testing.assert_allclose(_dense(di.jacobian(_scaled_chain(2.0), sparse, x)), want, tol, tol)
+    errors = []
+
+    def work():
+        try:
+            for _ in range(30):
+                got = _dense(di.jacobian(_scaled_chain(2.0), sparse, x))
+                np.testing.assert_allclose(got, want, rtol=tol, atol=tol)
+        except Exception as exc:  # (reported below, with the thread's failure)
+            errors.append(repr(exc)[:300])
+
+    threads = [threading.Thread(target=work) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []

@@ -8,10 +8,19 @@ on every backend; tests of the x64-off error switch it off locally.
 from __future__ import annotations
 
 import importlib.util
+import os
 
 import pytest
 
-import diffiface as di
+# XLA compiles each test's small programs without LLVM's optimization passes: most of a
+# JAX test's time is compiling, none of the checks is about the compiled code's speed,
+# and results stay within every tolerance. Set before JAX starts its backend, and
+# inherited by the tests' subprocesses (their scripts add their own flags to it).
+FAST_COMPILE = "--xla_backend_optimization_level=0"
+if "xla_backend_optimization_level" not in os.environ.get("XLA_FLAGS", ""):
+    os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {FAST_COMPILE}".strip()
+
+import diffiface as di  # noqa: E402
 
 HAVE = {m: importlib.util.find_spec(m) is not None for m in ("jax", "torch", "autograd", "mlx")}
 

@@ -13,8 +13,7 @@ import sys
 
 
 def main():
-    flags = os.environ.get("XLA_FLAGS", "")  # (the suite's, see tests/conftest.py)
-    os.environ["XLA_FLAGS"] = f"{flags} --xla_force_host_platform_device_count=2"
+    os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=2"
     sys.path.insert(0, str(pathlib.Path(__file__).parents[1]))
     import jax
     import jax.numpy as jnp

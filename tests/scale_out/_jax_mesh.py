@@ -16,8 +16,7 @@ def close(a, b):
 
 
 def main():
-    flags = os.environ.get("XLA_FLAGS", "")  # (the suite's, see tests/conftest.py)
-    os.environ["XLA_FLAGS"] = f"{flags} --xla_force_host_platform_device_count=8"
+    os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=8"
     import jax
     import jax.numpy as jnp
     from jax.sharding import Mesh, NamedSharding

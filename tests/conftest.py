@@ -2,14 +2,23 @@
 
 Each backend is skipped when its framework is not installed. JAX runs with
 x64 enabled here (a test setting, not the library's) so float64 scenarios run
-on every backend; tests of the x64-off error switch it off locally.
+on every backend; tests of the x64-off error switch it off locally. XLA compiles
+with most optimizations off (JAX_DISABLE_MOST_OPTIMIZATIONS, below): another test
+setting, for the suite's time.
 """
 
 from __future__ import annotations
 
 import importlib.util
+import os
 
 import pytest
+
+# JAX asks XLA for little optimization (LLVM at level 0): compiling is most of a JAX
+# test's time (a quarter to a half less CPU with this), no check is about the compiled
+# code's speed, and the results pass the same checks. Set before JAX is imported, so
+# the tests' subprocesses (scripts, Keras, the benchmarks) inherit it.
+os.environ.setdefault("JAX_DISABLE_MOST_OPTIMIZATIONS", "1")
 
 import diffiface as di
 

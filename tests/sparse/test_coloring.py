@@ -3,8 +3,6 @@ counts, agreement with asdex (SparseMatrixColorings.jl's algorithms) and argumen
 
 from __future__ import annotations
 
-import time
-
 import numpy as np
 import pytest
 import scipy.sparse as sp
@@ -293,12 +291,16 @@ def test_errors(call, error, match):
         call()
 
 
-def test_speed():
-    p = brusselator(48)  # n = 4608
-    column_coloring(p)
-    t = time.perf_counter()
-    column_coloring(p)
-    assert time.perf_counter() - t < 0.5  # ~25 ms; loose for a loaded machine
+def test_a_large_pattern_within_the_greedy_bound():
+    """n = 4608 (Brusselator): a valid column coloring with at most (the most columns a
+    column shares a row with) + 1 colors, as any greedy coloring. (Its speed is measured
+    in docs/sparse_results.md, never asserted: timings are noisy.)"""
+    p = brusselator(48)
+    c = column_coloring(p)
+    assert check_coloring(p, c, "column")
+    q = sp.csr_array(p, dtype=np.int64)
+    degree = int(((q.T @ q) != 0).sum(axis=1).max()) - 1  # (less the column itself)
+    assert int(c.max()) + 1 <= degree + 1
 
 
 def test_same_colors_as_asdex():

@@ -224,6 +224,12 @@ class MLXImpl(BackendImpl):
         y, g, h = call_f(prob, lambda: second.hessian(fn, xs[0], combo or PLAIN))
         return y, (g,), h
 
+    def hessian(self, prob, xs, ctx, combo):
+        """The gradient's Jacobian alone, the runner's pass (a first unprepared call
+        and the later ones give the same bits)."""
+        fn = flat(prob, ctx)
+        return call_f(prob, lambda: second.hessian(fn, xs[0], combo or PLAIN, value=False))[2]
+
     def value_derivative_and_second_derivative(self, prob, xs, ctx):
         fn = flat(prob, ctx)
         return call_f(prob, lambda: second.second_derivatives(fn, xs[0]))

@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from .. import _checks
+from .._cache import FunctionCache
 from . import convert as _convert
 from . import direction
 from .contract import Contract
@@ -23,6 +24,8 @@ from .signature import SLOW as SLOW
 from .traits import Traits as Traits
 
 OUT_SIZE = "output size"  # the key of the memoized output size in a problem's fns
+# f -> {its _size_key: the size of f(x)}: the output size an unprepared call learnt
+_SIZES = FunctionCache(per_function=8)
 
 
 class BackendImpl(Contract, DerivedSecondOrder):
@@ -237,14 +240,33 @@ class BackendImpl(Contract, DerivedSecondOrder):
         return self.memo_output_size(prob, xs, ctx) <= sum(size(x) for x in xs)
 
     def memo_output_size(self, prob, xs: tuple, ctx: tuple) -> int:
-        """``output_size``, memoized on the problem (a prepared one keeps it)."""
+        """``output_size``, memoized on the problem (a prepared one keeps it) and on f
+        for the shapes and dtypes of x and the contexts (``_SIZES``: an unprepared call,
+        a new problem each time, does not run f again for it)."""
         size = prob.fns.get(OUT_SIZE)
+        if size is not None:
+            return size
+        key = self._size_key(prob, xs, ctx)
+        size = None if key is None else _SIZES.peek(prob.f, key)
         if size is None:
             try:  # often f's first call: an f of another framework fails here
-                size = prob.fns[OUT_SIZE] = self.output_size(prob, xs, ctx)
+                size = self.output_size(prob, xs, ctx)
             except TypeError as exc:
                 _checks.reraise(prob.op, prob.backend, exc)
+            if key is not None:
+                _SIZES.put(prob.f, key, size)
+        prob.fns[OUT_SIZE] = size
         return size
+
+    def _size_key(self, prob, xs: tuple, ctx: tuple) -> tuple | None:
+        """What decides f(x)'s size: the framework, x's structure, aux, and the shapes and
+        dtypes of the leaves of x and of the contexts; None where a context is unhashable
+        (its value, unseen here, might decide it)."""
+        sig = self.leaf_signature
+        cs = tuple(sig(c) for c in ctx)
+        if any(isinstance(c, type) for c in cs):
+            return None
+        return (self.framework, prob.treedef, prob.aux, tuple(sig(x) for x in xs), cs)
 
     def output_size(self, prob, xs: tuple, ctx: tuple) -> int:
         return size(prob.flat()(xs, *ctx))

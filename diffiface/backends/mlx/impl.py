@@ -15,7 +15,7 @@ import numpy as np
 
 from ... import _checks
 from ..._backend_types import AutoMLX
-from ...core.backend import BackendImpl, Traits
+from ...core.backend import OUT_SIZE, BackendImpl, Traits
 from ...core.registry import register
 from . import errors, runners, second
 from .errors import float64_refused
@@ -175,8 +175,9 @@ class MLXImpl(BackendImpl):
         reverse = self.prefers_reverse(prob, xs, ctx)
         fn = flat(prob, ctx)
         y = call_f(prob, lambda: fn(*xs)[0])
+        second.learn_output(prob, xs[0], y)
         with second.aux_dropped():
-            return y, call_f(prob, lambda: second.jacobian(fn, xs[0], y, reverse))
+            return y, call_f(prob, lambda: second.jacobian(fn, xs[0], y, reverse))[1]
 
     def reverse_jacobian(self, prob, xs, ctx):
         """f(x) and each leaf's Jacobian by rows in one vmapped pass: the reverse
@@ -193,16 +194,18 @@ class MLXImpl(BackendImpl):
         """One vmapped pass over the per-sample basis repeated in every sample: rows of
         vjps or columns of jvps."""
         (x,) = xs
-        if not x.size or second.aux_waits():
+        if not x.size:
             return super().value_and_batched_jacobian(prob, xs, ctx)
-        reverse = self.prefers_reverse(prob, xs, ctx)
         fn = flat(prob, ctx)
-        y = call_f(prob, lambda: fn(*xs)[0])
+        y = call_f(prob, lambda: fn(*xs)[0])  # (f's aux, where a sink waits for it)
         _checks.check_batch(prob, tuple(x.shape), tuple(y.shape))
         if not y.size:
-            return super().value_and_batched_jacobian(prob, xs, ctx)
+            return y, mx.zeros((*y.shape, *x.shape[1:]), dtype=x.dtype)
+        prob.fns.setdefault(OUT_SIZE, y.size)  # (the direction reads it: no run of f)
+        second.learn_output(prob, x, y)
+        reverse = self.prefers_reverse(prob, xs, ctx)
         with second.aux_dropped():
-            return y, call_f(prob, lambda: second.batched_jacobian(fn, x, y, reverse))
+            return y, call_f(prob, lambda: second.batched_jacobian(fn, x, y, reverse))[1]
 
     # ---- second order: mx.jvp (or mx.vjp) of mx.grad ----------------------------
     def gradient_and_hvp(self, prob, xs, vs, ctx, combo):

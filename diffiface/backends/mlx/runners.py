@@ -32,7 +32,7 @@ from ...core.backend import SLOW
 from ...core.operator import OPS
 from . import errors, leaves, trees
 from .errors import Unusual
-from .second import aux_waits, batched_jacobian, hessian, jacobian, second_derivatives
+from .second import OUTS, Like, aux_waits, batched_jacobian, hessian, jacobian, second_derivatives
 
 _FLOATS = (mx.float32, mx.float16, mx.bfloat16, mx.float64)
 _FAMILIES = ("gradient", "jvp", "vjp", "hvp", "jacobian", "derivative", "second_derivative")
@@ -87,8 +87,9 @@ def _maker(prob, form: str, combo: Any):
             return None
         return lambda f: _with_aux(make, f, returns, prob.op, prob.backend)
     if decl.family in ("jacobian", "batched_jacobian"):
+        outs = prob.fns.setdefault(OUTS, {})  # (shared with the general path's calls)
         make = functools.partial(
-            _jacobian, mode=prob.backend.mode, batched=decl.family != "jacobian"
+            _jacobian, mode=prob.backend.mode, batched=decl.family != "jacobian", outs=outs
         )
     elif decl.family == "hessian" and prob.backend.mode == "forward":
         return None  # (forward over reverse: the general path's)
@@ -235,12 +236,15 @@ def _hvp(f, returns: tuple, where: tuple):
     return run
 
 
-def _jacobian(f, returns: tuple, where: tuple, mode: str | None, batched: bool = False):
-    """f(x), then its Jacobian (``batched``: per-sample Jacobians along axis 0) as one
-    ``mx.vmap`` over the unit vectors: rows of vjps (where f(x) is no larger than x, or
-    mode "reverse") or columns of jvps. After a direction failed once (f indexes x: MLX
-    has no JVP of scatter), every call is the general path's, which knows the direction
-    f supports; so is a batched f(x) without x's batch axis (it explains)."""
+def _jacobian(f, returns: tuple, where: tuple, mode: str | None, batched: bool, outs: dict):
+    """f(x) and its Jacobian (``batched``: per-sample Jacobians along axis 0) as one
+    ``mx.vmap`` over the unit vectors, whose run of f gives f(x): rows of vjps (where
+    f(x) is no larger than x, or mode "reverse") or columns of jvps. f(x)'s shape is
+    learnt per x's shape and dtype (``outs``, the plan's problem's: its first call, or
+    the general path's call before, ran f once more for it). After a
+    direction failed once (f indexes x: MLX has no JVP of scatter), every call is the
+    general path's, which knows the direction f supports; so is a batched f(x) without
+    x's batch axis (it explains)."""
     one = _checked(f, False, where)
     value = len(returns) == 2
     failed: list = []
@@ -251,12 +255,19 @@ def _jacobian(f, returns: tuple, where: tuple, mode: str | None, batched: bool =
             return SLOW
         if aux_waits() or (batched and not x.ndim):
             return SLOW
+        key = (x.shape, x.dtype)
         try:
-            y = one(x)
-            if batched and (not y.ndim or y.shape[0] != x.shape[0] or not y.size):
-                return SLOW
+            y = outs.get(key)
+            if y is None:
+                if key in outs:
+                    return SLOW
+                y = one(x)
+                good = not batched or (y.ndim and y.shape[0] == x.shape[0] and y.size)
+                outs[key] = Like(tuple(y.shape), y.dtype) if good else None
+                if not good:
+                    return SLOW
             reverse = mode == "reverse" or (mode is None and y.size <= x.size)
-            jac = each(lambda x: [one(x)], x, y, reverse)
+            y, jac = each(lambda x: [one(x)], x, y, reverse)
         except Exception as exc:
             slow = errors.hand_over(exc)  # (a direction MLX lacks: SLOW from now on)
             failed.append(True)

@@ -7,6 +7,7 @@ aux (it would leave as one), the directions run one by one instead.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -70,16 +71,46 @@ def basis(like: Any) -> list:
     return [eye[i].reshape(like.shape) for i in range(n)]
 
 
-def jacobian(fn: Callable, x: Any, y: Any, reverse: bool) -> Any:
-    """J of ``fn`` (one array in, one out) at x, of shape ``y.shape + x.shape``: rows of
-    vjps or columns of jvps."""
+def jacobian(fn: Callable, x: Any, y: Any, reverse: bool) -> tuple:
+    """(f(x), J) of ``fn`` (one array in, one out) at x, J of shape ``y.shape + x.shape``:
+    rows of vjps or columns of jvps in one ``mx.vmap``, whose own run of f gives f(x).
+    ``y``: f(x), or anything with its shape, size and dtype (``Like``: known from an
+    earlier call, so f runs once)."""
     shape = (*y.shape, *x.shape)
     if not y.size or not x.size:
-        return mx.zeros(shape, dtype=x.dtype)
+        return _value(fn, x, y), mx.zeros(shape, dtype=x.dtype)
     if reverse:
-        return _over_basis(vjps, fn, x, y).reshape(shape)
-    cols = _over_basis(jvps, fn, x, x)
-    return cols.reshape(x.size, y.size).T.reshape(shape)
+        eye = mx.eye(y.size, dtype=y.dtype).reshape(y.size, *y.shape)
+        ys, (rows,) = mx.vmap(lambda w: mx.vjp(fn, [x], [w]))(eye)
+        return ys[0][0], rows.reshape(shape)
+    eye = mx.eye(x.size, dtype=x.dtype).reshape(x.size, *x.shape)
+    ys, (cols,) = mx.vmap(lambda v: mx.jvp(fn, [x], [v]))(eye)
+    return ys[0][0], cols.reshape(x.size, y.size).T.reshape(shape)
+
+
+# the key, in a problem's fns, of {(x's shape, x's dtype): Like(f(x))} (None: a batched
+# f(x) without x's batch axis), which the Jacobians' runners read
+OUTS = "mlx output like"
+
+
+def learn_output(prob: Any, x: Any, y: Any) -> None:
+    """Keep f(x)'s shape and dtype at x's for the Jacobians' runners (``OUTS``)."""
+    prob.fns.setdefault(OUTS, {})[(x.shape, x.dtype)] = Like(tuple(y.shape), y.dtype)
+
+
+class Like:
+    """What the Jacobians read of f(x): its shape, size and dtype, without f(x)."""
+
+    __slots__ = ("dtype", "shape", "size")
+
+    def __init__(self, shape: tuple, dtype: Any):
+        self.shape, self.dtype = shape, dtype
+        self.size = math.prod(shape)
+
+
+def _value(fn: Callable, x: Any, y: Any) -> Any:
+    """f(x): ``y`` itself, or one run of fn where ``y`` is a ``Like``."""
+    return fn(x)[0] if type(y) is Like else y
 
 
 def _over_basis(each: Callable, fn: Callable, x: Any, like: Any) -> Any:
@@ -109,20 +140,22 @@ def reverse_jacobians(fn: Callable, xs: tuple, y: Any) -> tuple:
     return tuple(r.reshape((*y.shape, *x.shape)) for r, x in zip(rows, xs, strict=True))
 
 
-def batched_jacobian(fn: Callable, x: Any, y: Any, reverse: bool) -> Any:
-    """Per-sample Jacobians of ``fn`` (samples along axis 0 of x and y), of shape
+def batched_jacobian(fn: Callable, x: Any, y: Any, reverse: bool) -> tuple:
+    """(f(x), per-sample Jacobians) of ``fn`` (samples along axis 0 of x and y), of shape
     ``y.shape + x.shape[1:]``: one ``mx.vmap`` over the basis of one sample repeated
-    in every sample (vjps along y's, or jvps along x's)."""
+    in every sample (vjps along y's, or jvps along x's), whose run of f gives f(x).
+    ``y``: as for :func:`jacobian`."""
     b = x.shape[0]
     like = y if reverse else x
     k = like.size // b
     eye = mx.eye(k, dtype=like.dtype)[:, None, :]
     basis = mx.broadcast_to(eye, (k, b, k)).reshape(k, *like.shape)
     if reverse:  # (n_out, *x.shape): sample axis first
-        rows = mx.vmap(lambda w: mx.vjp(fn, [x], [w])[1][0])(basis)
-        return mx.swapaxes(rows, 0, 1).reshape((*y.shape, *x.shape[1:]))
-    cols = mx.vmap(lambda v: mx.jvp(fn, [x], [v])[1][0])(basis).reshape(k, b, -1)
-    return mx.transpose(cols, (1, 2, 0)).reshape((*y.shape, *x.shape[1:]))
+        ys, (rows,) = mx.vmap(lambda w: mx.vjp(fn, [x], [w]))(basis)
+        return ys[0][0], mx.swapaxes(rows, 0, 1).reshape((*y.shape, *x.shape[1:]))
+    ys, (cols,) = mx.vmap(lambda v: mx.jvp(fn, [x], [v]))(basis)
+    cols = cols.reshape(k, b, -1)
+    return ys[0][0], mx.transpose(cols, (1, 2, 0)).reshape((*y.shape, *x.shape[1:]))
 
 
 def gradient_and_hvps(fn: Callable, xs: tuple, vss: list, combo: tuple) -> tuple:
@@ -144,17 +177,16 @@ def hessian(fn: Callable, x: Any, combo: tuple) -> tuple:
     """(value, gradient, H) at one array x: the Jacobian of (value, gradient) along
     every unit vector, by rows (reverse outer) or columns (forward outer), in one
     vmapped pass that also gives the value and gradient (f runs once, as
-    ``mx.vmap(mx.vjp(mx.grad(f)))`` does); one by one where an aux sink waits."""
+    ``mx.vmap(mx.vjp(mx.grad(f)))`` does; once more first where an aux sink waits)."""
     outer, inner = combo
     gf = grad_of(fn, 1, inner)
     shape = (*x.shape, *x.shape)
-    if not x.size or aux_waits():
+    if not x.size:
+        return fn(x)[0], gf(x)[0], mx.zeros(shape, dtype=x.dtype)
+    if aux_waits():  # f's aux from one plain run, then the vmapped pass
         y = fn(x)[0]
-        (g,) = gf(x)
-        if not x.size:
-            return y, g, mx.zeros(shape, dtype=x.dtype)
-        each = vjps if outer == "reverse" else jvps
-        return y, g, _over_basis(each, gf, x, x).reshape(shape)
+        with aux_dropped():
+            return (y, *hessian(fn, x, combo)[1:])
     both = lambda x: [fn(x)[0], gf(x)[0]] if inner == "forward" else _value_and_grad(fn)(x)  # noqa: E731
     eye = mx.eye(x.size, dtype=x.dtype).reshape(x.size, *x.shape)
     if outer == "reverse":

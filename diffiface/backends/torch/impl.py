@@ -314,7 +314,7 @@ class TorchImpl(BackendImpl):
         if x.numel() == 0:  # an empty basis: torch.func cannot batch over it
             y = call_f(prob, lambda: f1(x))
             return y, torch.zeros((*y.shape, *x.shape), dtype=x.dtype, device=x.device)
-        g = (lambda x: (y := f1(x), y)) if value else f1  # noqa: E731
+        g = (lambda x: (y := f1(x), y)) if value else f1
         if self.prefers_reverse(prob, xs, ctx):  # the output size is memoized on prob
             out = call_f(prob, lambda: torch.func.jacrev(g, has_aux=value)(x))
         else:

@@ -24,8 +24,11 @@ from .signature import SLOW as SLOW
 from .traits import Traits as Traits
 
 OUT_SIZE = "output size"  # the key of the memoized output size in a problem's fns
-# f -> {its _size_key: the size of f(x)}: the output size an unprepared call learnt
+OUT_LIKE = "output like"  # in a problem's fns: {output_key: f(x)'s (shape, dtype)}
+# f -> {output_key: the size of f(x)}, {output_key: f(x)'s (shape, dtype)}: what a call
+# learnt, for the next (an unprepared call's problem is new each time)
 _SIZES = FunctionCache(per_function=8)
+_OUTPUTS = FunctionCache(per_function=8)
 
 
 class BackendImpl(Contract, DerivedSecondOrder):
@@ -246,8 +249,10 @@ class BackendImpl(Contract, DerivedSecondOrder):
         size = prob.fns.get(OUT_SIZE)
         if size is not None:
             return size
-        key = self._size_key(prob, xs, ctx)
+        key = output_key(self, prob, xs, ctx)
         size = None if key is None else _SIZES.peek(prob.f, key)
+        if size is None and (known := known_output(self, prob, xs, ctx)) is not None:
+            size = math.prod(known[0])
         if size is None:
             try:  # often f's first call: an f of another framework fails here
                 size = self.output_size(prob, xs, ctx)
@@ -257,16 +262,6 @@ class BackendImpl(Contract, DerivedSecondOrder):
                 _SIZES.put(prob.f, key, size)
         prob.fns[OUT_SIZE] = size
         return size
-
-    def _size_key(self, prob, xs: tuple, ctx: tuple) -> tuple | None:
-        """What decides f(x)'s size: the framework, x's structure, aux, and the shapes and
-        dtypes of the leaves of x and of the contexts; None where a context is unhashable
-        (its value, unseen here, might decide it)."""
-        sig = self.leaf_signature
-        cs = tuple(sig(c) for c in ctx)
-        if any(isinstance(c, type) for c in cs):
-            return None
-        return (self.framework, prob.treedef, prob.aux, tuple(sig(x) for x in xs), cs)
 
     def output_size(self, prob, xs: tuple, ctx: tuple) -> int:
         return size(prob.flat()(xs, *ctx))
@@ -294,6 +289,42 @@ class BackendImpl(Contract, DerivedSecondOrder):
             y = prob.flat()(xs, *ctx)
         empty = (*tuple(y.shape), 0)  # the columns of an empty leaf
         return y, tuple(_convert.zeros(self, empty, y) if c is None else c for c in out)
+
+
+def output_key(impl, prob, xs: tuple, ctx: tuple) -> tuple | None:
+    """What decides f(x)'s shape and dtype: the framework, x's structure, aux, and the
+    shapes and dtypes of the leaves of x and of the contexts; None where a context is
+    unhashable (its value, unseen here, might decide it)."""
+    sig = impl.leaf_signature
+    cs = tuple(sig(c) for c in ctx)
+    if any(isinstance(c, type) for c in cs):
+        return None
+    return (impl.framework, prob.treedef, prob.aux, tuple(sig(x) for x in xs), cs)
+
+
+def known_output(impl, prob, xs: tuple, ctx: tuple) -> tuple | None:
+    """(shape, dtype) of f(x) at arguments like these, where a run of f told it
+    (:func:`learn_output`): kept on the problem (``OUT_LIKE``) and on f (``_OUTPUTS``);
+    else None. A pass that needs f(x)'s shape before it runs f (a reverse Jacobian's
+    basis) then runs f once, not once more for the shape."""
+    key = output_key(impl, prob, xs, ctx)
+    if key is None:
+        return None
+    got = prob.fns.get(OUT_LIKE, {}).get(key)
+    if got is None and prob.f is not None:
+        got = _OUTPUTS.peek(prob.f, key)
+    return got
+
+
+def learn_output(impl, prob, xs: tuple, ctx: tuple, y: Any) -> None:
+    """Keep f(x)'s shape and dtype (``y``: f(x), from a run that ran anyway)."""
+    key = output_key(impl, prob, xs, ctx)
+    if key is None:
+        return
+    got = (tuple(y.shape), y.dtype)
+    prob.fns.setdefault(OUT_LIKE, {})[key] = got
+    if prob.f is not None:
+        _OUTPUTS.put(prob.f, key, got)
 
 
 def size(a: Any) -> int:

@@ -15,7 +15,7 @@ import numpy as np
 
 from ... import _checks
 from ..._backend_types import AutoMLX
-from ...core.backend import OUT_SIZE, BackendImpl, Traits
+from ...core.backend import OUT_SIZE, BackendImpl, Traits, known_output, learn_output
 from ...core.registry import register
 from . import errors, runners, second
 from .errors import float64_refused
@@ -172,23 +172,27 @@ class MLXImpl(BackendImpl):
 
     def value_and_jacobian(self, prob, xs, ctx):
         """One vmapped pass over the basis: rows of vjps or columns of jvps."""
-        reverse = self.prefers_reverse(prob, xs, ctx)
-        fn = flat(prob, ctx)
-        y = call_f(prob, lambda: fn(*xs)[0])
-        second.learn_output(prob, xs[0], y)
-        with second.aux_dropped():
-            return y, call_f(prob, lambda: second.jacobian(fn, xs[0], y, reverse))[1]
+        fn, x = flat(prob, ctx), xs[0]
+        return self._valued(
+            prob, xs, ctx, lambda y: second.jacobian(fn, x, y, self._reverse(prob, xs, ctx, y))
+        )
 
     def reverse_jacobian(self, prob, xs, ctx):
         """f(x) and each leaf's Jacobian by rows in one vmapped pass: the reverse
-        formulation of a jvp or a derivative where f lacks forward mode (f runs twice,
-        not once per row)."""
+        formulation of a jvp or a derivative where f lacks forward mode."""
         if not xs:
             return super().reverse_jacobian(prob, xs, ctx)
         fn = flat(prob, ctx)
-        y = call_f(prob, lambda: fn(*xs)[0])
-        with second.aux_dropped():
-            return y, call_f(prob, lambda: second.reverse_jacobians(fn, xs, y))
+        return self._valued(prob, xs, ctx, lambda y: second.reverse_jacobians(fn, xs, y))
+
+    def reverse_second_derivative(self, prob, xs, ctx):
+        """(f(x), f'(x), f''(x)) at a scalar x, reverse over reverse in vmapped passes
+        (f has no forward mode: a scatter's JVP), f run once."""
+        fn = flat(prob, ctx)
+        y, (d1, d2) = self._valued(
+            prob, xs, ctx, lambda y: _pair(second.reverse_second_derivatives(fn, xs[0], y))
+        )
+        return y, d1, d2
 
     def value_and_batched_jacobian(self, prob, xs, ctx):
         """One vmapped pass over the per-sample basis repeated in every sample: rows of
@@ -197,15 +201,30 @@ class MLXImpl(BackendImpl):
         if not x.size:
             return super().value_and_batched_jacobian(prob, xs, ctx)
         fn = flat(prob, ctx)
-        y = call_f(prob, lambda: fn(*xs)[0])  # (f's aux, where a sink waits for it)
-        _checks.check_batch(prob, tuple(x.shape), tuple(y.shape))
-        if not y.size:
-            return y, mx.zeros((*y.shape, *x.shape[1:]), dtype=x.dtype)
-        prob.fns.setdefault(OUT_SIZE, y.size)  # (the direction reads it: no run of f)
-        second.learn_output(prob, x, y)
-        reverse = self.prefers_reverse(prob, xs, ctx)
+
+        def each(y: Any) -> tuple:
+            _checks.check_batch(prob, tuple(x.shape), tuple(y.shape))
+            return second.batched_jacobian(fn, x, y, self._reverse(prob, xs, ctx, y))
+
+        return self._valued(prob, xs, ctx, each)
+
+    def _valued(self, prob, xs, ctx, each):
+        """(f(x), result) from ``each(y)`` (-> (f(x) from its own pass, result)), f run
+        once: f(x)'s shape and dtype known from an earlier call (``known_output``), else
+        learnt by a plain run of f first (as where a sink waits for f's aux, which
+        mx.vmap's placeholders cannot give)."""
+        known = None if second.aux_waits() else known_output(self, prob, xs, ctx)
+        if known is not None:
+            return call_f(prob, lambda: each(second.Like(*known)))
+        y = call_f(prob, lambda: flat(prob, ctx)(*xs)[0])
+        learn_output(self, prob, xs, ctx, y)
         with second.aux_dropped():
-            return y, call_f(prob, lambda: second.batched_jacobian(fn, x, y, reverse))[1]
+            return y, call_f(prob, lambda: each(y))[1]
+
+    def _reverse(self, prob, xs, ctx, y) -> bool:
+        """A Jacobian's direction, given f(x) (or its ``Like``): no run of f for its size."""
+        prob.fns.setdefault(OUT_SIZE, y.size)
+        return self.prefers_reverse(prob, xs, ctx)
 
     # ---- second order: mx.jvp (or mx.vjp) of mx.grad ----------------------------
     def gradient_and_hvp(self, prob, xs, vs, ctx, combo):
@@ -241,6 +260,11 @@ def flat(prob, ctx: tuple):
     """f as MLX's transforms take it: leaves in, a list of one array out."""
     fn = prob.flat()
     return lambda *xs: [fn(xs, *ctx)]
+
+
+def _pair(out: tuple) -> tuple:
+    """(f(x), f'(x), f''(x)) as (f(x), (f'(x), f''(x)))."""
+    return out[0], out[1:]
 
 
 def call_f(prob, thunk):

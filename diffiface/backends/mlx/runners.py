@@ -28,11 +28,11 @@ import numpy as np
 from ..._cache import weak_callable
 from ..._tangents import Tangents, of_stack
 from ...core import direction, outputs
-from ...core.backend import SLOW
+from ...core.backend import SLOW, known_output, learn_output
 from ...core.operator import OPS
 from . import errors, leaves, trees
 from .errors import Unusual
-from .second import OUTS, Like, aux_waits, batched_jacobian, hessian, jacobian, second_derivatives
+from .second import Like, aux_waits, batched_jacobian, hessian, jacobian, second_derivatives
 
 _FLOATS = (mx.float32, mx.float16, mx.bfloat16, mx.float64)
 _FAMILIES = ("gradient", "jvp", "vjp", "hvp", "jacobian", "derivative", "second_derivative")
@@ -87,9 +87,10 @@ def _maker(prob, form: str, combo: Any):
             return None
         return lambda f: _with_aux(make, f, returns, prob.op, prob.backend)
     if decl.family in ("jacobian", "batched_jacobian"):
-        outs = prob.fns.setdefault(OUTS, {})  # (shared with the general path's calls)
+        bare = prob.without_f()  # (f(x)'s shape: kept in prob's fns, by core.backend)
+        bare.fns = prob.fns
         make = functools.partial(
-            _jacobian, mode=prob.backend.mode, batched=decl.family != "jacobian", outs=outs
+            _jacobian, mode=prob.backend.mode, batched=decl.family != "jacobian", prob=bare
         )
     elif decl.family == "hessian" and prob.backend.mode == "forward":
         return None  # (forward over reverse: the general path's)
@@ -236,12 +237,12 @@ def _hvp(f, returns: tuple, where: tuple):
     return run
 
 
-def _jacobian(f, returns: tuple, where: tuple, mode: str | None, batched: bool, outs: dict):
+def _jacobian(f, returns: tuple, where: tuple, mode: str | None, batched: bool, prob):
     """f(x) and its Jacobian (``batched``: per-sample Jacobians along axis 0) as one
     ``mx.vmap`` over the unit vectors, whose run of f gives f(x): rows of vjps (where
     f(x) is no larger than x, or mode "reverse") or columns of jvps. f(x)'s shape is
-    learnt per x's shape and dtype (``outs``, the plan's problem's: its first call, or
-    the general path's call before, ran f once more for it). After a
+    known from an earlier call (``known_output`` on the plan's problem ``prob``, without
+    f: the general path's call, or the runner's first, ran f once more for it). After a
     direction failed once (f indexes x: MLX has no JVP of scatter), every call is the
     general path's, which knows the direction f supports; so is a batched f(x) without
     x's batch axis (it explains)."""
@@ -249,22 +250,23 @@ def _jacobian(f, returns: tuple, where: tuple, mode: str | None, batched: bool, 
     value = len(returns) == 2
     failed: list = []
     each = batched_jacobian if batched else jacobian
+    impl = prob.impl
 
     def run(x: Any) -> Any:
         if failed or type(x) is not mx.array or x.dtype not in _FLOATS or not x.size:
             return SLOW
         if aux_waits() or (batched and not x.ndim):
             return SLOW
-        key = (x.shape, x.dtype)
         try:
-            y = outs.get(key)
-            if y is None:
-                if key in outs:
-                    return SLOW
+            known = known_output(impl, prob, (x,), ())
+            if known is None:
                 y = one(x)
-                good = not batched or (y.ndim and y.shape[0] == x.shape[0] and y.size)
-                outs[key] = Like(tuple(y.shape), y.dtype) if good else None
-                if not good:
+                if batched and (not y.ndim or y.shape[0] != x.shape[0] or not y.size):
+                    return SLOW
+                learn_output(impl, prob, (x,), (), y)
+            else:
+                y = Like(*known)
+                if batched and (not y.shape or y.shape[0] != x.shape[0] or not y.size):
                     return SLOW
             reverse = mode == "reverse" or (mode is None and y.size <= x.size)
             y, jac = each(lambda x: [one(x)], x, y, reverse)

@@ -88,16 +88,6 @@ def jacobian(fn: Callable, x: Any, y: Any, reverse: bool) -> tuple:
     return ys[0][0], cols.reshape(x.size, y.size).T.reshape(shape)
 
 
-# the key, in a problem's fns, of {(x's shape, x's dtype): Like(f(x))} (None: a batched
-# f(x) without x's batch axis), which the Jacobians' runners read
-OUTS = "mlx output like"
-
-
-def learn_output(prob: Any, x: Any, y: Any) -> None:
-    """Keep f(x)'s shape and dtype at x's for the Jacobians' runners (``OUTS``)."""
-    prob.fns.setdefault(OUTS, {})[(x.shape, x.dtype)] = Like(tuple(y.shape), y.dtype)
-
-
 class Like:
     """What the Jacobians read of f(x): its shape, size and dtype, without f(x)."""
 
@@ -108,9 +98,12 @@ class Like:
         self.size = math.prod(shape)
 
 
-def _value(fn: Callable, x: Any, y: Any) -> Any:
-    """f(x): ``y`` itself, or one run of fn where ``y`` is a ``Like``."""
-    return fn(x)[0] if type(y) is Like else y
+def _value(fn: Callable, xs: Any, y: Any) -> Any:
+    """f(x) (``xs``: x, or a tuple of leaves): ``y`` itself, or one run of fn where ``y``
+    is a ``Like``."""
+    if type(y) is not Like:
+        return y
+    return fn(*xs)[0] if type(xs) is tuple else fn(xs)[0]
 
 
 def _over_basis(each: Callable, fn: Callable, x: Any, like: Any) -> Any:
@@ -126,18 +119,39 @@ def _over_basis(each: Callable, fn: Callable, x: Any, like: Any) -> Any:
 
 
 def reverse_jacobians(fn: Callable, xs: tuple, y: Any) -> tuple:
-    """The Jacobian of ``fn`` (leaves in, one output y) in each leaf, shaped
-    ``y.shape + x.shape``: rows of vjps, one ``mx.vmap`` over the unit vectors shaped
-    like y (one by one where an aux sink is open)."""
+    """(f(x), the Jacobian of ``fn`` (leaves in, one output) in each leaf, shaped
+    ``y.shape + x.shape``): rows of vjps, one ``mx.vmap`` over the unit vectors shaped
+    like y, whose run of f gives f(x) (one by one where an aux sink is open). ``y``: as
+    for :func:`jacobian`."""
     if not y.size:
-        return tuple(mx.zeros((*y.shape, *x.shape), dtype=x.dtype) for x in xs)
+        return _value(fn, xs, y), tuple(mx.zeros((*y.shape, *x.shape), dtype=x.dtype) for x in xs)
     if aux_waits():
         rows = [mx.vjp(fn, list(xs), [w])[1] for w in basis(y)]
         rows = [mx.stack([r[k] for r in rows]) for k in range(len(xs))]
+        value = _value(fn, xs, y)
     else:
         eye = mx.eye(y.size, dtype=y.dtype).reshape(y.size, *y.shape)
-        rows = mx.vmap(lambda w: tuple(mx.vjp(fn, list(xs), [w])[1]))(eye)
-    return tuple(r.reshape((*y.shape, *x.shape)) for r, x in zip(rows, xs, strict=True))
+        ys, rows = mx.vmap(lambda w: mx.vjp(fn, list(xs), [w]))(eye)
+        value = ys[0][0]
+    return value, tuple(r.reshape((*y.shape, *x.shape)) for r, x in zip(rows, xs, strict=True))
+
+
+def reverse_second_derivatives(fn: Callable, x: Any, y: Any) -> tuple:
+    """(f(x), f'(x), f''(x)) at a scalar x, reverse over reverse (f has no forward
+    mode): f' by rows of vjps in one ``mx.vmap``, and f'' as the rows of its own vjps in
+    one more around it, so f runs once. ``y``: as for :func:`jacobian`."""
+    if not y.size:
+        zero = mx.zeros(y.shape, dtype=x.dtype)
+        return _value(fn, (x,), y), zero, zero
+    eye = mx.eye(y.size, dtype=y.dtype).reshape(y.size, *y.shape)
+
+    def first(x: Any) -> list:
+        ys, (rows,) = mx.vmap(lambda w: mx.vjp(fn, [x], [w]))(eye)
+        return [rows.reshape(y.shape), ys[0][0]]
+
+    zero = mx.zeros(y.shape, dtype=y.dtype)
+    (d1s, ys), (d2,) = mx.vmap(lambda w: mx.vjp(first, [x], [w, zero]))(eye)
+    return ys[0], d1s[0], d2.reshape(y.shape)
 
 
 def batched_jacobian(fn: Callable, x: Any, y: Any, reverse: bool) -> tuple:
@@ -146,6 +160,8 @@ def batched_jacobian(fn: Callable, x: Any, y: Any, reverse: bool) -> tuple:
     in every sample (vjps along y's, or jvps along x's), whose run of f gives f(x).
     ``y``: as for :func:`jacobian`."""
     b = x.shape[0]
+    if not y.size:
+        return _value(fn, x, y), mx.zeros((*y.shape, *x.shape[1:]), dtype=x.dtype)
     like = y if reverse else x
     k = like.size // b
     eye = mx.eye(k, dtype=like.dtype)[:, None, :]

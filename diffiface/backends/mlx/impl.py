@@ -15,6 +15,7 @@ import numpy as np
 
 from ... import _checks
 from ..._backend_types import AutoMLX
+from ..._cache import CodeFacts
 from ...core.backend import OUT_SIZE, BackendImpl, Traits, known_output, learn_output
 from ...core.registry import register
 from . import errors, runners, second
@@ -104,9 +105,13 @@ class MLXImpl(BackendImpl):
         return tuple(mx.array(x) if isinstance(x, mx.array) else x for x in xs)
 
     def runner(self, prob, form, combo=None, weak=False):
+        if loops(prob.f):  # (mx.vmap fails on f: the general path's loops)
+            return None
         return runners.runner(prob, form, combo, weak)
 
     def code_runner(self, prob, form):
+        if loops(prob.f):
+            return None
         return runners.code_runner(prob, form)
 
     # ---- primitives ----------------------------------------------------------
@@ -267,11 +272,39 @@ def _pair(out: tuple) -> tuple:
     return out[0], out[1:]
 
 
+# f's code -> True: an operation in f has no batching rule in MLX (``errors.no_vmap``), so
+# the products run one by one (``second.vmap``)
+_LOOPED = CodeFacts()
+
+
 def call_f(prob, thunk):
+    """``thunk()`` (MLX's transforms of f), its errors as diffiface's where clear; where
+    mx.vmap cannot batch an operation of f, again with one product at a time (and so
+    from the start for f's code from then on)."""
+    loops = second.LOOPS.get()
+    if not loops and _LOOPED.get(prob.f):
+        return _looped(prob, thunk)
     try:
         return thunk()
     except (TypeError, ValueError, RuntimeError) as exc:
+        if not loops and errors.no_vmap(exc):
+            _LOOPED.put(prob.f, True)
+            return _looped(prob, thunk)
         clear = errors.clear(prob.op, prob.backend, exc)
         if clear is not None:
             raise clear from exc
         raise
+
+
+def loops(f) -> bool:
+    """MLX cannot batch an operation of f's code: its products run one by one (the
+    general path's; a runner would try mx.vmap first)."""
+    return bool(_LOOPED.get(f))
+
+
+def _looped(prob, thunk):
+    token = second.LOOPS.set(True)
+    try:
+        return call_f(prob, thunk)
+    finally:
+        second.LOOPS.reset(token)

@@ -32,7 +32,7 @@ from ...core.backend import SLOW, known_output, learn_output
 from ...core.operator import OPS
 from . import errors, leaves, trees
 from .errors import Unusual
-from .second import Like, aux_waits, batched_jacobian, hessian, jacobian, second_derivatives
+from .second import Like, aux_waits, batched_jacobian, hessian, jacobian, second_derivatives, vmap
 
 _FLOATS = (mx.float32, mx.float16, mx.bfloat16, mx.float64)
 _FAMILIES = ("gradient", "jvp", "vjp", "hvp", "jacobian", "derivative", "second_derivative")
@@ -296,7 +296,7 @@ def _batched(each, x: Any, t: Tangents, like: Any) -> Any:
     if like is not None and (stack.shape[1:] != like.shape or stack.dtype != like.dtype):
         return SLOW
     try:
-        out = mx.vmap(lambda v: each(x, v))(stack)
+        out = vmap(lambda v: each(x, v))(stack)
     except Exception as exc:
         return errors.hand_over(exc)
     return of_stack(out) if t._stack is not None else Tangents(*out)

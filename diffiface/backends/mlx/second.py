@@ -9,11 +9,37 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from contextvars import ContextVar
 from typing import Any
 
 import mlx.core as mx
 
 from ...core import outputs
+
+# Set while the products run one by one (``vmap``): an operation in f has no batching
+# rule in MLX ("[Primitive::vmap] Not implemented for AsStrided.")
+LOOPS: ContextVar[bool] = ContextVar("diffiface_mlx_loops", default=False)
+
+
+def vmap(g: Callable) -> Callable:
+    """``mx.vmap(g)`` (over axis 0 of every argument, results stacked on axis 0), or,
+    while ``LOOPS`` is set, ``g`` on each slice in turn, results stacked the same way: one
+    product (and one run of f) per slice, as a loop a user writes."""
+    if not LOOPS.get():
+        return mx.vmap(g)
+
+    def each(*args: Any) -> Any:
+        return _stacked([g(*(a[i] for a in args)) for i in range(args[0].shape[0])])
+
+    return each
+
+
+def _stacked(outs: list) -> Any:
+    """The results of one call per slice, stacked leaf by leaf (as mx.vmap gives them)."""
+    first = outs[0]
+    if isinstance(first, list | tuple):
+        return type(first)(_stacked([o[k] for o in outs]) for k in range(len(first)))
+    return mx.stack(outs)
 
 
 def aux_waits() -> bool:
@@ -50,7 +76,7 @@ def jvps(fn: Callable, xs: tuple, vss: list) -> list[list]:
     if len(vss) < 2 or aux_waits():
         return [mx.jvp(fn, list(xs), list(vs))[1] for vs in vss]
     stacked = [mx.stack([vs[k] for vs in vss]) for k in range(len(xs))]
-    ts = mx.vmap(lambda *v: tuple(mx.jvp(fn, list(xs), list(v))[1]))(*stacked)
+    ts = vmap(lambda *v: tuple(mx.jvp(fn, list(xs), list(v))[1]))(*stacked)
     return [[t[i] for t in ts] for i in range(len(vss))]
 
 
@@ -60,7 +86,7 @@ def vjps(fn: Callable, xs: tuple, wss: list) -> list[list]:
     if len(wss) < 2 or aux_waits():
         return [mx.vjp(fn, list(xs), list(ws))[1] for ws in wss]
     stacked = [mx.stack([ws[k] for ws in wss]) for k in range(len(wss[0]))]
-    gs = mx.vmap(lambda *w: tuple(mx.vjp(fn, list(xs), list(w))[1]))(*stacked)
+    gs = vmap(lambda *w: tuple(mx.vjp(fn, list(xs), list(w))[1]))(*stacked)
     return [[g[i] for g in gs] for i in range(len(wss))]
 
 
@@ -81,10 +107,10 @@ def jacobian(fn: Callable, x: Any, y: Any, reverse: bool) -> tuple:
         return _value(fn, x, y), mx.zeros(shape, dtype=x.dtype)
     if reverse:
         eye = mx.eye(y.size, dtype=y.dtype).reshape(y.size, *y.shape)
-        ys, (rows,) = mx.vmap(lambda w: mx.vjp(fn, [x], [w]))(eye)
+        ys, (rows,) = vmap(lambda w: mx.vjp(fn, [x], [w]))(eye)
         return ys[0][0], rows.reshape(shape)
     eye = mx.eye(x.size, dtype=x.dtype).reshape(x.size, *x.shape)
-    ys, (cols,) = mx.vmap(lambda v: mx.jvp(fn, [x], [v]))(eye)
+    ys, (cols,) = vmap(lambda v: mx.jvp(fn, [x], [v]))(eye)
     return ys[0][0], cols.reshape(x.size, y.size).T.reshape(shape)
 
 
@@ -114,8 +140,8 @@ def _over_basis(each: Callable, fn: Callable, x: Any, like: Any) -> Any:
         return mx.stack([r[0] for r in each(fn, (x,), [[e] for e in basis(like)])])
     eye = mx.eye(like.size, dtype=like.dtype).reshape(like.size, *like.shape)
     if each is vjps:
-        return mx.vmap(lambda w: mx.vjp(fn, [x], [w])[1][0])(eye)
-    return mx.vmap(lambda v: mx.jvp(fn, [x], [v])[1][0])(eye)
+        return vmap(lambda w: mx.vjp(fn, [x], [w])[1][0])(eye)
+    return vmap(lambda v: mx.jvp(fn, [x], [v])[1][0])(eye)
 
 
 def reverse_jacobians(fn: Callable, xs: tuple, y: Any) -> tuple:
@@ -131,7 +157,7 @@ def reverse_jacobians(fn: Callable, xs: tuple, y: Any) -> tuple:
         value = _value(fn, xs, y)
     else:
         eye = mx.eye(y.size, dtype=y.dtype).reshape(y.size, *y.shape)
-        ys, rows = mx.vmap(lambda w: mx.vjp(fn, list(xs), [w]))(eye)
+        ys, rows = vmap(lambda w: mx.vjp(fn, list(xs), [w]))(eye)
         value = ys[0][0]
     return value, tuple(r.reshape((*y.shape, *x.shape)) for r, x in zip(rows, xs, strict=True))
 
@@ -146,11 +172,11 @@ def reverse_second_derivatives(fn: Callable, x: Any, y: Any) -> tuple:
     eye = mx.eye(y.size, dtype=y.dtype).reshape(y.size, *y.shape)
 
     def first(x: Any) -> list:
-        ys, (rows,) = mx.vmap(lambda w: mx.vjp(fn, [x], [w]))(eye)
+        ys, (rows,) = vmap(lambda w: mx.vjp(fn, [x], [w]))(eye)
         return [rows.reshape(y.shape), ys[0][0]]
 
     zero = mx.zeros(y.shape, dtype=y.dtype)
-    (d1s, ys), (d2,) = mx.vmap(lambda w: mx.vjp(first, [x], [w, zero]))(eye)
+    (d1s, ys), (d2,) = vmap(lambda w: mx.vjp(first, [x], [w, zero]))(eye)
     return ys[0], d1s[0], d2.reshape(y.shape)
 
 
@@ -167,9 +193,9 @@ def batched_jacobian(fn: Callable, x: Any, y: Any, reverse: bool) -> tuple:
     eye = mx.eye(k, dtype=like.dtype)[:, None, :]
     basis = mx.broadcast_to(eye, (k, b, k)).reshape(k, *like.shape)
     if reverse:  # (n_out, *x.shape): sample axis first
-        ys, (rows,) = mx.vmap(lambda w: mx.vjp(fn, [x], [w]))(basis)
+        ys, (rows,) = vmap(lambda w: mx.vjp(fn, [x], [w]))(basis)
         return ys[0][0], mx.swapaxes(rows, 0, 1).reshape((*y.shape, *x.shape[1:]))
-    ys, (cols,) = mx.vmap(lambda v: mx.jvp(fn, [x], [v]))(basis)
+    ys, (cols,) = vmap(lambda v: mx.jvp(fn, [x], [v]))(basis)
     cols = cols.reshape(k, b, -1)
     return ys[0][0], mx.transpose(cols, (1, 2, 0)).reshape((*y.shape, *x.shape[1:]))
 
@@ -207,9 +233,9 @@ def hessian(fn: Callable, x: Any, combo: tuple) -> tuple:
     eye = mx.eye(x.size, dtype=x.dtype).reshape(x.size, *x.shape)
     if outer == "reverse":
         zero = mx.zeros((), dtype=x.dtype)
-        (ys, gs), (h,) = mx.vmap(lambda w: mx.vjp(both, [x], [zero, w]))(eye)
+        (ys, gs), (h,) = vmap(lambda w: mx.vjp(both, [x], [zero, w]))(eye)
     else:
-        (ys, gs), (_, h) = mx.vmap(lambda v: mx.jvp(both, [x], [v]))(eye)
+        (ys, gs), (_, h) = vmap(lambda v: mx.jvp(both, [x], [v]))(eye)
     return ys[0], gs[0], h.reshape(shape)
 
 

@@ -157,11 +157,16 @@ class MLXImpl(BackendImpl):
         return y, (gs,) if len(xs) == 1 else tuple(gs)
 
     def value_and_jvps(self, prob, xs, vss, ctx):
+        """f(x) and the jvps from one vmapped pass (f(x) from a plain run first where a
+        sink waits for f's aux, which mx.vmap's placeholders cannot give)."""
         if not xs:
             return super().value_and_jvps(prob, xs, vss, ctx)
         fn = flat(prob, ctx)
+        if not second.aux_waits():
+            y, ts = call_f(prob, lambda: second.value_and_jvps(fn, xs, vss))
+            return y[0], [t[0] for t in ts]
         y = call_f(prob, lambda: fn(*xs)[0])
-        with second.aux_dropped():  # (f's aux came with y)
+        with second.aux_dropped():
             ts = call_f(prob, lambda: second.jvps(fn, xs, vss))
         return y, [t[0] for t in ts]
 

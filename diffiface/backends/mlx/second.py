@@ -73,11 +73,20 @@ def grad_of(fn: Callable, n: int, inner: str = "reverse") -> Callable:
 
 def jvps(fn: Callable, xs: tuple, vss: list) -> list[list]:
     """``[J v for v in vss]`` (each a list of fn's outputs), batched by ``mx.vmap``."""
+    return value_and_jvps(fn, xs, vss)[1]
+
+
+def value_and_jvps(fn: Callable, xs: tuple, vss: list) -> tuple:
+    """(fn's outputs at xs, ``[J v for v in vss]``), batched by ``mx.vmap``, whose run of
+    f gives the outputs too (one by one where an aux sink waits)."""
+    if not vss:
+        return fn(*xs), []
     if len(vss) < 2 or aux_waits():
-        return [mx.jvp(fn, list(xs), list(vs))[1] for vs in vss]
+        outs = [mx.jvp(fn, list(xs), list(vs)) for vs in vss]
+        return outs[0][0], [t for _, t in outs]
     stacked = [mx.stack([vs[k] for vs in vss]) for k in range(len(xs))]
-    ts = vmap(lambda *v: tuple(mx.jvp(fn, list(xs), list(v))[1]))(*stacked)
-    return [[t[i] for t in ts] for i in range(len(vss))]
+    ys, ts = vmap(lambda *v: tuple(map(tuple, mx.jvp(fn, list(xs), list(v)))))(*stacked)
+    return [y[0] for y in ys], [[t[i] for t in ts] for i in range(len(vss))]
 
 
 def vjps(fn: Callable, xs: tuple, wss: list) -> list[list]:

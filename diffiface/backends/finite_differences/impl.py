@@ -359,6 +359,8 @@ class FiniteDifferencesImpl(BackendImpl):
         """(the gradient, or None without ``gradient``; H v): the difference of the
         gradients at x +- h v (gradients without f(x): 2n runs each, central)."""
         g = self.gradient(prob, xs, ctx) if gradient else None
+        if g is None and (prob.aux or not any(x.size for x in xs)):
+            self._eval(prob.flat(), xs, ctx)  # (f's aux is f's at x; an empty x: checked)
         scale = max((float(np.max(np.abs(v), initial=0)) for v in vs), default=0.0)
         if scale == 0.0:
             return g, tuple(np.zeros_like(x) for x in xs)
@@ -430,6 +432,8 @@ class FiniteDifferencesImpl(BackendImpl):
         Without ``valued``: (None, (None,), H)."""
         (x,) = xs
         y, (g,) = self.value_and_gradient(prob, xs, ctx) if valued else (None, (None,))
+        if not valued and (prob.aux or not x.size):
+            self._eval(prob.flat(), xs, ctx)  # (f's aux is f's at x; an empty x: checked)
         cols = np.empty((x.size, x.size), dtype=x.dtype)
         for start in range(0, x.size, k):
             stop = min(x.size, start + k)

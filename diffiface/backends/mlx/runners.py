@@ -54,7 +54,7 @@ def code_runner(prob, form: str):
     """``run(f, x[, t])`` for every function object of f's code (a closure made anew
     per call): MLX traces f anew on every call, so the runner is f's own, built per
     call (nothing is kept of another object)."""
-    make = _maker(prob, form, None)
+    make = _maker(prob, form, None, own=False)
     return None if make is None else lambda f, x, *t: make(f)(x, *t)
 
 
@@ -63,8 +63,10 @@ _DIRECTION = dict.fromkeys(("gradient", "vjp", "hvp", "hessian"), direction.REVE
 _DIRECTION |= dict.fromkeys(("jvp", "derivative", "second_derivative"), direction.FORWARD)
 
 
-def _maker(prob, form: str, combo: Any):
-    """``make(f) -> run`` for the calls the runners take, else None."""
+def _maker(prob, form: str, combo: Any, own: bool = True):
+    """``make(f) -> run`` for the calls the runners take, else None. ``own``: the runner
+    is f's own (a code runner is shared by every function object of f's code: what it
+    learns of f(x) is kept per call, not on ``prob``)."""
     decl = OPS[prob.op]
     if decl.family not in _FAMILIES or combo is not None or not prob.single:
         return None
@@ -87,11 +89,14 @@ def _maker(prob, form: str, combo: Any):
             return None
         return lambda f: _with_aux(make, f, returns, prob.op, prob.backend)
     if decl.family in ("jacobian", "batched_jacobian"):
-        bare = prob.without_f()  # (f(x)'s shape: kept in prob's fns, by core.backend)
-        bare.fns = prob.fns
-        make = functools.partial(
-            _jacobian, mode=prob.backend.mode, batched=decl.family != "jacobian", prob=bare
-        )
+        shared = prob.fns if own else None  # (f(x)'s shape: kept there by core.backend)
+        kind = {"mode": prob.backend.mode, "batched": decl.family != "jacobian"}
+
+        def make(f, returns, where):
+            bare = prob.without_f()
+            bare.fns = {} if shared is None else shared
+            return _jacobian(f, returns, where, prob=bare, **kind)
+
     elif decl.family == "hessian" and prob.backend.mode == "forward":
         return None  # (forward over reverse: the general path's)
     if form == "array":

@@ -139,6 +139,8 @@ def reference(name):
 
 def _why(exc):
     """The short reason a gradient failed: missing in the namespace, or no derivative."""
+    if "in neither" in str(exc) and exc.__cause__ is not None:
+        exc = exc.__cause__  # (no derivative in either direction: the framework's own)
     text = f"{type(exc).__name__}: {exc}".splitlines()[0][:160]
     if isinstance(exc, AttributeError):
         return "missing", text

@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from .. import _checks
+from .._cache import FunctionCache
 from . import convert as _convert
 from . import direction
 from .contract import Contract
@@ -23,6 +24,11 @@ from .signature import SLOW as SLOW
 from .traits import Traits as Traits
 
 OUT_SIZE = "output size"  # the key of the memoized output size in a problem's fns
+OUT_LIKE = "output like"  # in a problem's fns: {output_key: f(x)'s (shape, dtype)}
+# f -> {output_key: the size of f(x)}, {output_key: f(x)'s (shape, dtype)}: what a call
+# learnt, for the next (an unprepared call's problem is new each time)
+_SIZES = FunctionCache(per_function=8)
+_OUTPUTS = FunctionCache(per_function=8)
 
 
 class BackendImpl(Contract, DerivedSecondOrder):
@@ -237,13 +243,24 @@ class BackendImpl(Contract, DerivedSecondOrder):
         return self.memo_output_size(prob, xs, ctx) <= sum(size(x) for x in xs)
 
     def memo_output_size(self, prob, xs: tuple, ctx: tuple) -> int:
-        """``output_size``, memoized on the problem (a prepared one keeps it)."""
+        """``output_size``, memoized on the problem (a prepared one keeps it) and on f
+        for the shapes and dtypes of x and the contexts (``_SIZES``: an unprepared call,
+        a new problem each time, does not run f again for it)."""
         size = prob.fns.get(OUT_SIZE)
+        if size is not None:
+            return size
+        key = output_key(self, prob, xs, ctx)
+        size = None if key is None else _SIZES.peek(prob.f, key)
+        if size is None and (known := known_output(self, prob, xs, ctx)) is not None:
+            size = math.prod(known[0])
         if size is None:
             try:  # often f's first call: an f of another framework fails here
-                size = prob.fns[OUT_SIZE] = self.output_size(prob, xs, ctx)
+                size = self.output_size(prob, xs, ctx)
             except TypeError as exc:
                 _checks.reraise(prob.op, prob.backend, exc)
+            if key is not None:
+                _SIZES.put(prob.f, key, size)
+        prob.fns[OUT_SIZE] = size
         return size
 
     def output_size(self, prob, xs: tuple, ctx: tuple) -> int:
@@ -280,6 +297,45 @@ class BackendImpl(Contract, DerivedSecondOrder):
             y = prob.flat()(xs, *ctx)
         empty = (*tuple(y.shape), 0)  # the columns of an empty leaf
         return y, tuple(_convert.zeros(self, empty, y) if c is None else c for c in out)
+
+
+def output_key(impl, prob, xs: tuple, ctx: tuple) -> tuple | None:
+    """What decides f(x)'s shape and dtype: the framework, x's structure, aux, and the
+    shapes and dtypes of the leaves of x and of the contexts; None where a context is
+    unhashable (its value, unseen here, might decide it)."""
+    sig = impl.leaf_signature
+    cs = tuple(sig(c) for c in ctx)
+    if any(isinstance(c, type) for c in cs):
+        return None
+    return (impl.framework, prob.treedef, prob.aux, tuple(sig(x) for x in xs), cs)
+
+
+def known_output(impl, prob, xs: tuple, ctx: tuple) -> tuple | None:
+    """(shape, dtype) of f(x) at arguments like these, where a run of f told it
+    (:func:`learn_output`): kept on the problem (``OUT_LIKE``) and on f (``_OUTPUTS``);
+    else None. A pass that needs f(x)'s shape before it runs f (a reverse Jacobian's
+    basis) then runs f once, not once more for the shape."""
+    key = output_key(impl, prob, xs, ctx)
+    if key is None:
+        return None
+    mine = prob.fns.get(OUT_LIKE)
+    got = None if mine is None else mine.get(key)
+    if got is None and prob.f is not None:
+        got = _OUTPUTS.peek(prob.f, key)
+        if got is not None:  # (kept on the problem too: its runners read it there)
+            prob.fns.setdefault(OUT_LIKE, {})[key] = got
+    return got
+
+
+def learn_output(impl, prob, xs: tuple, ctx: tuple, y: Any) -> None:
+    """Keep f(x)'s shape and dtype (``y``: f(x), from a run that ran anyway)."""
+    key = output_key(impl, prob, xs, ctx)
+    if key is None:
+        return
+    got = (tuple(y.shape), y.dtype)
+    prob.fns.setdefault(OUT_LIKE, {})[key] = got
+    if prob.f is not None:
+        _OUTPUTS.put(prob.f, key, got)
 
 
 def size(a: Any) -> int:

@@ -96,9 +96,24 @@ def run(
     learn(prob, _OTHER[lacking], why)  # (the other formulation may read it)
     try:
         return other()
-    except Exception:  # f lacks both directions: nothing learnt
+    except Exception as exc:  # f lacks both directions: nothing learnt
         _ONLY.put(prob.f, None, prob.impl.framework)
+        if lacks(impl, exc) is not None:
+            raise neither_error(prob, why, exc) from exc
         raise
+
+
+def neither_error(prob: Any, why: str, exc: BaseException) -> Exception:
+    """The error for an f the framework differentiates in neither direction (an
+    operation without a derivative rule: ``why`` and ``exc`` say which)."""
+    then = f"{type(exc).__name__}: {str(exc).splitlines()[0]}"
+    return _checks.DiffifaceTypeError(
+        f"{_checks.call_form(prob.op, prob.backend)}: f must be differentiable in forward "
+        f"or reverse mode on {prob.impl.framework}, and it is in neither: an operation in "
+        f"f has no derivative rule there ({why}; then {then}). Write that operation with "
+        "ones the framework differentiates, or use another backend for f "
+        "(AutoFiniteDifferences needs no derivative rules)."
+    )
 
 
 def lacks(impl: Any, exc: BaseException) -> str | None:

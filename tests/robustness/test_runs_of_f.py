@@ -1,7 +1,7 @@
 """f runs as often as the framework's own transform runs it: a warm call of each
 operator, prepared and unprepared, counted against the native call on the same
-counting f (autograd's, torch.func's and MLX's transforms run f once per call, MLX's
-reverse Jacobian twice; a warm JAX call runs the compiled program, which runs no
+counting f (autograd's, torch.func's and MLX's transforms run f once per call; a warm
+JAX call runs the compiled program, which runs no
 Python). An extra run repeats f's side effects (BatchNorm statistics, counters)."""
 
 from __future__ import annotations
@@ -64,7 +64,8 @@ def _natives(name: str) -> dict:
 def _mlx_natives() -> dict:
     """MLX's own calls: it has no hessian or jacobian, and ``mx.vjp`` takes the cotangent
     with the primals, so a user writes them as ``mx.vmap`` over the unit vectors (a
-    reverse Jacobian first runs f for its output's size); the value and derivatives of
+    reverse Jacobian takes its output's size, known here: f(x) is shaped like x); the
+    value and derivatives of
     a scalar x come out of one ``mx.jvp`` of (f, its jvp)."""
     import mlx.core as mx
 
@@ -77,7 +78,7 @@ def _mlx_natives() -> dict:
         return mx.jvp(lambda x: list(mx.jvp(f, [x], [one])[1]), [x], [one])
 
     hessian = lambda f, x, t: rows(mx.grad(f), x, x)  # noqa: E731
-    jacobian = lambda f, x, t: rows(f, x, f(x))  # noqa: E731
+    jacobian = lambda f, x, t: rows(f, x, x)  # noqa: E731
     return {
         "hessian": hessian,
         "value_gradient_and_hessian": hessian,

@@ -37,6 +37,8 @@ _DEFAULT_STEP = {"central": EPS64 ** (1 / 3), "forward": EPS64**0.5, "backward":
 _DEFAULT_OUTER = EPS64**0.25
 # the operators with a runner at one float array (``FiniteDifferencesImpl.runner``)
 _RUNS = ("gradient", "value_and_gradient", "jvp", "value_and_jvp")
+# the operators whose central differences do not evaluate f(x) (their value is not asked)
+_UNVALUED = ("jvp", "derivative")
 # the multiples of h at which f is evaluated, by method
 _SIDES = {"central": (-1, 1), "forward": (0, 1), "backward": (-1, 0)}
 
@@ -190,9 +192,9 @@ class FiniteDifferencesImpl(BackendImpl):
         return y, [self._jvp(prob, fn, xs, vs, ctx, y)[1] for vs in vss]
 
     def _valued(self, prob) -> bool:
-        """A jvp evaluates f(x): a plain jvp by central differences does not need it
-        (unless f's aux is wanted: it is f's at x)."""
-        return prob.op != "jvp" or self.method != "central" or prob.aux
+        """A jvp evaluates f(x): a plain jvp or derivative by central differences does not
+        need it (unless f's aux is wanted: it is f's at x)."""
+        return prob.op not in _UNVALUED or self.method != "central" or prob.aux
 
     @_operator("first")
     def _jvp(self, prob, fn, xs, vs, ctx, y=None):
@@ -345,9 +347,20 @@ class FiniteDifferencesImpl(BackendImpl):
             return self._checked_step(prob, dtype)
         return float(np.finfo(dtype).eps ** 0.25)
 
-    @_operator("second")
     def gradient_and_hvp(self, prob, xs, vs, ctx, combo):
-        g = self.gradient(prob, xs, ctx)  # (gradients without f(x): 2n runs each, central)
+        return self._gradient_and_hvp(prob, xs, vs, ctx, True)
+
+    def hvp(self, prob, xs, vs, ctx, combo):
+        """H v alone: the gradients at x +- h v, not the one at x (4n runs of f, central)."""
+        return self._gradient_and_hvp(prob, xs, vs, ctx, False)[1]
+
+    @_operator("second")
+    def _gradient_and_hvp(self, prob, xs, vs, ctx, gradient: bool):
+        """(the gradient, or None without ``gradient``; H v): the difference of the
+        gradients at x +- h v (gradients without f(x): 2n runs each, central)."""
+        g = self.gradient(prob, xs, ctx) if gradient else None
+        if g is None and (prob.aux or not any(x.size for x in xs)):
+            self._eval(prob.flat(), xs, ctx)  # (f's aux is f's at x; an empty x: checked)
         scale = max((float(np.max(np.abs(v), initial=0)) for v in vs), default=0.0)
         if scale == 0.0:
             return g, tuple(np.zeros_like(x) for x in xs)
@@ -408,12 +421,19 @@ class FiniteDifferencesImpl(BackendImpl):
     def value_gradient_and_hessian(self, prob, xs, ctx, combo):
         return self.chunked_hessian(prob, xs, ctx, combo, max(xs[0].size, 1))
 
+    def hessian(self, prob, xs, ctx, combo):
+        """H alone: its columns, not f(x) and the gradient (4 n^2 runs of f, central)."""
+        return self.chunked_hessian(prob, xs, ctx, combo, max(xs[0].size, 1), False)[2]
+
     @_operator("second")
-    def chunked_hessian(self, prob, xs, ctx, combo, k: int):
+    def chunked_hessian(self, prob, xs, ctx, combo, k: int, valued: bool = True):
         """(f(x), g, H) with H's columns built ``k`` at a time, then symmetrized; the
-        dense Hessian is k = n, so a chunked one equals it exactly (see ``_dense``)."""
+        dense Hessian is k = n, so a chunked one equals it exactly (see ``_dense``).
+        Without ``valued``: (None, (None,), H)."""
         (x,) = xs
-        y, (g,) = self.value_and_gradient(prob, xs, ctx)
+        y, (g,) = self.value_and_gradient(prob, xs, ctx) if valued else (None, (None,))
+        if not valued and (prob.aux or not x.size):
+            self._eval(prob.flat(), xs, ctx)  # (f's aux is f's at x; an empty x: checked)
         cols = np.empty((x.size, x.size), dtype=x.dtype)
         for start in range(0, x.size, k):
             stop = min(x.size, start + k)

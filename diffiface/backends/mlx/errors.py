@@ -32,10 +32,18 @@ _LACKS = {
     REVERSE: re.compile(r"vjp\b.*\bnot (yet )?(implemented|supported)", re.I | re.S),
 }
 
+_NO_VMAP = re.compile(r"vmap\b.*\bnot (yet )?(implemented|supported)", re.I | re.S)
+
 
 class Unusual(Exception):
     """f's output is no float MLX array (a scalar for gradient and hvp), no pytree of
     them, or unlike the cotangent: the general path explains."""
+
+
+def no_vmap(exc: BaseException) -> bool:
+    """MLX's error ``exc`` says an operation in f has no batching rule (mlx 0.32:
+    "[Primitive::vmap] Not implemented for AsStrided."): the general path loops."""
+    return isinstance(exc, RuntimeError | ValueError) and bool(_NO_VMAP.search(str(exc)))
 
 
 def lacks(exc: BaseException) -> str | None:
@@ -66,7 +74,7 @@ def hand_over(exc: Exception) -> Any:
         error = clear(*raised[1], exc)
         if error is not None:
             raise error from exc
-    elif isinstance(exc, Unusual) or lacks(exc):
+    elif isinstance(exc, Unusual) or lacks(exc) or no_vmap(exc):
         return SLOW
     raise  # (called inside the runner's except: exc, unchanged)
 

@@ -15,7 +15,8 @@ import numpy as np
 
 from ... import _checks
 from ..._backend_types import AutoMLX
-from ...core.backend import BackendImpl, Traits
+from ..._cache import CodeFacts
+from ...core.backend import OUT_SIZE, BackendImpl, Traits, known_output, learn_output
 from ...core.registry import register
 from . import errors, runners, second
 from .errors import float64_refused
@@ -104,9 +105,13 @@ class MLXImpl(BackendImpl):
         return tuple(mx.array(x) if isinstance(x, mx.array) else x for x in xs)
 
     def runner(self, prob, form, combo=None, weak=False):
+        if loops(prob.f):  # (mx.vmap fails on f: the general path's loops)
+            return None
         return runners.runner(prob, form, combo, weak)
 
     def code_runner(self, prob, form):
+        if loops(prob.f):
+            return None
         return runners.code_runner(prob, form)
 
     # ---- primitives ----------------------------------------------------------
@@ -152,11 +157,16 @@ class MLXImpl(BackendImpl):
         return y, (gs,) if len(xs) == 1 else tuple(gs)
 
     def value_and_jvps(self, prob, xs, vss, ctx):
+        """f(x) and the jvps from one vmapped pass (f(x) from a plain run first where a
+        sink waits for f's aux, which mx.vmap's placeholders cannot give)."""
         if not xs:
             return super().value_and_jvps(prob, xs, vss, ctx)
         fn = flat(prob, ctx)
+        if not second.aux_waits():
+            y, ts = call_f(prob, lambda: second.value_and_jvps(fn, xs, vss))
+            return y[0], [t[0] for t in ts]
         y = call_f(prob, lambda: fn(*xs)[0])
-        with second.aux_dropped():  # (f's aux came with y)
+        with second.aux_dropped():
             ts = call_f(prob, lambda: second.jvps(fn, xs, vss))
         return y, [t[0] for t in ts]
 
@@ -172,37 +182,59 @@ class MLXImpl(BackendImpl):
 
     def value_and_jacobian(self, prob, xs, ctx):
         """One vmapped pass over the basis: rows of vjps or columns of jvps."""
-        reverse = self.prefers_reverse(prob, xs, ctx)
-        fn = flat(prob, ctx)
-        y = call_f(prob, lambda: fn(*xs)[0])
-        with second.aux_dropped():
-            return y, call_f(prob, lambda: second.jacobian(fn, xs[0], y, reverse))
+        fn, x = flat(prob, ctx), xs[0]
+        return self._valued(
+            prob, xs, ctx, lambda y: second.jacobian(fn, x, y, self._reverse(prob, xs, ctx, y))
+        )
 
     def reverse_jacobian(self, prob, xs, ctx):
         """f(x) and each leaf's Jacobian by rows in one vmapped pass: the reverse
-        formulation of a jvp or a derivative where f lacks forward mode (f runs twice,
-        not once per row)."""
+        formulation of a jvp or a derivative where f lacks forward mode."""
         if not xs:
             return super().reverse_jacobian(prob, xs, ctx)
         fn = flat(prob, ctx)
-        y = call_f(prob, lambda: fn(*xs)[0])
-        with second.aux_dropped():
-            return y, call_f(prob, lambda: second.reverse_jacobians(fn, xs, y))
+        return self._valued(prob, xs, ctx, lambda y: second.reverse_jacobians(fn, xs, y))
+
+    def reverse_second_derivative(self, prob, xs, ctx):
+        """(f(x), f'(x), f''(x)) at a scalar x, reverse over reverse in vmapped passes
+        (f has no forward mode: a scatter's JVP), f run once."""
+        fn = flat(prob, ctx)
+        y, (d1, d2) = self._valued(
+            prob, xs, ctx, lambda y: _pair(second.reverse_second_derivatives(fn, xs[0], y))
+        )
+        return y, d1, d2
 
     def value_and_batched_jacobian(self, prob, xs, ctx):
         """One vmapped pass over the per-sample basis repeated in every sample: rows of
         vjps or columns of jvps."""
         (x,) = xs
-        if not x.size or second.aux_waits():
+        if not x.size:
             return super().value_and_batched_jacobian(prob, xs, ctx)
-        reverse = self.prefers_reverse(prob, xs, ctx)
         fn = flat(prob, ctx)
-        y = call_f(prob, lambda: fn(*xs)[0])
-        _checks.check_batch(prob, tuple(x.shape), tuple(y.shape))
-        if not y.size:
-            return super().value_and_batched_jacobian(prob, xs, ctx)
+
+        def each(y: Any) -> tuple:
+            _checks.check_batch(prob, tuple(x.shape), tuple(y.shape))
+            return second.batched_jacobian(fn, x, y, self._reverse(prob, xs, ctx, y))
+
+        return self._valued(prob, xs, ctx, each)
+
+    def _valued(self, prob, xs, ctx, each):
+        """(f(x), result) from ``each(y)`` (-> (f(x) from its own pass, result)), f run
+        once: f(x)'s shape and dtype known from an earlier call (``known_output``), else
+        learnt by a plain run of f first (as where a sink waits for f's aux, which
+        mx.vmap's placeholders cannot give)."""
+        known = None if second.aux_waits() else known_output(self, prob, xs, ctx)
+        if known is not None:
+            return call_f(prob, lambda: each(second.Like(*known)))
+        y = call_f(prob, lambda: flat(prob, ctx)(*xs)[0])
+        learn_output(self, prob, xs, ctx, y)
         with second.aux_dropped():
-            return y, call_f(prob, lambda: second.batched_jacobian(fn, x, y, reverse))
+            return y, call_f(prob, lambda: each(y))[1]
+
+    def _reverse(self, prob, xs, ctx, y) -> bool:
+        """A Jacobian's direction, given f(x) (or its ``Like``): no run of f for its size."""
+        prob.fns.setdefault(OUT_SIZE, y.size)
+        return self.prefers_reverse(prob, xs, ctx)
 
     # ---- second order: mx.jvp (or mx.vjp) of mx.grad ----------------------------
     def gradient_and_hvp(self, prob, xs, vs, ctx, combo):
@@ -246,11 +278,44 @@ def flat(prob, ctx: tuple):
     return lambda *xs: [fn(xs, *ctx)]
 
 
+def _pair(out: tuple) -> tuple:
+    """(f(x), f'(x), f''(x)) as (f(x), (f'(x), f''(x)))."""
+    return out[0], out[1:]
+
+
+# f's code -> True: an operation in f has no batching rule in MLX (``errors.no_vmap``), so
+# the products run one by one (``second.vmap``)
+_LOOPED = CodeFacts()
+
+
 def call_f(prob, thunk):
+    """``thunk()`` (MLX's transforms of f), its errors as diffiface's where clear; where
+    mx.vmap cannot batch an operation of f, again with one product at a time (and so
+    from the start for f's code from then on)."""
+    loops = second.LOOPS.get()
+    if not loops and _LOOPED.get(prob.f):
+        return _looped(prob, thunk)
     try:
         return thunk()
     except (TypeError, ValueError, RuntimeError) as exc:
+        if not loops and errors.no_vmap(exc):
+            _LOOPED.put(prob.f, True)
+            return _looped(prob, thunk)
         clear = errors.clear(prob.op, prob.backend, exc)
         if clear is not None:
             raise clear from exc
         raise
+
+
+def loops(f) -> bool:
+    """MLX cannot batch an operation of f's code: its products run one by one (the
+    general path's; a runner would try mx.vmap first)."""
+    return bool(_LOOPED.get(f))
+
+
+def _looped(prob, thunk):
+    token = second.LOOPS.set(True)
+    try:
+        return call_f(prob, thunk)
+    finally:
+        second.LOOPS.reset(token)

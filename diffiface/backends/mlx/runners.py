@@ -31,11 +31,11 @@ import numpy as np
 from ..._cache import weak_callable
 from ..._tangents import Tangents, of_stack
 from ...core import direction, outputs
-from ...core.backend import SLOW
+from ...core.backend import SLOW, known_output, learn_output
 from ...core.operator import OPS
 from . import errors, leaves, trees
 from .errors import Unusual
-from .second import aux_waits, batched_jacobian, hessian, jacobian, second_derivatives
+from .second import Like, aux_waits, batched_jacobian, hessian, jacobian, second_derivatives, vmap
 
 _FLOATS = (mx.float32, mx.float16, mx.bfloat16, mx.float64)
 _FAMILIES = ("gradient", "jvp", "vjp", "hvp", "jacobian", "derivative", "second_derivative")
@@ -57,7 +57,7 @@ def code_runner(prob, form: str):
     """``run(f, x[, t])`` for every function object of f's code (a closure made anew
     per call): MLX traces f anew on every call, so the runner is f's own, built per
     call (nothing is kept of another object)."""
-    make = _maker(prob, form, None)
+    make = _maker(prob, form, None, own=False)
     return None if make is None else lambda f, x, *t: make(f)(x, *t)
 
 
@@ -66,8 +66,10 @@ _DIRECTION = dict.fromkeys(("gradient", "vjp", "hvp", "hessian"), direction.REVE
 _DIRECTION |= dict.fromkeys(("jvp", "derivative", "second_derivative"), direction.FORWARD)
 
 
-def _maker(prob, form: str, combo: Any):
-    """``make(f) -> run`` for the calls the runners take, else None."""
+def _maker(prob, form: str, combo: Any, own: bool = True):
+    """``make(f) -> run`` for the calls the runners take, else None. ``own``: the runner
+    is f's own (a code runner is shared by every function object of f's code: what it
+    learns of f(x) is kept per call, not on ``prob``)."""
     decl = OPS[prob.op]
     if decl.family not in _FAMILIES or combo is not None or not prob.single:
         return None
@@ -90,9 +92,14 @@ def _maker(prob, form: str, combo: Any):
             return None
         return lambda f: _with_aux(make, f, returns, prob.op, prob.backend)
     if decl.family in ("jacobian", "batched_jacobian"):
-        make = functools.partial(
-            _jacobian, mode=prob.backend.mode, batched=decl.family != "jacobian"
-        )
+        shared = prob.fns if own else None  # (f(x)'s shape: kept there by core.backend)
+        kind = {"mode": prob.backend.mode, "batched": decl.family != "jacobian"}
+
+        def make(f, returns, where):
+            bare = prob.without_f()
+            bare.fns = {} if shared is None else shared
+            return _jacobian(f, returns, where, prob=bare, **kind)
+
     elif decl.family == "hessian" and prob.backend.mode == "forward":
         return None  # (forward over reverse: the general path's)
     if form == "array":
@@ -238,16 +245,20 @@ def _hvp(f, returns: tuple, where: tuple):
     return run
 
 
-def _jacobian(f, returns: tuple, where: tuple, mode: str | None, batched: bool = False):
-    """f(x), then its Jacobian (``batched``: per-sample Jacobians along axis 0) as one
-    ``mx.vmap`` over the unit vectors: rows of vjps (where f(x) is no larger than x, or
-    mode "reverse") or columns of jvps. After a direction failed once (f indexes x: MLX
-    has no JVP of scatter), every call is the general path's, which knows the direction
-    f supports; so is a batched f(x) without x's batch axis (it explains)."""
+def _jacobian(f, returns: tuple, where: tuple, mode: str | None, batched: bool, prob):
+    """f(x) and its Jacobian (``batched``: per-sample Jacobians along axis 0) as one
+    ``mx.vmap`` over the unit vectors, whose run of f gives f(x): rows of vjps (where
+    f(x) is no larger than x, or mode "reverse") or columns of jvps. f(x)'s shape is
+    known from an earlier call (``known_output`` on the plan's problem ``prob``, without
+    f: the general path's call, or the runner's first, ran f once more for it). After a
+    direction failed once (f indexes x: MLX has no JVP of scatter), every call is the
+    general path's, which knows the direction f supports; so is a batched f(x) without
+    x's batch axis (it explains)."""
     one = _checked(f, False, where)
     value = len(returns) == 2
     failed: list = []
     each = batched_jacobian if batched else jacobian
+    impl = prob.impl
 
     def run(x: Any) -> Any:
         if failed or type(x) is not mx.array or x.dtype not in _FLOATS or not x.size:
@@ -255,11 +266,18 @@ def _jacobian(f, returns: tuple, where: tuple, mode: str | None, batched: bool =
         if aux_waits() or (batched and not x.ndim):
             return SLOW
         try:
-            y = one(x)
-            if batched and (not y.ndim or y.shape[0] != x.shape[0] or not y.size):
-                return SLOW
+            known = known_output(impl, prob, (x,), ())
+            if known is None:
+                y = one(x)
+                if batched and (not y.ndim or y.shape[0] != x.shape[0] or not y.size):
+                    return SLOW
+                learn_output(impl, prob, (x,), (), y)
+            else:
+                y = Like(*known)
+                if batched and (not y.shape or y.shape[0] != x.shape[0] or not y.size):
+                    return SLOW
             reverse = mode == "reverse" or (mode is None and y.size <= x.size)
-            jac = each(lambda x: [one(x)], x, y, reverse)
+            y, jac = each(lambda x: [one(x)], x, y, reverse)
         except Exception as exc:
             slow = errors.hand_over(exc)  # (a direction MLX lacks: SLOW from now on)
             failed.append(True)
@@ -288,7 +306,7 @@ def _batched(each, x: Any, t: Tangents, like: Any) -> Any:
     if like is not None and (stack.shape[1:] != like.shape or stack.dtype != like.dtype):
         return SLOW
     try:
-        out = mx.vmap(lambda v: each(x, v))(stack)
+        out = vmap(lambda v: each(x, v))(stack)
     except Exception as exc:
         return errors.hand_over(exc)
     return of_stack(out) if t._stack is not None else Tangents(*out)

@@ -7,12 +7,39 @@ aux (it would leave as one), the directions run one by one instead.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
+from contextvars import ContextVar
 from typing import Any
 
 import mlx.core as mx
 
 from ...core import outputs
+
+# Set while the products run one by one (``vmap``): an operation in f has no batching
+# rule in MLX ("[Primitive::vmap] Not implemented for AsStrided.")
+LOOPS: ContextVar[bool] = ContextVar("diffiface_mlx_loops", default=False)
+
+
+def vmap(g: Callable) -> Callable:
+    """``mx.vmap(g)`` (over axis 0 of every argument, results stacked on axis 0), or,
+    while ``LOOPS`` is set, ``g`` on each slice in turn, results stacked the same way: one
+    product (and one run of f) per slice, as a loop a user writes."""
+    if not LOOPS.get():
+        return mx.vmap(g)
+
+    def each(*args: Any) -> Any:
+        return _stacked([g(*(a[i] for a in args)) for i in range(args[0].shape[0])])
+
+    return each
+
+
+def _stacked(outs: list) -> Any:
+    """The results of one call per slice, stacked leaf by leaf (as mx.vmap gives them)."""
+    first = outs[0]
+    if isinstance(first, list | tuple):
+        return type(first)(_stacked([o[k] for o in outs]) for k in range(len(first)))
+    return mx.stack(outs)
 
 
 def aux_waits() -> bool:
@@ -46,11 +73,20 @@ def grad_of(fn: Callable, n: int, inner: str = "reverse") -> Callable:
 
 def jvps(fn: Callable, xs: tuple, vss: list) -> list[list]:
     """``[J v for v in vss]`` (each a list of fn's outputs), batched by ``mx.vmap``."""
+    return value_and_jvps(fn, xs, vss)[1]
+
+
+def value_and_jvps(fn: Callable, xs: tuple, vss: list) -> tuple:
+    """(fn's outputs at xs, ``[J v for v in vss]``), batched by ``mx.vmap``, whose run of
+    f gives the outputs too (one by one where an aux sink waits)."""
+    if not vss:
+        return fn(*xs), []
     if len(vss) < 2 or aux_waits():
-        return [mx.jvp(fn, list(xs), list(vs))[1] for vs in vss]
+        outs = [mx.jvp(fn, list(xs), list(vs)) for vs in vss]
+        return outs[0][0], [t for _, t in outs]
     stacked = [mx.stack([vs[k] for vs in vss]) for k in range(len(xs))]
-    ts = mx.vmap(lambda *v: tuple(mx.jvp(fn, list(xs), list(v))[1]))(*stacked)
-    return [[t[i] for t in ts] for i in range(len(vss))]
+    ys, ts = vmap(lambda *v: tuple(map(tuple, mx.jvp(fn, list(xs), list(v)))))(*stacked)
+    return [y[0] for y in ys], [[t[i] for t in ts] for i in range(len(vss))]
 
 
 def vjps(fn: Callable, xs: tuple, wss: list) -> list[list]:
@@ -59,7 +95,7 @@ def vjps(fn: Callable, xs: tuple, wss: list) -> list[list]:
     if len(wss) < 2 or aux_waits():
         return [mx.vjp(fn, list(xs), list(ws))[1] for ws in wss]
     stacked = [mx.stack([ws[k] for ws in wss]) for k in range(len(wss[0]))]
-    gs = mx.vmap(lambda *w: tuple(mx.vjp(fn, list(xs), list(w))[1]))(*stacked)
+    gs = vmap(lambda *w: tuple(mx.vjp(fn, list(xs), list(w))[1]))(*stacked)
     return [[g[i] for g in gs] for i in range(len(wss))]
 
 
@@ -70,16 +106,39 @@ def basis(like: Any) -> list:
     return [eye[i].reshape(like.shape) for i in range(n)]
 
 
-def jacobian(fn: Callable, x: Any, y: Any, reverse: bool) -> Any:
-    """J of ``fn`` (one array in, one out) at x, of shape ``y.shape + x.shape``: rows of
-    vjps or columns of jvps."""
+def jacobian(fn: Callable, x: Any, y: Any, reverse: bool) -> tuple:
+    """(f(x), J) of ``fn`` (one array in, one out) at x, J of shape ``y.shape + x.shape``:
+    rows of vjps or columns of jvps in one ``mx.vmap``, whose own run of f gives f(x).
+    ``y``: f(x), or anything with its shape, size and dtype (``Like``: known from an
+    earlier call, so f runs once)."""
     shape = (*y.shape, *x.shape)
     if not y.size or not x.size:
-        return mx.zeros(shape, dtype=x.dtype)
+        return _value(fn, x, y), mx.zeros(shape, dtype=x.dtype)
     if reverse:
-        return _over_basis(vjps, fn, x, y).reshape(shape)
-    cols = _over_basis(jvps, fn, x, x)
-    return cols.reshape(x.size, y.size).T.reshape(shape)
+        eye = mx.eye(y.size, dtype=y.dtype).reshape(y.size, *y.shape)
+        ys, (rows,) = vmap(lambda w: mx.vjp(fn, [x], [w]))(eye)
+        return ys[0][0], rows.reshape(shape)
+    eye = mx.eye(x.size, dtype=x.dtype).reshape(x.size, *x.shape)
+    ys, (cols,) = vmap(lambda v: mx.jvp(fn, [x], [v]))(eye)
+    return ys[0][0], cols.reshape(x.size, y.size).T.reshape(shape)
+
+
+class Like:
+    """What the Jacobians read of f(x): its shape, size and dtype, without f(x)."""
+
+    __slots__ = ("dtype", "shape", "size")
+
+    def __init__(self, shape: tuple, dtype: Any):
+        self.shape, self.dtype = shape, dtype
+        self.size = math.prod(shape)
+
+
+def _value(fn: Callable, xs: Any, y: Any) -> Any:
+    """f(x) (``xs``: x, or a tuple of leaves): ``y`` itself, or one run of fn where ``y``
+    is a ``Like``."""
+    if type(y) is not Like:
+        return y
+    return fn(*xs)[0] if type(xs) is tuple else fn(xs)[0]
 
 
 def _over_basis(each: Callable, fn: Callable, x: Any, like: Any) -> Any:
@@ -90,39 +149,64 @@ def _over_basis(each: Callable, fn: Callable, x: Any, like: Any) -> Any:
         return mx.stack([r[0] for r in each(fn, (x,), [[e] for e in basis(like)])])
     eye = mx.eye(like.size, dtype=like.dtype).reshape(like.size, *like.shape)
     if each is vjps:
-        return mx.vmap(lambda w: mx.vjp(fn, [x], [w])[1][0])(eye)
-    return mx.vmap(lambda v: mx.jvp(fn, [x], [v])[1][0])(eye)
+        return vmap(lambda w: mx.vjp(fn, [x], [w])[1][0])(eye)
+    return vmap(lambda v: mx.jvp(fn, [x], [v])[1][0])(eye)
 
 
 def reverse_jacobians(fn: Callable, xs: tuple, y: Any) -> tuple:
-    """The Jacobian of ``fn`` (leaves in, one output y) in each leaf, shaped
-    ``y.shape + x.shape``: rows of vjps, one ``mx.vmap`` over the unit vectors shaped
-    like y (one by one where an aux sink is open)."""
+    """(f(x), the Jacobian of ``fn`` (leaves in, one output) in each leaf, shaped
+    ``y.shape + x.shape``): rows of vjps, one ``mx.vmap`` over the unit vectors shaped
+    like y, whose run of f gives f(x) (one by one where an aux sink is open). ``y``: as
+    for :func:`jacobian`."""
     if not y.size:
-        return tuple(mx.zeros((*y.shape, *x.shape), dtype=x.dtype) for x in xs)
+        return _value(fn, xs, y), tuple(mx.zeros((*y.shape, *x.shape), dtype=x.dtype) for x in xs)
     if aux_waits():
         rows = [mx.vjp(fn, list(xs), [w])[1] for w in basis(y)]
         rows = [mx.stack([r[k] for r in rows]) for k in range(len(xs))]
+        value = _value(fn, xs, y)
     else:
         eye = mx.eye(y.size, dtype=y.dtype).reshape(y.size, *y.shape)
-        rows = mx.vmap(lambda w: tuple(mx.vjp(fn, list(xs), [w])[1]))(eye)
-    return tuple(r.reshape((*y.shape, *x.shape)) for r, x in zip(rows, xs, strict=True))
+        ys, rows = vmap(lambda w: mx.vjp(fn, list(xs), [w]))(eye)
+        value = ys[0][0]
+    return value, tuple(r.reshape((*y.shape, *x.shape)) for r, x in zip(rows, xs, strict=True))
 
 
-def batched_jacobian(fn: Callable, x: Any, y: Any, reverse: bool) -> Any:
-    """Per-sample Jacobians of ``fn`` (samples along axis 0 of x and y), of shape
+def reverse_second_derivatives(fn: Callable, x: Any, y: Any) -> tuple:
+    """(f(x), f'(x), f''(x)) at a scalar x, reverse over reverse (f has no forward
+    mode): f' by rows of vjps in one ``mx.vmap``, and f'' as the rows of its own vjps in
+    one more around it, so f runs once. ``y``: as for :func:`jacobian`."""
+    if not y.size:
+        zero = mx.zeros(y.shape, dtype=x.dtype)
+        return _value(fn, (x,), y), zero, zero
+    eye = mx.eye(y.size, dtype=y.dtype).reshape(y.size, *y.shape)
+
+    def first(x: Any) -> list:
+        ys, (rows,) = vmap(lambda w: mx.vjp(fn, [x], [w]))(eye)
+        return [rows.reshape(y.shape), ys[0][0]]
+
+    zero = mx.zeros(y.shape, dtype=y.dtype)
+    (d1s, ys), (d2,) = vmap(lambda w: mx.vjp(first, [x], [w, zero]))(eye)
+    return ys[0], d1s[0], d2.reshape(y.shape)
+
+
+def batched_jacobian(fn: Callable, x: Any, y: Any, reverse: bool) -> tuple:
+    """(f(x), per-sample Jacobians) of ``fn`` (samples along axis 0 of x and y), of shape
     ``y.shape + x.shape[1:]``: one ``mx.vmap`` over the basis of one sample repeated
-    in every sample (vjps along y's, or jvps along x's)."""
+    in every sample (vjps along y's, or jvps along x's), whose run of f gives f(x).
+    ``y``: as for :func:`jacobian`."""
     b = x.shape[0]
+    if not y.size:
+        return _value(fn, x, y), mx.zeros((*y.shape, *x.shape[1:]), dtype=x.dtype)
     like = y if reverse else x
     k = like.size // b
     eye = mx.eye(k, dtype=like.dtype)[:, None, :]
     basis = mx.broadcast_to(eye, (k, b, k)).reshape(k, *like.shape)
     if reverse:  # (n_out, *x.shape): sample axis first
-        rows = mx.vmap(lambda w: mx.vjp(fn, [x], [w])[1][0])(basis)
-        return mx.swapaxes(rows, 0, 1).reshape((*y.shape, *x.shape[1:]))
-    cols = mx.vmap(lambda v: mx.jvp(fn, [x], [v])[1][0])(basis).reshape(k, b, -1)
-    return mx.transpose(cols, (1, 2, 0)).reshape((*y.shape, *x.shape[1:]))
+        ys, (rows,) = vmap(lambda w: mx.vjp(fn, [x], [w]))(basis)
+        return ys[0][0], mx.swapaxes(rows, 0, 1).reshape((*y.shape, *x.shape[1:]))
+    ys, (cols,) = vmap(lambda v: mx.jvp(fn, [x], [v]))(basis)
+    cols = cols.reshape(k, b, -1)
+    return ys[0][0], mx.transpose(cols, (1, 2, 0)).reshape((*y.shape, *x.shape[1:]))
 
 
 def gradient_and_hvps(fn: Callable, xs: tuple, vss: list, combo: tuple) -> tuple:
@@ -144,31 +228,30 @@ def hessian(fn: Callable, x: Any, combo: tuple, value: bool = True) -> tuple:
     """(value, gradient, H) at one array x: the Jacobian of (value, gradient) along
     every unit vector, by rows (reverse outer) or columns (forward outer), in one
     vmapped pass that also gives the value and gradient (f runs once, as
-    ``mx.vmap(mx.vjp(mx.grad(f)))`` does); one by one where an aux sink waits.
+    ``mx.vmap(mx.vjp(mx.grad(f)))`` does; once more first where an aux sink waits).
     ``value`` False: (None, None, H), the gradient's Jacobian alone, which spares the
     pass along the value (MLX runs it with its zero cotangent: 1.15x the time at
     n = 1e3, 1.4x at n = 10)."""
     outer, inner = combo
     gf = grad_of(fn, 1, inner)
     shape = (*x.shape, *x.shape)
-    if not x.size or aux_waits():
+    if not x.size:
+        return fn(x)[0], gf(x)[0], mx.zeros(shape, dtype=x.dtype)
+    if aux_waits():  # f's aux from one plain run, then the vmapped pass
         y = fn(x)[0]
-        (g,) = gf(x)
-        if not x.size:
-            return y, g, mx.zeros(shape, dtype=x.dtype)
-        each = vjps if outer == "reverse" else jvps
-        return y, g, _over_basis(each, gf, x, x).reshape(shape)
+        with aux_dropped():
+            return (y, *hessian(fn, x, combo, value)[1:])
     eye = mx.eye(x.size, dtype=x.dtype).reshape(x.size, *x.shape)
     if not value:
         each = mx.vjp if outer == "reverse" else mx.jvp
-        h = mx.vmap(lambda v: each(gf, [x], [v])[1][0])(eye)
+        h = vmap(lambda v: each(gf, [x], [v])[1][0])(eye)
         return None, None, h.reshape(shape)
     both = lambda x: [fn(x)[0], gf(x)[0]] if inner == "forward" else _value_and_grad(fn)(x)  # noqa: E731
     if outer == "reverse":
         zero = mx.zeros((), dtype=x.dtype)
-        (ys, gs), (h,) = mx.vmap(lambda w: mx.vjp(both, [x], [zero, w]))(eye)
+        (ys, gs), (h,) = vmap(lambda w: mx.vjp(both, [x], [zero, w]))(eye)
     else:
-        (ys, gs), (_, h) = mx.vmap(lambda v: mx.jvp(both, [x], [v]))(eye)
+        (ys, gs), (_, h) = vmap(lambda v: mx.jvp(both, [x], [v]))(eye)
     return ys[0], gs[0], h.reshape(shape)
 
 

@@ -131,7 +131,7 @@ def jacobian_of(f, returns: tuple, where: tuple, mode: str | None):
 def _rows(fn, x: Any, ys: list) -> list:
     """Each leaf's Jacobian, from the rows of the raveled leaves' (one vmapped vjp)."""
     raveled = lambda x: [mx.concatenate([a.reshape(-1) for a in fn(x)])]  # noqa: E731
-    jac = jacobian(raveled, x, mx.concatenate([a.reshape(-1) for a in ys]), True)
+    jac = jacobian(raveled, x, mx.concatenate([a.reshape(-1) for a in ys]), True)[1]
     parts, start = [], 0
     for a in ys:
         parts.append(jac[start : start + a.size].reshape((*a.shape, *x.shape)))

@@ -306,20 +306,21 @@ class TorchImpl(BackendImpl):
 
     def _jacobian(self, prob, xs, ctx, value):
         """torch.func.jacrev / jacfwd (measured faster than a batched torch.autograd.grad,
-        which falls back to a loop for many ops); f(x) from a plain call when asked for,
-        cheaper than has_aux. Differentiable by an outer pass through x or a closure."""
+        which falls back to a loop for many ops); f(x), when asked for, as the aux of
+        the same run of f. Differentiable by an outer pass through x or a closure."""
         fn = prob.flat()
         (x,) = xs
         f1 = lambda x: fn((x,), *ctx)  # noqa: E731
         if x.numel() == 0:  # an empty basis: torch.func cannot batch over it
             y = call_f(prob, lambda: f1(x))
             return y, torch.zeros((*y.shape, *x.shape), dtype=x.dtype, device=x.device)
+        g = (lambda x: (y := f1(x), y)) if value else f1
         if self.prefers_reverse(prob, xs, ctx):  # the output size is memoized on prob
-            j = call_f(prob, lambda: torch.func.jacrev(f1)(x))
+            out = call_f(prob, lambda: torch.func.jacrev(g, has_aux=value)(x))
         else:
             self._forward_arrays(xs, ctx)
-            j = call_forward(prob, lambda: torch.func.jacfwd(f1)(x))
-        return (call_f(prob, lambda: f1(x)) if value else None), j
+            out = call_forward(prob, lambda: torch.func.jacfwd(g, has_aux=value)(x))
+        return (out[1], out[0]) if value else (None, out)
 
     def value_and_batched_jacobian(self, prob, xs, ctx):
         fn = prob.flat()

@@ -17,25 +17,21 @@ apart, warm (after a first call, so asdex's numba kernels are compiled), as medi
 
 from __future__ import annotations
 
+from timing import median_us, one_thread  # first: one thread, before numpy loads
+
+# isort: split
 import importlib.util
-import statistics
-import time
 
 import jax.numpy as jnp
 import numpy as np
 import torch
 from sparse_common import fmt, point
+from sparse_scaling import PROBLEMS
 
 import diffiface as di
 from diffiface.sparse import coloring
-from diffiface.testing._sparse import banded, brusselator, rosenbrock
 
 HAVE_ASDEX = importlib.util.find_spec("asdex") is not None
-PROBLEMS = {
-    "Rosenbrock Hessian": (rosenbrock, True),
-    "banded Jacobian": (banded, False),
-    "Brusselator Jacobian": (brusselator, False),
-}
 HEADER = [
     "problem",
     "n",
@@ -51,13 +47,7 @@ HEADER = [
 
 def median_seconds(fn, rounds: int) -> float:
     """The median of ``rounds`` timed calls, after one untimed call."""
-    fn()
-    times = []
-    for _ in range(rounds):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+    return median_us(fn, rounds, warmup=1) * 1e-6
 
 
 def _ours(f, backend, x, hessian: bool, rounds: int) -> tuple:
@@ -124,7 +114,6 @@ if __name__ == "__main__":
     import sys
 
     import jax
-    from timing import one_thread
 
     jax.config.update("jax_enable_x64", True)
     one_thread()

@@ -6,6 +6,7 @@ A message reads: the call form, what was expected, what came, the fix.
 from __future__ import annotations
 
 import numbers
+import os
 import sys
 import threading
 import warnings
@@ -310,6 +311,17 @@ RECOMPILE_AFTER = 5
 _NOT_COUNTED: set = set()  # diffiface's own closures made anew by design (choose.measure)
 
 
+_PACKAGE = os.path.dirname(os.path.abspath(__file__)) + os.sep
+_SCENARIOS = os.path.join(_PACKAGE, "testing") + os.sep  # (users' functions, in effect)
+
+
+def _own(code: Any) -> bool:
+    """Code of diffiface's own (a stand-in a sparse plan makes per plan, say): never the
+    user's to fix, so never warned about."""
+    name = code.co_filename
+    return name.startswith(_PACKAGE) and not name.startswith(_SCENARIOS)
+
+
 def not_counted(fn: Any) -> None:
     """Never warn about new function objects of ``fn``'s code."""
     _NOT_COUNTED.add(fn.__code__)
@@ -321,7 +333,7 @@ def compiled_new_function(f: Any) -> None:
     inside a loss: every call retraces and compiles it anew). The same object compiled
     again (after ``clear_caches``, or evicted from a full cache) is no new object."""
     code = getattr(getattr(f, "__func__", f), "__code__", None)
-    if code is None or code in _NOT_COUNTED:
+    if code is None or code in _NOT_COUNTED or _own(code):
         return
     with _NEW_LOCK:
         entry = _NEW_FUNCTIONS.setdefault(code, [0, weakref.WeakSet()])

@@ -416,3 +416,27 @@ def test_finite_differences_over_an_ad_gradient_takes_hvps_per_color(monkeypatch
     missing = _tri(n) & ~np.eye(n, k=1, dtype=bool) & ~np.eye(n, k=-1, dtype=bool)
     with pytest.raises(di.DiffifaceValueError, match="outside the sparsity pattern"):
         di.hessian(rosenbrock, di.AutoSparse(over, sparsity_detector=missing, strict=True), x)
+
+
+@pytest.mark.skipif(not HAVE["jax"], reason="needs jax")
+def test_plans_at_many_sizes_warn_of_no_recompilation():
+    """Each sparse plan compiles a stand-in of diffiface's own (``calls_current``, one
+    per plan); after five sizes JAX's RecompileWarning blamed the user for it ("a lambda
+    or def inside the loss"). Warnings are errors here; each Jacobian is checked."""
+    import warnings
+
+    from diffiface.testing._sparse import banded
+
+    sparse = di.AutoSparse(di.AutoJax())
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", di.RecompileWarning)
+        for n in range(10, 17):
+            x0 = np.linspace(0.5, 1.5, n)
+            for _ in range(2):  # the second call takes the code's kept plan
+                got = to_numpy(di.jacobian(banded, sparse, native(di.AutoJax(), x0)).todense())
+            want = np.zeros((n - 2, n))
+            i = np.arange(n - 2)
+            want[i, i] = x0[1:-1] ** 2  # banded: x[1:-1]**2 * x[:-2] - sin(x[2:]) + 2 x[1:-1]
+            want[i, i + 1] = 2 * x0[1:-1] * x0[:-2] + 2.0
+            want[i, i + 2] = -np.cos(x0[2:])
+            np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)

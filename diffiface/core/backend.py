@@ -251,7 +251,7 @@ class BackendImpl(Contract, DerivedSecondOrder):
             return size
         key = output_key(self, prob, xs, ctx)
         size = None if key is None else _SIZES.peek(prob.f, key)
-        if size is None and (known := known_output(self, prob, xs, ctx)) is not None:
+        if size is None and (known := known_output(self, prob, xs, ctx, key)) is not None:
             size = math.prod(known[0])
         if size is None:
             try:  # often f's first call: an f of another framework fails here
@@ -310,12 +310,13 @@ def output_key(impl, prob, xs: tuple, ctx: tuple) -> tuple | None:
     return (impl.framework, prob.treedef, prob.aux, tuple(sig(x) for x in xs), cs)
 
 
-def known_output(impl, prob, xs: tuple, ctx: tuple) -> tuple | None:
+def known_output(impl, prob, xs: tuple, ctx: tuple, key: Any = ()) -> tuple | None:
     """(shape, dtype) of f(x) at arguments like these, where a run of f told it
     (:func:`learn_output`): kept on the problem (``OUT_LIKE``) and on f (``_OUTPUTS``);
     else None. A pass that needs f(x)'s shape before it runs f (a reverse Jacobian's
-    basis) then runs f once, not once more for the shape."""
-    key = output_key(impl, prob, xs, ctx)
+    basis) then runs f once, not once more for the shape. ``key``: the caller's
+    :func:`output_key` of these arguments, where it has it."""
+    key = output_key(impl, prob, xs, ctx) if key == () else key
     if key is None:
         return None
     mine = prob.fns.get(OUT_LIKE)
